@@ -1,0 +1,1 @@
+"""Lightning callbacks: feature writing, Optuna pruning and CoG evaluation."""

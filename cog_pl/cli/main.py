@@ -1,0 +1,51 @@
+"""Entry point of the ``cog-pl`` command."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from cog_pl import __version__
+
+#: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
+COMMAND_MODULES = ("wordnet", "levels")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cog-pl",
+        description="ImageNet-CoG: measure how well a visual representation generalizes to unseen concepts.",
+    )
+    parser.add_argument("--version", action="version", version=f"cog-pl {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"cog_pl.cli.{name}").register(sub)
+    return parser
+
+
+class CommandError(Exception):
+    """A user-facing error: printed without a traceback, exit status 2."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    try:
+        return int(args.func(args) or 0)
+    except (CommandError, ValueError, KeyError, FileNotFoundError, RuntimeError) as err:
+        if args.verbose:
+            raise
+        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"cog-pl {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

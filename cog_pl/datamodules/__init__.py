@@ -1,0 +1,1 @@
+"""LightningDataModules for IN-1K, the CoG levels and pre-extracted features."""

@@ -1,0 +1,72 @@
+"""The ImageNet-CoG protocol in numbers: one frozen object per phase, the single source of truth.
+
+Every constant of ``PROTOCOL.md`` lives here. Code takes these objects as defaults, users override fields with
+``dataclasses.replace`` (or config keys of the same names), and every result records ``asdict(...)`` of the values
+it was made with, so that a deviation from the published protocol is always visible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DOMAINS = ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
+LEVEL_OF_DOMAIN = {f"cog_l{i}": f"L{i}" for i in range(1, 6)}
+
+
+@dataclass(frozen=True)
+class LevelProtocol:
+    """How the five concept generalization levels are built from WordNet (paper Sec. 3.2-3.3, App. A)."""
+
+    min_images: int = 782
+    person_root: str = "n00007846"  # person.n.01: its whole subtree is dropped
+    wordnet_root: str = "n00001740"  # entity.n.01
+    # "in21k": drop concepts with any IN-21K descendant (App. A.1, reproduces 5146 = 5216 - 70);
+    # "eligible": drop concepts with a still-eligible descendant (the main text's wording).
+    leaf_rule: str = "in21k"
+    measure: str = "lin"
+    lcs: str = "deepest"  # see cog_pl.wordnet.similarity
+    instance_hypernyms: bool = True
+    corpus_includes_in1k: bool = True  # n04399382 (teddy bear) is in IN-1K but not in Fall 2011
+    n_levels: int = 5
+    level_size: int = 1000
+    eligible_in_paper: int = 5146
+    manual_discards_in_paper: int = 70
+
+
+@dataclass(frozen=True)
+class FeatureProtocol:
+    """Phase 1: frozen backbone, penultimate features, resize-crop-normalise."""
+
+    image_size: int = 224
+    resize_interpolation: str = "bicubic"
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    batch_size: int = 128
+    precision: str = "32-true"
+    max_train_per_concept: int = 1300
+    min_train_per_concept: int = 732
+    test_per_concept: int = 50
+
+
+@dataclass(frozen=True)
+class ProbeProtocol:
+    """Phase 2: tuned linear probes on L2-normalised features (paper App. B)."""
+
+    epochs: int = 100
+    batch_size: int = 1024
+    momentum: float = 0.9
+    lr_range: tuple[float, float] = (0.1, 100.0)
+    wd_range: tuple[float, float] = (1e-12, 1e-4)
+    trials: int = 30
+    val_fraction: float = 0.2
+    seeds: tuple[int, ...] = (22, 37, 45, 77, 93)
+    shots: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+    normalize: bool = True
+    sampler: str = "tpe-multivariate"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def as_record(obj: Any) -> dict[str, Any]:
+    """The protocol values as a JSON-ready dict (tuples become lists)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(obj).items()}
