@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _install(args: argparse.Namespace) -> int:
-    from cog_pl.wordnet.install import WordNetUnavailable, install
+    from cog_pl.wordnet.provision import WordNetUnavailable, install
 
     try:
         print(install(args.data_dir, args.source))

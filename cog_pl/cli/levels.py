@@ -1,0 +1,156 @@
+"""``cog-pl levels build|compare|show|plot`` and ``cog-pl similarity``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from cog_pl.protocol import LevelProtocol
+
+_P = LevelProtocol()
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("levels", help="build, compare, show and plot the concept generalization levels",
+                       description="The five ImageNet-CoG levels: unseen IN-21K concepts ranked by WordNet "
+                                   "similarity to the 1000 IN-1K concepts and cut into blocks of 1000.")
+    lsub = p.add_subparsers(dest="levels_command", metavar="ACTION", required=True)
+
+    b = lsub.add_parser("build", help="build a level file from WordNet 3.0 (defaults reproduce the paper)",
+                        description="Rank the eligible unseen IN-21K concepts by similarity to IN-1K and cut five "
+                                    "levels; writes a versioned JSON level file and prints a report.")
+    b.add_argument("--out", type=Path, required=True, help="level file to write (JSON)")
+    b.add_argument("--discard", type=Path, help="file of wnids to drop (the paper's 70 manual discards are not public)")
+    b.add_argument("--in21k-root", type=Path,
+                   help="count images on your IN-21K (folder or tar per synset) instead of the Fall 2011 table")
+    b.add_argument("--allow-missing", action="store_true", help="with --in21k-root: missing synsets count 0 images")
+    b.add_argument("--measure", choices=("lin", "wup", "jcn", "path"), default=_P.measure)
+    b.add_argument("--lcs", choices=("deepest", "max-ic"), default=_P.lcs,
+                   help="lin's subsumer: 'deepest' (reproduces the official levels) or 'max-ic' (NLTK lin_similarity)")
+    b.add_argument("--leaf-rule", choices=("in21k", "eligible"), default=_P.leaf_rule,
+                   help="drop ancestors of any IN-21K concept (paper appendix) or of still-eligible ones")
+    b.add_argument("--min-images", type=int, default=_P.min_images)
+    b.add_argument("--plot", type=Path, help="also write the similarity-vs-rank PNG here")
+    b.set_defaults(func=_build)
+
+    c = lsub.add_parser("compare", help="agreement of a level file with the official levels")
+    c.add_argument("file", type=Path)
+    c.add_argument("--json", action="store_true", help="print the figures as JSON")
+    c.add_argument("--max-moved", type=int, default=20, help="how many moved concepts to list")
+    c.set_defaults(func=_compare)
+
+    s = lsub.add_parser("show", help="counts and example concepts per level (official levels by default)")
+    s.add_argument("file", type=Path, nargs="?", help="a level file; omit for the official levels")
+    s.add_argument("--examples", type=int, default=5)
+    s.set_defaults(func=_show)
+
+    pl = lsub.add_parser("plot", help="PNG of similarity against rank with the level bands")
+    pl.add_argument("file", type=Path)
+    pl.add_argument("--out", type=Path, required=True)
+    pl.set_defaults(func=_plot)
+
+    sim = sub.add_parser("similarity", help="WordNet similarity of two synsets (one number)",
+                         description="Similarity of two noun synsets with the IN-21K information content.")
+    sim.add_argument("a", metavar="WNID")
+    sim.add_argument("b", metavar="WNID")
+    sim.add_argument("--measure", choices=("lin", "wup", "jcn", "path"), default="lin")
+    sim.add_argument("--lcs", choices=("deepest", "max-ic"), default=_P.lcs)
+    sim.set_defaults(func=_similarity)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from cog_pl.levels.builder import build_levels, write_level_file
+    from cog_pl.levels.compare import agreement_summary
+    from cog_pl.levels.eligibility import read_discard_list
+    from cog_pl.resources import in21k_wnids
+
+    protocol = dataclasses.replace(_P, measure=args.measure, lcs=args.lcs, leaf_rule=args.leaf_rule,
+                                   min_images=args.min_images)
+    discard = read_discard_list(args.discard, in21k_wnids()) if args.discard else []
+    print(f"Building CoG levels ({protocol.measure}, lcs={protocol.lcs}, leaf rule {protocol.leaf_rule})")
+    content = build_levels(protocol, discard, args.in21k_root, args.allow_missing)
+    write_level_file(args.out, content)
+    print("\nEligibility (count after each step):")
+    for step in content["eligibility"]:
+        print(f"  {step['name']:<52s} {step['remaining']:6d}  (-{step['dropped']})")
+    n = content["eligibility"][-1]["remaining"]
+    print(f"  eligible: {n}; the paper reports {_P.eligible_in_paper} after its {_P.manual_discards_in_paper} "
+          f"manual discards ({_P.eligible_in_paper + _P.manual_discards_in_paper} before them)")
+    summary = agreement_summary(content)
+    print("\nAgreement with the official levels:")
+    print("  levels of this file: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in summary["levels"].items()))
+    if summary["isolated_all"] is not None:
+        print(f"  official 5000 ranked by this similarity: {100 * summary['isolated_all']:.2f}% in their level")
+    if args.plot:
+        from cog_pl.levels.plot import plot_levels
+
+        plot_levels(content, args.plot)
+        print(f"\nplot: {args.plot}")
+    print(f"\nwrote {args.out} in {content['timings']['total_s']:.1f} s")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from cog_pl.levels.builder import load_level_file
+    from cog_pl.levels.compare import agreement_summary, compare_report
+
+    content = load_level_file(args.file)
+    if args.json:
+        print(json.dumps(agreement_summary(content), indent=1))
+    else:
+        print(compare_report(content, args.max_moved))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from cog_pl.resources import LEVELS, concept_name, official_levels
+
+    if args.file:
+        from cog_pl.levels.builder import load_level_file
+
+        content = load_level_file(args.file)
+        levels, source = content["levels"], str(args.file)
+        ranking = content.get("ranking")
+        sim = content.get("similarity", {})
+    else:
+        levels, source, ranking, sim = official_levels(), "official ImageNet-CoG levels", None, {}
+    print(f"Levels of {source}")
+    pos = {w: i for i, w in enumerate(ranking)} if ranking else {}
+    for lvl in LEVELS:
+        ws = list(levels[lvl])
+        rng = ""
+        if sim and all(w in sim for w in ws):
+            vals = [sim[w] for w in ws]
+            rng = f"  similarity {min(vals):.3f}..{max(vals):.3f}"
+        if pos:
+            ws.sort(key=lambda w: pos.get(w, 0))
+        step = max(1, len(ws) // max(1, args.examples))
+        examples = ", ".join(concept_name(w).split(",")[0] for w in ws[::step][: args.examples])
+        print(f"  {lvl}  {len(ws):5d} concepts{rng}\n      e.g. {examples}")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from cog_pl.levels.builder import load_level_file
+    from cog_pl.levels.plot import plot_levels
+
+    content = load_level_file(args.file)
+    if "ranking" not in content or "similarity" not in content:
+        raise ValueError(f"{args.file} has no ranking/similarity to plot (build it with `cog-pl levels build`)")
+    print(plot_levels(content, args.out))
+    return 0
+
+
+def _similarity(args: argparse.Namespace) -> int:
+    from cog_pl.levels.builder import build_ontology
+    from cog_pl.wordnet import get_wordnet
+    from cog_pl.wordnet.ontology import synset_of
+    from cog_pl.wordnet.similarity import pair
+
+    for w in (args.a, args.b):
+        synset_of(get_wordnet(), w)  # names a malformed or unknown wnid before the ontology is built
+    onto = build_ontology()
+    print(f"{pair(onto, args.a, args.b, args.measure, args.lcs):.6f}")
+    return 0
