@@ -85,3 +85,12 @@ def test_similarity_rejects_bad_wnids(capsys):
     assert "malformed wnid 'tiger'" in capsys.readouterr().err
     assert main(["similarity", "n02123159", "n99999999"]) == 2
     assert "unknown wnid n99999999" in capsys.readouterr().err
+
+
+def test_build_on_an_incomplete_in21k_root_names_the_missing_synsets(tmp_path, capsys):
+    root = tmp_path / "in21k"
+    (root / "n01440764").mkdir(parents=True)
+    (root / "n01440764" / "a.JPEG").write_bytes(b"x")
+    assert main(["levels", "build", "--out", str(tmp_path / "l.json"), "--in21k-root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "21840 of 21841 synsets are missing" in err and "--allow-missing" in err

