@@ -1,0 +1,124 @@
+"""``ExtractionDataModule``: every (domain, split) still to extract, one predict dataloader each.
+
+Stores live at ``<out>/<model>/<domain>/<split>/``. A complete store (``meta.json`` present) is skipped; an
+unfinished one is resumed: only the rows whose done bit is 0 are loaded. ``targets`` tells the
+:class:`~cog_pl.callbacks.feature_writer.FeatureStoreWriter` where each dataloader's rows go.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from cog_pl.extract.partial import done_rows, is_complete
+from cog_pl.protocol import DOMAINS
+
+logger = logging.getLogger(__name__)
+SPLITS = ("train", "test")
+
+
+@dataclass
+class ExtractionTarget:
+    """One store to fill: where, how many rows, what the store's meta says about the data."""
+
+    domain: str
+    split: str
+    path: Path
+    rows: int
+    dataset: Dataset = field(repr=False)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class ExtractionDataModule(L.LightningDataModule):
+    """Predict loaders over the images of IN-1K and the CoG levels, for every store not yet complete.
+
+    Args:
+        out: root of the feature stores. model_name: the extractor's name (linked from the model by the CLI).
+        in1k_root: IN-1K with ``train/`` and ``val/``. in21k_root: IN-21K, a folder or a tar per synset.
+        domains / splits: what to extract (all six domains, train and test, by default).
+        transform: the backbone's transform settings (linked from the model by the CLI), or ``"protocol"``.
+    """
+
+    def __init__(self, out: str = "features", model_name: str = "model", in1k_root: str | None = None,
+                 in21k_root: str | None = None, domains: Sequence[str] = DOMAINS, splits: Sequence[str] = SPLITS,
+                 transform: Any = "protocol", batch_size: int = 128, num_workers: int = 4, on_error: str = "fail",
+                 cache_dir: str | None = None, split_file_dir: str | None = None) -> None:
+        super().__init__()
+        bad = [d for d in domains if d not in DOMAINS]
+        if bad:
+            raise ValueError(f"unknown domain(s) {', '.join(bad)}; expected some of {', '.join(DOMAINS)}")
+        bad = [s for s in splits if s not in SPLITS]
+        if bad:
+            raise ValueError(f"unknown split(s) {', '.join(bad)}; expected train and/or test")
+        self.out, self.model_name = Path(out), model_name
+        self.in1k_root, self.in21k_root = in1k_root, in21k_root
+        self.domains, self.splits = tuple(domains), tuple(splits)
+        self.transform = transform
+        self.batch_size, self.num_workers, self.on_error = batch_size, num_workers, on_error
+        self.cache_dir, self.split_file_dir = cache_dir, split_file_dir
+        self.targets: list[ExtractionTarget] = []
+        self.skipped: list[Path] = []
+
+    def store_path(self, domain: str, split: str) -> Path:
+        return self.out / self.model_name / domain / split
+
+    def datasets(self, domain: str) -> dict[str, tuple[Dataset, dict[str, Any]]]:
+        """The image datasets of one domain by split, with the meta their stores record."""
+        from cog_pl.datamodules.images import CoGLevelDataModule, IN1KDataModule
+
+        common = {"transform": self.transform, "batch_size": self.batch_size, "num_workers": self.num_workers,
+                  "on_error": self.on_error, "cache_dir": self.cache_dir}
+        if domain == "in1k":
+            if not self.in1k_root:
+                raise ValueError("extracting in1k needs --data.in1k_root (a folder with train/ and val/)")
+            dm = IN1KDataModule(root=self.in1k_root, **common)
+        else:
+            if not self.in21k_root:
+                raise ValueError(f"extracting {domain} needs --data.in21k_root (a folder or tar per synset)")
+            dm = CoGLevelDataModule(domain=domain, root=self.in21k_root, **common)
+        dm.setup("predict")
+        meta = dm.store_meta() if hasattr(dm, "store_meta") else {}
+        return {s: (dm.datasets[s], {**meta, "domain": domain, "split": s, "classes": list(dm.classes),
+                                     "num_classes": dm.num_classes}) for s in self.splits}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.targets:
+            return
+        for domain in self.domains:
+            todo = [s for s in self.splits if not is_complete(self.store_path(domain, s))]
+            self.skipped += [self.store_path(domain, s) for s in self.splits if s not in todo]
+            if not todo:
+                continue
+            for split, (dataset, meta) in self.datasets(domain).items():
+                if split in todo:
+                    path = self.store_path(domain, split)
+                    self.targets.append(ExtractionTarget(domain, split, path, len(dataset), dataset, meta))
+        for path in self.skipped:
+            logger.info("complete, skipped: %s", path)
+
+    def predict_dataloader(self) -> list[DataLoader]:
+        loaders = []
+        for t in self.targets:
+            left = np.flatnonzero(~done_rows(t.path, t.rows))
+            if len(left) < t.rows:
+                logger.info("resuming %s: %d of %d rows left", t.path, len(left), t.rows)
+            data = t.dataset if len(left) == t.rows else Subset(t.dataset, left.tolist())
+            loaders.append(DataLoader(data, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers,
+                                      collate_fn=_collate(t.dataset), persistent_workers=False))
+        return loaders
+
+
+def _collate(dataset: Dataset):
+    try:
+        from cog_pl.data.imagenet import collate_images
+
+        return collate_images
+    except ImportError:  # pragma: no cover - the data layer is part of the package
+        return None

@@ -1,0 +1,81 @@
+"""``FeatureExtractor``: a frozen backbone as a LightningModule whose ``predict_step`` yields features."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+from typing import Any
+
+import lightning as L
+import torch
+
+from cog_pl import __version__
+from cog_pl.callbacks.feature_writer import FeatureStoreWriter
+from cog_pl.models import build_backbone
+
+
+class FeatureExtractor(L.LightningModule):
+    """Penultimate-layer features (or the layer the registry names) of a frozen backbone.
+
+    Args:
+        model: a paper model (``resnet50``, ``dino``, ...), ``efficientnet_lite0``, ``timm:<name>`` or
+            ``torchvision:<name>``.
+        checkpoint: the weights file (the authors' layout for paper models); random weights when omitted.
+        prefix: override the checkpoint's key prefix. key_map: regex -> replacement applied to checkpoint keys.
+        in_order: map checkpoint tensors by position instead of by name.
+        channels_last: run convolutions in NHWC memory format (faster on GPUs with tensor cores).
+    Mixed precision comes from the Trainer (``precision="bf16-mixed"`` or ``"16-mixed"``).
+    """
+
+    def __init__(self, model: str = "resnet50", checkpoint: str | None = None, prefix: str | None = None,
+                 key_map: dict[str, str] | None = None, in_order: bool = False, channels_last: bool = False,
+                 write_stores: bool = True) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.backbone = build_backbone(model, checkpoint, prefix, key_map, in_order)
+        self.net = self.backbone.model
+        if channels_last:
+            self.net = self.net.to(memory_format=torch.channels_last)
+
+    @property
+    def model_name(self) -> str:
+        return self.backbone.spec.name
+
+    @property
+    def feature_dim(self) -> int:
+        return self.backbone.spec.feature_dim
+
+    @property
+    def transform_config(self) -> dict[str, Any]:
+        return self.backbone.transform_config
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if self.hparams.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return self.net(images)
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> dict:
+        return {"features": self(batch["image"]).float(), "label": batch["label"], "index": batch["index"]}
+
+    def on_predict_start(self) -> None:
+        self.net.eval()
+
+    def configure_callbacks(self) -> list:
+        return [FeatureStoreWriter()] if self.hparams.write_stores else []
+
+    def store_meta(self) -> dict[str, Any]:
+        """What every feature store made by this extractor records about the model."""
+        import timm
+        import torchvision
+
+        spec = self.backbone.spec
+        return {
+            "format": "cog-pl-features", "version": 1,
+            "model": spec.name, "arch": spec.arch, "feature": spec.feature,
+            "weights": self.backbone.weights, "weights_sha256": self.backbone.weights_sha256,
+            "transform": self.transform_config,
+            "precision": str(self.trainer.precision) if self._trainer is not None else None,
+            "versions": {"cog_pl": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
+                         "timm": timm.__version__, "python": platform.python_version()},
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }

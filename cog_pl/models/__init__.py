@@ -1,0 +1,7 @@
+"""Backbones: the paper's model zoo, timm and torchvision models, checkpoint layouts."""
+
+from cog_pl.models.build import Backbone, build_backbone, register_architecture, resolve_spec
+from cog_pl.models.zoo import EFFICIENTNET_LITE0, PAPER_MODELS, BackboneSpec
+
+__all__ = ["EFFICIENTNET_LITE0", "PAPER_MODELS", "Backbone", "BackboneSpec", "build_backbone",
+           "register_architecture", "resolve_spec"]
