@@ -87,7 +87,7 @@ class TinyBenchmark:
         for i, wnid in enumerate(self.in1k):
             write_synset(root / "train", wnid, {f"{wnid}_{k}.JPEG": jpeg_bytes(1000 * i + k) for k in range(n_train)},
                          layout)
-            write_synset(root / "val", wnid, {f"ILSVRC2012_val_{i:04d}{k:04d}.JPEG": jpeg_bytes(-1 - k - 100 * i)
+            write_synset(root / "val", wnid, {f"ILSVRC2012_val_{i:04d}{k:04d}.JPEG": jpeg_bytes(10**6 + 100 * i + k)
                                               for k in range(n_val)}, "folder")
         return root
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset, default_collate
 
 from cog_pl.data.tar_index import TarIndex
@@ -102,7 +102,8 @@ def load_image(source: SynsetSource, wnid: str, filename: str) -> Image.Image:
     try:
         return decode_image(source.read(wnid, filename))
     except Exception as err:  # PIL raises OSError, SyntaxError, ValueError, ... on bad data
-        raise UnreadableImageError(f"unreadable image {source.where(wnid, filename)}: {err}") from err
+        reason = "not a recognised image format" if isinstance(err, UnidentifiedImageError) else str(err)
+        raise UnreadableImageError(f"unreadable image {source.where(wnid, filename)}: {reason}") from err
 
 
 class ImageDataset(Dataset):
@@ -141,7 +142,7 @@ class ImageDataset(Dataset):
             log.warning("skipped %s", err)
             if self.error_log is not None:
                 self.error_log.parent.mkdir(parents=True, exist_ok=True)
-                line = f"{wnid}/{filename}\t{str(err.__cause__ or err).replace(chr(10), ' ')}\n".encode()
+                line = f"{wnid}/{filename}\t{str(err).replace(chr(10), ' ')}\n".encode()
                 fd = os.open(self.error_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
                     os.write(fd, line)
@@ -164,9 +165,12 @@ def collate_images(batch: list[dict[str, Any] | None]) -> dict[str, torch.Tensor
 
 
 def read_error_log(path: str | os.PathLike) -> list[tuple[str, str]]:
-    """The ``(wnid/filename, reason)`` pairs a skipping dataset recorded, without duplicates, sorted."""
+    """The ``(wnid/filename, reason)`` pairs a skipping dataset recorded, one per image, sorted."""
     path = Path(path)
     if not path.exists():
         return []
-    rows = {tuple(line.split("\t", 1)) for line in path.read_text().splitlines() if line}
-    return sorted((r[0], r[1] if len(r) > 1 else "") for r in rows)
+    rows: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, _, reason = line.partition("\t")
+        rows.setdefault(key, reason)
+    return sorted(rows.items())

@@ -74,6 +74,6 @@ def export_pth(store: str | os.PathLike, out: str | os.PathLike) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     torch.save({"X": torch.from_numpy(np.asarray(s.features, dtype=np.float32)),
-                "Y": torch.from_numpy(np.asarray(s.labels, dtype=np.int64))}, tmp)
+                "Y": torch.from_numpy(np.array(s.labels, dtype=np.int64))}, tmp)
     os.replace(tmp, out)
     return out
