@@ -51,7 +51,8 @@ class IndexBatches:
         self.x, self.y, self.rows = x, y, rows.to(x.device)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.rank, self.world_size = rank, world_size
-        self.sampler = _Epoch()
+        self.sampler = _Epoch()  # Lightning calls loader.sampler.set_epoch(epoch) before each epoch
+        self.batch_sampler = None  # and inspects this one when it sees a sampler
 
     def _batches(self) -> list[torch.Tensor]:
         n, w = len(self.rows), self.world_size
@@ -126,7 +127,7 @@ class FeatureDataModule(L.LightningDataModule):
     def _device(self) -> torch.device:
         if self.device_request != "auto":
             return torch.device(self.device_request)
-        trainer = getattr(self, "_trainer", None)
+        trainer = self.trainer
         dev = trainer.strategy.root_device if trainer is not None else (
             torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
         if dev.type == "cuda":
@@ -181,7 +182,7 @@ class FeatureDataModule(L.LightningDataModule):
         if not self._tensors:
             self.setup()
         x, y, rows = self._tensors[name]
-        trainer = getattr(self, "_trainer", None)
+        trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         return IndexBatches(x, y, rows, self.batch_size, shuffle, self.seed, rank, world)
 
