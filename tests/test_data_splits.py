@@ -29,7 +29,8 @@ def test_select_train_rule_is_fixed():
 
 
 def test_split_from_tars_equals_split_from_folders(tiny, tmp_path):  # noqa: F811
-    a = build_split("L2", SynsetSource(tiny.make_in21k(tmp_path / "tars", "tar"), tmp_path / "c"), protocol=TINY_PROTOCOL)
+    tars = SynsetSource(tiny.make_in21k(tmp_path / "tars", "tar"), tmp_path / "c")
+    a = build_split("L2", tars, protocol=TINY_PROTOCOL)
     b = build_split("L2", SynsetSource(tiny.make_in21k(tmp_path / "dirs", "folder")), protocol=TINY_PROTOCOL)
     assert a == b and a.sha256() == b.sha256()
     for wnid in a.classes:

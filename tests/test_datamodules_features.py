@@ -40,7 +40,7 @@ def test_tune_mode_cuts_val_first_and_never_opens_test(tmp_path):
     assert "test" not in dm._stores
     with pytest.raises(RuntimeError, match="never reads the test set"):
         dm.test_dataloader()
-    x, yb = next(iter(dm.train_dataloader()))
+    x, _ = next(iter(dm.train_dataloader()))
     assert x.dtype == torch.float32 and torch.allclose(x.norm(dim=1), torch.ones(len(x)), atol=2e-3)
     assert sum(len(b[1]) for b in dm.val_dataloader()) == 40 and dm.num_classes == 5 and dm.feature_dim == 16
 

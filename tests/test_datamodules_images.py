@@ -70,7 +70,7 @@ def test_unreadable_images_fail_or_are_skipped_and_listed(tiny, tmp_path):  # no
     with pytest.raises(UnreadableImageError, match=bad and tiny.test["L2"][0].split("/")[1]):
         _predict(_dm(tiny, root, predict_split="test"))
     log = tmp_path / "bad.tsv"
-    labels, index = _predict(_dm(tiny, root, on_error="skip", error_log=str(log)))
+    _, index = _predict(_dm(tiny, root, on_error="skip", error_log=str(log)))
     assert len(index) == 7 and [k for k, _ in read_error_log(log)] == sorted(bad)
 
 

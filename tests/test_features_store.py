@@ -69,7 +69,7 @@ def test_killed_writer_leaves_only_a_hidden_partial(tmp_path):
     with pytest.raises(StoreError, match="no feature store at"):
         open_store(tmp_path / "s")
     w = StoreWriter(tmp_path / "s", 10, 4)  # reopening resumes
-    with pytest.raises(StoreError, match="5 row\\(s\\) never written, e.g. row 5"):
+    with pytest.raises(StoreError, match=r"5 row\(s\) never written, e\.g\. row 5"):
         w.finish(_meta())
     w.write(np.arange(5, 10), np.ones((5, 4)), np.ones(5))
     s = open_store(w.finish(_meta()))
@@ -105,7 +105,7 @@ def test_plain_store_is_accepted_and_incomplete_v1_refused(tmp_path):
     assert not is_complete(tmp_path / "plain" / "train")
     assert open_store(tmp_path / "plain" / "train", {"model": "x"}).plain  # cannot be verified: warned, not refused
     np.save(tmp_path / "plain" / "train" / "index.npy", np.arange(50))  # a v1 store missing its meta.json
-    with pytest.raises(StoreError, match="incomplete feature store \\(no meta.json"):
+    with pytest.raises(StoreError, match=r"incomplete feature store \(no meta\.json"):
         open_store(tmp_path / "plain" / "train")
     np.save(tmp_path / "plain" / "test" / "labels.npy", y[:5])
     with pytest.raises(StoreError, match="row counts differ: features 50, labels 5"):
@@ -120,5 +120,5 @@ def test_damaged_store_is_refused(tmp_path):
     with pytest.raises(StoreError, match="store version 2, this cog_pl reads version 1"):
         open_store(path)
     (path / "meta.json").write_text(json.dumps({**meta, "num_rows": 49}))
-    with pytest.raises(StoreError, match="meta.json says 49 x 8"):
+    with pytest.raises(StoreError, match=r"meta\.json says 49 x 8"):
         open_store(path)

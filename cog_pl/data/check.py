@@ -135,9 +135,10 @@ def _check_level(level: str, source: SynsetSource, report: DataReport, protocol:
     missing = {i.wnid for i in issues if i.problem == "synset missing"}
     counts = {"classes": len(split.classes) - len(missing), "expected_classes": len(split.classes),
               "train": 0, "test": 0}
-    for part in ("train", "test"):
+    present = {w: set(source.list(w)) for w in split.classes if w not in missing}
+    for part in ("train", "test"):  # count and decode what is there; what is not was reported above
         samples, _ = split.samples(part)
-        kept = [(domain, source, w, n) for w, n in samples if w not in missing]
+        kept = [(domain, source, w, n) for w, n in samples if n in present.get(w, ())]
         counts[part] = len(kept)
         rows[part] += kept
     report.counts[domain] = counts
