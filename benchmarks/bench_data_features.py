@@ -60,7 +60,7 @@ def epoch_rates(root: Path, bs: int) -> tuple[float, float, float, int]:
         return n / (time.perf_counter() - t)
 
     def datamodule():
-        for xb, yb in dm.train_dataloader():
+        for xb, _ in dm.train_dataloader():
             xb.sum()
 
     def plain():

@@ -160,7 +160,11 @@ class CoGLevelDataModule(ImageDataModule):
             else:
                 split = build_split(self.level, self.source, self.split_seed, self.protocol)
                 log.info("%s: split %s built from %s", self.domain, split.sha256()[:12], self.root)
-            missing = [i for i in check_split(split, self.protocol, self.source) if "missing" in i.problem]
+            issues = check_split(split, self.protocol, self.source)
+            missing = [i for i in issues if "missing" in i.problem]
+            for issue in issues[:10]:
+                if issue not in missing:
+                    log.warning("%s: %s: %s (outside the protocol)", self.domain, issue.wnid, issue.problem)
             if missing:
                 raise FileNotFoundError(f"{self.domain} under {self.root}: " + "; ".join(
                     f"{i.wnid}: {i.problem}" for i in missing[:10]) + (" ..." if len(missing) > 10 else ""))
