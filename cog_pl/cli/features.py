@@ -1,0 +1,72 @@
+"""``cog-pl features import|export|info``: feature stores and the released code's ``X_Y.pth`` files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("features", help="convert and inspect feature stores",
+                       description="Feature store v1 (docs/feature_store.md) and the released CoG code's X_Y.pth.")
+    fsub = p.add_subparsers(dest="features_command", metavar="ACTION", required=True)
+    imp = fsub.add_parser("import", help="X_Y.pth -> feature store",
+                          description="SRC is an X_Y.pth file (written to OUT as one split) or the released code's "
+                                      "<dataset>/ folder holding features_train/X_Y.pth and features_test/X_Y.pth "
+                                      "(written to OUT/train and OUT/test).")
+    imp.add_argument("src", type=Path)
+    imp.add_argument("out", type=Path)
+    imp.add_argument("--model", required=True)
+    imp.add_argument("--domain", required=True, choices=("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"))
+    imp.add_argument("--split", choices=("train", "test"), help="needed when SRC is a single file")
+    imp.add_argument("--weights-sha256", default=None)
+    imp.add_argument("--overwrite", action="store_true")
+    imp.set_defaults(func=_import)
+    exp = fsub.add_parser("export", help="feature store -> X_Y.pth")
+    exp.add_argument("store", type=Path, help="a split directory, or a root with train/ and test/")
+    exp.add_argument("out", type=Path, help="X_Y.pth file, or (for a root) the folder receiving features_*/X_Y.pth")
+    exp.set_defaults(func=_export)
+    info = fsub.add_parser("info", help="print a store's meta and shape")
+    info.add_argument("store", type=Path)
+    info.set_defaults(func=_info)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from cog_pl.features.convert import import_pth
+
+    if args.src.is_dir():
+        pairs = [(args.src / f"features_{s}" / "X_Y.pth", args.out / s, s) for s in ("train", "test")]
+    else:
+        if not args.split:
+            raise ValueError("--split is required when importing a single X_Y.pth file")
+        pairs = [(args.src, args.out, args.split)]
+    for src, out, split in pairs:
+        if not src.is_file():
+            raise FileNotFoundError(f"{src} does not exist")
+        import_pth(src, out, args.model, args.domain, split, args.weights_sha256, overwrite=args.overwrite)
+        print(f"{src} -> {out}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from cog_pl.features.convert import export_pth
+
+    if (args.store / "train").is_dir():
+        pairs = [(args.store / s, args.out / f"features_{s}" / "X_Y.pth") for s in ("train", "test")]
+    else:
+        pairs = [(args.store, args.out)]
+    for store, out in pairs:
+        export_pth(store, out)
+        print(f"{store} -> {out}")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from cog_pl.features.store import open_store
+
+    s = open_store(args.store)
+    meta = {k: v for k, v in s.meta.items() if k != "classes"}
+    print(json.dumps({"path": str(s.path), "rows": len(s), "dim": int(s.features.shape[1]),
+                      "dtype": str(s.features.dtype), **meta}, indent=1))
+    return 0

@@ -1,0 +1,1 @@
+"""Reading ImageNet in place: tar indexes, synset sources, CoG splits, sampling, transforms, data checks."""

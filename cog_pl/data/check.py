@@ -1,0 +1,193 @@
+"""``cog-pl data check``: can the benchmark run on these ImageNet copies? A counted, readable report.
+
+Errors (the benchmark cannot run as published): a missing IN-1K or CoG synset, a missing official test image,
+a concept whose train count falls outside the protocol's range, an unreadable test image. Warnings: unreadable
+train images (dropped under ``on_error="skip"``, as the released code dropped them), an unexpected IN-1K total.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torch.utils.data import DataLoader, Dataset
+
+from cog_pl import resources
+from cog_pl.data.imagenet import SynsetSource, load_image
+from cog_pl.data.splits import build_split, check_split, installed_split_path, load_split
+from cog_pl.protocol import FeatureProtocol
+
+log = logging.getLogger(__name__)
+IN1K_TRAIN_IMAGES = 1_281_167
+SHOWN = 10  # findings listed per (domain, kind) before "... and N more"
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # "error" or "warning"
+    domain: str
+    kind: str
+    message: str
+
+
+@dataclass
+class DataReport:
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # domain -> classes / train / test
+    findings: list[Finding] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (location, reason)
+    decoded: int = 0
+
+    def add(self, severity: str, domain: str, kind: str, message: str) -> None:
+        self.findings.append(Finding(severity, domain, kind, message))
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def format(self) -> str:
+        lines = [f"{'domain':<8} {'classes':>9} {'train':>10} {'test':>8}"]
+        for dom, c in self.counts.items():
+            lines.append(f"{dom:<8} {c['classes']:>4}/{c['expected_classes']:<4} {c['train']:>10} {c['test']:>8}")
+        if self.decoded:
+            lines.append(f"decoded {self.decoded} images: {len(self.unreadable)} unreadable")
+        for severity in ("error", "warning"):
+            group = [f for f in self.findings if f.severity == severity]
+            if not group:
+                continue
+            lines.append(f"{severity}s ({len(group)}):")
+            by_kind: dict[tuple[str, str], list[Finding]] = defaultdict(list)
+            for f in group:
+                by_kind[f.domain, f.kind].append(f)
+            for (dom, kind), items in by_kind.items():
+                lines.append(f"  [{dom}] {kind}: {len(items)}")
+                lines += [f"    {f.message}" for f in items[:SHOWN]]
+                if len(items) > SHOWN:
+                    lines.append(f"    ... and {len(items) - SHOWN} more")
+        lines.append("OK: the benchmark can run on this data." if self.ok else
+                     f"FAILED: {len(self.errors)} error(s); the benchmark cannot run as published.")
+        return "\n".join(lines)
+
+
+class _DecodeAll(Dataset):
+    """Decodes ``(domain, source, wnid, filename)`` rows, returning ``None`` or the error message."""
+
+    def __init__(self, rows: list[tuple[str, SynsetSource, str, str]]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> str | None:
+        _, source, wnid, name = self.rows[i]
+        try:
+            load_image(source, wnid, name)
+        except OSError as err:
+            return str(err)
+        return None
+
+
+def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict) -> None:
+    wnids = resources.in1k_wnids()
+    counts = {"classes": 0, "expected_classes": len(wnids), "train": 0, "test": 0}
+    for split, sub in (("train", "train"), ("test", "val")):
+        if not (root / sub).is_dir():
+            report.add("error", "in1k", "missing folder", f"{root / sub} is not a directory")
+            continue
+        source = SynsetSource(root / sub, cache_dir)
+        present = 0
+        for wnid in wnids:
+            if not source.has(wnid):
+                report.add("error", "in1k", f"missing {sub} synset", f"{wnid} ({resources.concept_name(wnid)}) "
+                                                                     f"not under {source.root}")
+                continue
+            present += 1
+            names = source.list(wnid)
+            counts[split] += len(names)
+            rows[split] += [("in1k", source, wnid, n) for n in names]
+            if split == "test" and len(names) != 50:
+                report.add("error", "in1k", "val images per class", f"{wnid}: {len(names)} val images, expected 50")
+        counts["classes"] = present if split == "train" else min(counts["classes"], present)
+    if counts["train"] and counts["train"] != IN1K_TRAIN_IMAGES:
+        report.add("warning", "in1k", "train total", f"{counts['train']} train images, the official set has "
+                                                     f"{IN1K_TRAIN_IMAGES}")
+    report.counts["in1k"] = counts
+
+
+def _check_level(level: str, source: SynsetSource, report: DataReport, protocol: FeatureProtocol, cache_dir,
+                 split_file: str | None, rows: dict) -> None:
+    domain = f"cog_l{level[1]}"
+    installed = installed_split_path(level, cache_dir)
+    path = split_file or (installed if installed.exists() else None)
+    split = load_split(path, level) if path else build_split(level, source, protocol=protocol)
+    issues = check_split(split, protocol, source)
+    for issue in issues:
+        kind = ("missing synset" if issue.problem == "synset missing" else "missing test images"
+                if "test image(s) missing" in issue.problem else "missing train images"
+                if "train image(s)" in issue.problem else "image counts")
+        report.add("error", domain, kind, f"{issue.wnid} ({resources.concept_name(issue.wnid)}): {issue.problem}")
+    missing = {i.wnid for i in issues if i.problem == "synset missing"}
+    counts = {"classes": len(split.classes) - len(missing), "expected_classes": len(split.classes),
+              "train": 0, "test": 0}
+    present = {w: set(source.list(w)) for w in split.classes if w not in missing}
+    for part in ("train", "test"):  # count and decode what is there; what is not was reported above
+        samples, _ = split.samples(part)
+        kept = [(domain, source, w, n) for w, n in samples if n in present.get(w, ())]
+        counts[part] = len(kept)
+        rows[part] += kept
+    report.counts[domain] = counts
+
+
+def check_data(in1k_root: str | os.PathLike | None = None, in21k_root: str | os.PathLike | None = None,
+               decode: bool = False, workers: int = 0, progress: bool = False, cache_dir: str | None = None,
+               protocol: FeatureProtocol | None = None, split_files: dict[str, str] | None = None,
+               levels: tuple[str, ...] = resources.LEVELS) -> DataReport:
+    """Check IN-1K and/or the CoG levels; with ``decode``, fully decode every image of every split."""
+    if in1k_root is None and in21k_root is None:
+        raise ValueError("give --in1k-root and/or --in21k-root")
+    protocol = protocol or FeatureProtocol()
+    report = DataReport()
+    rows: dict[str, list] = {"train": [], "test": []}
+    if in1k_root is not None:
+        _check_in1k(Path(in1k_root), report, cache_dir, rows)
+    if in21k_root is not None:
+        source = SynsetSource(in21k_root, cache_dir)
+        for level in levels:
+            _check_level(level, source, report, protocol, cache_dir, (split_files or {}).get(level), rows)
+    if decode:
+        _decode(rows, report, workers, progress)
+    return report
+
+
+def _decode(rows: dict, report: DataReport, workers: int, progress: bool) -> None:
+    from tqdm import tqdm
+
+    for split in ("test", "train"):
+        loader = DataLoader(_DecodeAll(rows[split]), batch_size=64, num_workers=workers,
+                            collate_fn=lambda batch: batch)
+        bar = tqdm(total=len(rows[split]), desc=f"decoding {split}", unit="img", disable=not progress)
+        done = 0
+        for batch in loader:
+            for i, err in enumerate(batch, start=done):
+                if err is not None:
+                    domain, _, wnid, name = rows[split][i]
+                    report.unreadable.append((f"{wnid}/{name}", err))
+                    report.add("error" if split == "test" else "warning", domain, f"unreadable {split} images", err)
+            done += len(batch)
+            bar.update(len(batch))
+        bar.close()
+        report.decoded += done
+
+
+def write_unreadable(report: DataReport, path: str | os.PathLike) -> None:
+    """Save the unreadable images as ``wnid/filename<TAB>reason`` lines (atomically)."""
+    from cog_pl.io import atomic_open
+
+    with atomic_open(path) as fh:
+        fh.writelines(f"{key}\t{reason}\n" for key, reason in report.unreadable)

@@ -1,0 +1,176 @@
+"""ImageNet read in place, in the shapes it is distributed in, and a map-style dataset over chosen images.
+
+A :class:`SynsetSource` is a folder holding, per synset, either a sub-folder of images (IN-1K ``train/`` and
+``val/``, IN-21K Winter 2021) or an uncompressed tar (IN-21K Fall 2011, IN-1K ``ILSVRC2012_img_train`` unpacked
+one level). Tars are read through a cached member index (:mod:`cog_pl.data.tar_index`), never unpacked.
+
+:class:`ImageDataset` returns ``{"image": FloatTensor[3,S,S], "label": int, "index": int}`` where ``index`` is the
+row of the dataset, so that an extraction writer can place each row at its index under DDP.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import Dataset, default_collate
+
+from cog_pl.data.tar_index import TarIndex
+
+log = logging.getLogger(__name__)
+
+ERROR_POLICIES = ("fail", "skip")
+
+
+class UnreadableImageError(OSError):
+    """An image that cannot be read or decoded; the message names the file."""
+
+
+class SynsetSource:
+    """One folder or one tar per synset under ``root``; lists and reads images by ``(wnid, filename)``."""
+
+    def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"image root {self.root} is not a directory")
+        self.cache_dir = cache_dir
+        self._tars: dict[str, TarIndex] = {}
+        self._lists: dict[str, list[str]] = {}
+        self._layouts: dict[str, str | None] = {}
+
+    def layout(self, wnid: str) -> str | None:
+        """``"folder"``, ``"tar"`` or ``None`` when the synset is missing (a folder wins over a tar)."""
+        if wnid not in self._layouts:
+            if (self.root / wnid).is_dir():
+                self._layouts[wnid] = "folder"
+            elif (self.root / f"{wnid}.tar").is_file():
+                self._layouts[wnid] = "tar"
+            else:
+                self._layouts[wnid] = None
+        return self._layouts[wnid]
+
+    def has(self, wnid: str) -> bool:
+        return self.layout(wnid) is not None
+
+    def _tar(self, wnid: str) -> TarIndex:
+        if wnid not in self._tars:
+            self._tars[wnid] = TarIndex.open(self.root / f"{wnid}.tar", self.cache_dir)
+        return self._tars[wnid]
+
+    def list(self, wnid: str) -> list[str]:
+        """Sorted image filenames of a synset; ``FileNotFoundError`` naming it when missing."""
+        if wnid not in self._lists:
+            kind = self.layout(wnid)
+            if kind == "folder":
+                with os.scandir(self.root / wnid) as it:
+                    names = sorted(e.name for e in it if not e.name.startswith(".") and e.is_file())
+            elif kind == "tar":
+                names = [n for n in self._tar(wnid).names() if not n.startswith(".")]
+            else:
+                raise FileNotFoundError(f"synset {wnid} is missing under {self.root} (no {wnid}/ nor {wnid}.tar)")
+            self._lists[wnid] = names
+        return self._lists[wnid]
+
+    def where(self, wnid: str, filename: str) -> str:
+        """A human-readable location for messages."""
+        if self.layout(wnid) == "tar":
+            return f"{self.root / (wnid + '.tar')}:{filename}"
+        return str(self.root / wnid / filename)
+
+    def read(self, wnid: str, filename: str) -> bytes:
+        """The encoded bytes of one image."""
+        if self.layout(wnid) == "tar":
+            return self._tar(wnid).read(filename)
+        with open(self.root / wnid / filename, "rb") as fh:
+            return fh.read()
+
+
+def decode_image(data: bytes) -> Image.Image:
+    """Fully decode encoded bytes to an RGB image; raises on corrupt or truncated data."""
+    with Image.open(io.BytesIO(data)) as img:
+        return img.convert("RGB")  # convert() loads every pixel: a truncated file fails here
+
+
+def load_image(source: SynsetSource, wnid: str, filename: str) -> Image.Image:
+    """Read and decode one image, or raise :class:`UnreadableImageError` naming it."""
+    try:
+        return decode_image(source.read(wnid, filename))
+    except Exception as err:  # PIL raises OSError, SyntaxError, ValueError, ... on bad data
+        reason = "not a recognised image format" if isinstance(err, UnidentifiedImageError) else str(err)
+        raise UnreadableImageError(f"unreadable image {source.where(wnid, filename)}: {reason}") from err
+
+
+class ImageDataset(Dataset):
+    """Images ``(wnid, filename)`` of one source with their labels.
+
+    ``on_error="fail"`` raises :class:`UnreadableImageError`; ``"skip"`` logs a warning, appends
+    ``wnid/filename<TAB>reason`` to ``error_log`` (one atomic append per line, safe across workers) and returns
+    ``None``, which :func:`collate_images` drops.
+    """
+
+    def __init__(self, source: SynsetSource, samples: Sequence[tuple[str, str]], labels: Sequence[int],
+                 transform: Callable[[Image.Image], torch.Tensor], on_error: str = "fail",
+                 error_log: str | os.PathLike | None = None) -> None:
+        if on_error not in ERROR_POLICIES:
+            raise ValueError(f"on_error={on_error!r}; expected one of {', '.join(ERROR_POLICIES)}")
+        if len(samples) != len(labels):
+            raise ValueError(f"{len(samples)} samples but {len(labels)} labels")
+        self.source, self.samples, self.labels = source, list(samples), list(labels)
+        self.transform, self.on_error = transform, on_error
+        self.error_log = Path(error_log) if error_log is not None else None
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def key(self, index: int) -> str:
+        """``wnid/filename`` of a row."""
+        return "/".join(self.samples[index])
+
+    def __getitem__(self, index: int) -> dict[str, Any] | None:
+        wnid, filename = self.samples[index]
+        try:
+            image = load_image(self.source, wnid, filename)
+        except UnreadableImageError as err:
+            if self.on_error == "fail":
+                raise
+            log.warning("skipped %s", err)
+            if self.error_log is not None:
+                self.error_log.parent.mkdir(parents=True, exist_ok=True)
+                line = f"{wnid}/{filename}\t{str(err).replace(chr(10), ' ')}\n".encode()
+                fd = os.open(self.error_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line)
+                finally:
+                    os.close(fd)
+            return None
+        return {"image": self.transform(image), "label": self.labels[index], "index": index}
+
+
+def collate_images(batch: list[dict[str, Any] | None]) -> dict[str, torch.Tensor]:
+    """Stack samples into ``{"image": [B,3,S,S], "label": [B], "index": [B]}``, dropping skipped (``None``) ones.
+
+    A batch whose images were all skipped comes out with ``B = 0``.
+    """
+    kept = [b for b in batch if b is not None]
+    if not kept:
+        empty = torch.empty(0, dtype=torch.long)
+        return {"image": torch.empty(0, 3, 0, 0), "label": empty, "index": empty.clone()}
+    return default_collate(kept)
+
+
+def read_error_log(path: str | os.PathLike) -> list[tuple[str, str]]:
+    """The ``(wnid/filename, reason)`` pairs a skipping dataset recorded, one per image, sorted."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, _, reason = line.partition("\t")
+        rows.setdefault(key, reason)
+    return sorted(rows.items())

@@ -1,0 +1,57 @@
+"""Seeded, per-class sampling for the probes: the 20 % validation split and N-shot samples (PROTOCOL.md).
+
+Plain numpy functions of the labels and an explicit seed. Each class draws from its own generator,
+``numpy.random.default_rng([seed, class])``, so a class's draw does not depend on the other classes, on the order
+of the rows or on the machine. Results are sorted row indices (int64).
+
+Protocol use: tuning cuts ``val_split(train_labels, 0.2, seed)`` from the full train set first and draws
+``few_shot(train_labels, train_idx, n, seed)`` from the remaining 80 %; the final classifier draws a fresh
+``few_shot(train_labels, all_rows, n, final_seed(seed))``. Test rows live in another store and never enter either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+
+def _by_class(labels: np.ndarray, rows: np.ndarray) -> dict[int, np.ndarray]:
+    rows = np.sort(np.asarray(rows, dtype=np.int64))
+    cls = np.asarray(labels)[rows]
+    order = np.argsort(cls, kind="stable")
+    rows, cls = rows[order], cls[order]
+    bounds = np.flatnonzero(np.diff(cls)) + 1
+    return {int(c[0]): r for c, r in zip(np.split(cls, bounds), np.split(rows, bounds)) if len(r)}
+
+
+def _sorted_cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+
+
+def val_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hold out ``floor(fraction * n_c)`` random rows of each class ``c``: returns ``(train_idx, val_idx)``."""
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"validation fraction must be in [0, 1), got {fraction}")
+    labels = np.asarray(labels)
+    train, val = [], []
+    for c, rows in _by_class(labels, np.arange(len(labels))).items():
+        perm = rows[np.random.default_rng([seed, c]).permutation(len(rows))]
+        n_val = int(len(rows) * fraction)
+        val.append(perm[len(rows) - n_val:])
+        train.append(perm[: len(rows) - n_val])
+    return _sorted_cat(train), _sorted_cat(val)
+
+
+def few_shot(labels: np.ndarray, candidates_idx: np.ndarray, shots: int, seed: int) -> np.ndarray:
+    """``shots`` random rows of each class among ``candidates_idx`` (all of them when a class has fewer)."""
+    if shots < 1:
+        raise ValueError(f"shots must be >= 1, got {shots}")
+    picked = [rows[np.random.default_rng([seed, c]).permutation(len(rows))[:shots]]
+              for c, rows in _by_class(np.asarray(labels), candidates_idx).items()]
+    return _sorted_cat(picked)
+
+
+def final_seed(seed: int) -> int:
+    """The seed of the final N-shot sample: a fresh stream derived from the run's seed."""
+    return int.from_bytes(hashlib.sha256(f"cog-pl/final-shots/{seed}".encode()).digest()[:8], "little") >> 1

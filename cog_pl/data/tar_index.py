@@ -1,0 +1,122 @@
+"""Random access into uncompressed tar files: an index of member offsets, built once and cached.
+
+ImageNet-21K Fall 2011 ships one tar per synset (``n01234567.tar`` holding ``n01234567_123.JPEG`` ...), and IN-1K's
+train set ships the same way. Reading a member needs only its data offset and size, so an index of
+``name -> (offset, size)`` turns a tar into a read-only key-value store without unpacking a byte.
+
+Index file (JSON): ``{"format": "cog-pl-tar-index", "version": 1, "tar_size", "tar_mtime_ns", "members":
+[[name, offset, size], ...]}``. Names are member basenames; the index is rebuilt when the tar's size or mtime
+changes. It is written beside the tar (``<tar>.index.json``) when that folder is writable, else under
+``<cache_dir>/tar_index/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tarfile
+from pathlib import Path
+
+from cog_pl.io import write_json
+
+log = logging.getLogger(__name__)
+
+INDEX_FORMAT = "cog-pl-tar-index"
+INDEX_VERSION = 1
+
+
+def default_cache_dir() -> Path:
+    """``$COG_PL_CACHE``, else ``$XDG_CACHE_HOME/cog_pl``, else ``~/.cache/cog_pl``."""
+    if os.environ.get("COG_PL_CACHE"):
+        return Path(os.environ["COG_PL_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cog_pl"
+
+
+def _index_paths(tar_path: Path, cache_dir: Path | None) -> list[Path]:
+    """Where an index may live, in order of preference."""
+    digest = hashlib.sha256(str(tar_path.resolve()).encode()).hexdigest()[:16]
+    cached = (cache_dir or default_cache_dir()) / "tar_index" / f"{tar_path.stem}-{digest}.json"
+    beside = tar_path.with_name(tar_path.name + ".index.json")
+    return [cached, beside] if cache_dir is not None else [beside, cached]
+
+
+def scan_tar(tar_path: str | os.PathLike) -> dict[str, tuple[int, int]]:
+    """Read a tar's headers once: ``{member basename: (data offset, size)}`` for its regular files."""
+    members: dict[str, tuple[int, int]] = {}
+    try:
+        with tarfile.open(tar_path, "r:") as tf:
+            for info in tf:
+                if info.isfile():
+                    members[os.path.basename(info.name)] = (info.offset_data, info.size)
+    except (tarfile.TarError, EOFError) as err:
+        raise OSError(f"{tar_path}: not a readable uncompressed tar ({err})") from err
+    return members
+
+
+class TarIndex:
+    """A tar opened for random access: ``names()``, ``read(name)``.
+
+    Holds no open file between reads, so thousands of tars can be open at once and DataLoader workers (forked or
+    spawned) share it safely.
+    """
+
+    def __init__(self, tar_path: str | os.PathLike, members: dict[str, tuple[int, int]]) -> None:
+        self.path = Path(tar_path)
+        self.members = members
+
+    @classmethod
+    def open(cls, tar_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> TarIndex:
+        """Load the cached index of ``tar_path`` if it is current, else scan the tar and cache the index."""
+        tar_path = Path(tar_path)
+        st = tar_path.stat()
+        candidates = _index_paths(tar_path, Path(cache_dir) if cache_dir is not None else None)
+        for idx in candidates:
+            try:
+                data = json.loads(idx.read_text())
+            except (OSError, ValueError):
+                continue
+            if (data.get("format") == INDEX_FORMAT and data.get("version") == INDEX_VERSION
+                    and data.get("tar_size") == st.st_size and data.get("tar_mtime_ns") == st.st_mtime_ns):
+                return cls(tar_path, {n: (o, s) for n, o, s in data["members"]})
+        members = scan_tar(tar_path)
+        record = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "tar": tar_path.name, "tar_size": st.st_size,
+                  "tar_mtime_ns": st.st_mtime_ns, "members": [[n, o, s] for n, (o, s) in sorted(members.items())]}
+        for idx in candidates:
+            try:
+                write_json(idx, record, indent=None)
+                log.debug("indexed %s (%d members) -> %s", tar_path, len(members), idx)
+                break
+            except OSError:
+                continue
+        else:
+            log.warning("could not cache the index of %s anywhere; it will be rebuilt next time", tar_path)
+        return cls(tar_path, members)
+
+    def names(self) -> list[str]:
+        """Member basenames, sorted."""
+        return sorted(self.members)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.members
+
+    def read(self, name: str) -> bytes:
+        """The bytes of one member; raises ``KeyError`` naming the tar when absent, ``OSError`` when cut short."""
+        try:
+            offset, size = self.members[name]
+        except KeyError:
+            raise KeyError(f"{name} is not in {self.path}") from None
+        return read_range(self.path, offset, size, what=f"{self.path} member {name}")
+
+
+def read_range(path: str | os.PathLike, offset: int, size: int, what: str | None = None) -> bytes:
+    """``size`` bytes of ``path`` from ``offset``; ``OSError`` naming ``what`` when the file ends early."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise OSError(f"{what or path} is truncated ({len(data)} of {size} bytes)")
+    return data

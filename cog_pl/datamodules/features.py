@@ -1,0 +1,208 @@
+"""``FeatureDataModule``: pre-extracted features for the linear probes, batched by index from memory.
+
+Features are L2-normalised once, held as one float16 tensor in host or GPU memory, and each batch is a single
+gather ``x[idx]`` (cast to float32) and ``y[idx]``: no per-sample dataset calls, no collation. Batches are tuples
+``(features [B, D] float32, labels [B] int64)``.
+
+Modes (PROTOCOL.md): ``stage_mode="tune"``: train = the 80 % left by :func:`~cog_pl.data.sampling.val_split` (or
+an N-shot sample of it), val = the 20 %; the test store is never opened for rows. ``"final"``: train = the full
+train store (or a fresh N-shot sample), test = the test store.
+
+Under DDP every rank holds the data and takes its own shard: training batches come from one permutation shared by
+all ranks (seeded by ``seed`` and the epoch), padded by wrapping like ``DistributedSampler``; evaluation batches
+cover every row exactly once, with the same number of batches on every rank.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+
+from cog_pl.data.sampling import few_shot, final_seed, val_split
+from cog_pl.features.store import FeatureStore, StoreError, open_store
+from cog_pl.protocol import ProbeProtocol
+
+log = logging.getLogger(__name__)
+STAGE_MODES = ("tune", "final")
+
+
+class _Epoch:
+    """Where Lightning finds ``set_epoch`` (it looks at ``loader.sampler``)."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+
+class IndexBatches:
+    """Batches gathered by index from in-memory tensors; see the module docstring for the DDP sharding."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor, batch_size: int, shuffle: bool,
+                 seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
+        self.x, self.y, self.rows = x, y, rows.to(x.device)
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.rank, self.world_size = rank, world_size
+        self.sampler = _Epoch()  # Lightning calls loader.sampler.set_epoch(epoch) before each epoch
+        self.batch_sampler = None  # and inspects this one when it sees a sampler
+
+    def _batches(self) -> list[torch.Tensor]:
+        n, w = len(self.rows), self.world_size
+        if self.shuffle:
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.sampler.epoch)
+            order = self.rows[torch.randperm(n, generator=gen).to(self.rows.device)]
+            per_rank = math.ceil(n / w)
+            if per_rank * w > n:  # pad by wrapping so every rank gets as many rows
+                order = torch.cat([order, order[: per_rank * w - n]])
+            return list(order[self.rank::w].split(self.batch_size))
+        shard = self.rows[self.rank::w]
+        n_batches = math.ceil(math.ceil(n / w) / self.batch_size)
+        return [c for c in torch.tensor_split(shard, n_batches)] if n_batches else []
+
+    def __len__(self) -> int:
+        n = math.ceil(len(self.rows) / self.world_size)
+        return math.ceil(n / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for idx in self._batches():
+            yield self.x[idx].float(), self.y[idx]
+
+
+def _normalized(store: FeatureStore, rows: np.ndarray, chunk: int = 65536) -> torch.Tensor:
+    """L2-normalised float16 copy of ``store.features[rows]`` (read in chunks from the memory map)."""
+    out = torch.empty(len(rows), store.features.shape[1], dtype=torch.float16)
+    for s in range(0, len(rows), chunk):
+        part = torch.from_numpy(np.asarray(store.features[rows[s:s + chunk]], dtype=np.float32))
+        out[s:s + chunk] = torch.nn.functional.normalize(part, dim=1).half()
+    return out
+
+
+class FeatureDataModule(L.LightningDataModule):
+    """Features of one (model, domain) from a store root holding ``train/`` and ``test/`` (v1 or plain)."""
+
+    def __init__(self, features: str, seed: int = 22, shots: int | None = None, stage_mode: str = "final",
+                 batch_size: int = 1024, device: str = "auto", val_fraction: float | None = None,
+                 normalize: bool = True, expect: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        if stage_mode not in STAGE_MODES:
+            raise ValueError(f"stage_mode={stage_mode!r}; expected one of {', '.join(STAGE_MODES)}")
+        if shots is not None and shots < 1:
+            raise ValueError(f"shots must be a positive number of images per class or None (all), got {shots}")
+        self.root, self.seed, self.shots, self.stage_mode = Path(features), seed, shots, stage_mode
+        self.batch_size, self.device_request, self.normalize = batch_size, device, normalize
+        self.val_fraction = ProbeProtocol().val_fraction if val_fraction is None else val_fraction
+        self.expect = {k: v for k, v in (expect or {}).items() if k != "split"}
+        self._stores: dict[str, FeatureStore] = {}
+        self.train_idx = self.val_idx = self.test_idx = None  # rows of the train / test stores in use
+        self._tensors: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def store(self, split: str) -> FeatureStore:
+        if split not in self._stores:
+            s = open_store(self.root / split, {**self.expect, "split": split} if self.expect else None)
+            if split == "test" and "train" in self._stores:
+                _check_pair(self._stores["train"], s)
+            self._stores[split] = s
+        return self._stores[split]
+
+    @property
+    def num_classes(self) -> int:
+        meta = self.store("train").meta
+        if "classes" in meta:
+            return len(meta["classes"])
+        return max(int(self.store(s).labels.max()) + 1 for s in ("train", "test"))
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self.store("train").features.shape[1])
+
+    def _device(self) -> torch.device:
+        if self.device_request != "auto":
+            return torch.device(self.device_request)
+        trainer = self.trainer
+        dev = trainer.strategy.root_device if trainer is not None else (
+            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
+        if dev.type == "cuda":
+            need = sum(2 * len(rows) * self.feature_dim for _, _, rows in self._tensors.values())
+            free, _ = torch.cuda.mem_get_info(dev)
+            if need > 0.5 * free:
+                log.info("features (%.1f GB) stay in host memory: %.1f GB free on %s", need / 1e9, free / 1e9, dev)
+                return torch.device("cpu")
+        return dev
+
+    def setup(self, stage: str | None = None) -> None:
+        if self._tensors:
+            return
+        train = self.store("train")
+        labels = np.asarray(train.labels)
+        all_rows = np.arange(len(labels), dtype=np.int64)
+        if self.stage_mode == "tune":
+            fit_rows, self.val_idx = val_split(labels, self.val_fraction, self.seed)
+            self.train_idx = few_shot(labels, fit_rows, self.shots, self.seed) if self.shots else fit_rows
+            splits = {"train": self.train_idx, "val": self.val_idx}
+        else:
+            self.train_idx = few_shot(labels, all_rows, self.shots, final_seed(self.seed)) if self.shots else all_rows
+            test = self.store("test")
+            _check_pair(train, test)
+            self.test_idx = np.arange(len(test), dtype=np.int64)
+            splits = {"train": self.train_idx}
+        needed = np.unique(np.concatenate(list(splits.values())))
+        pools = {"train": (train, needed)}
+        if self.stage_mode == "final":
+            pools["test"] = (self.store("test"), self.test_idx)
+            splits["test"] = self.test_idx
+        loaded = {}
+        for name, (store, rows) in pools.items():
+            x = _normalized(store, rows) if self.normalize else torch.from_numpy(
+                np.asarray(store.features[rows], dtype=np.float16))
+            loaded[name] = (x, torch.from_numpy(np.asarray(store.labels[rows], dtype=np.int64)), rows)
+        self._tensors = {}
+        for name, idx in splits.items():
+            x, y, rows = loaded["test" if name == "test" else "train"]
+            self._tensors[name] = (x, y, torch.from_numpy(np.searchsorted(rows, idx)))
+        dev = self._device()
+        moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for name, (x, y, local) in self._tensors.items():
+            if id(x) not in moved:
+                moved[id(x)] = (x.to(dev), y.to(dev))
+            self._tensors[name] = (*moved[id(x)], local)
+        log.info("features %s (%s, shots=%s): train %d, %s on %s", self.root, self.stage_mode, self.shots,
+                 len(self.train_idx), f"val {len(self.val_idx)}" if self.stage_mode == "tune"
+                 else f"test {len(self.test_idx)}", dev)
+
+    def _loader(self, name: str, shuffle: bool) -> IndexBatches:
+        if not self._tensors:
+            self.setup()
+        x, y, rows = self._tensors[name]
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        return IndexBatches(x, y, rows, self.batch_size, shuffle, self.seed, rank, world)
+
+    def train_dataloader(self) -> IndexBatches:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> IndexBatches | list:
+        return self._loader("val", False) if self.stage_mode == "tune" else []
+
+    def test_dataloader(self) -> IndexBatches:
+        if self.stage_mode != "final":
+            raise RuntimeError("stage_mode='tune' never reads the test set; use stage_mode='final' to test")
+        return self._loader("test", False)
+
+
+def _check_pair(train: FeatureStore, test: FeatureStore) -> None:
+    if train.features.shape[1] != test.features.shape[1]:
+        raise StoreError(f"{train.path} has {train.features.shape[1]}-d features but {test.path} "
+                         f"{test.features.shape[1]}-d")
+    for key in ("model", "weights_sha256", "domain", "classes", "transform", "level_file_sha256"):
+        if key in train.meta and key in test.meta and train.meta[key] != test.meta[key]:
+            raise StoreError(f"{train.path} and {test.path} differ in {key}: {train.meta[key]!r} vs "
+                             f"{test.meta[key]!r}")

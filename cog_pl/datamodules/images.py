@@ -1,0 +1,179 @@
+"""Image DataModules: IN-1K (``train/`` and ``val/``) and the CoG levels (IN-21K), read in place.
+
+Batches are ``{"image": [B,3,S,S], "label": [B], "index": [B]}`` with ``index`` the dataset row. The
+``predict`` loaders serve feature extraction (``predict_split``: ``"train"`` or ``"test"``, no shuffling);
+under DDP Lightning shards them with a DistributedSampler, and the row index places each feature.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import lightning as L
+from torch.utils.data import DataLoader
+
+from cog_pl import resources
+from cog_pl.data.imagenet import ImageDataset, SynsetSource, collate_images
+from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
+from cog_pl.data.transforms import TransformConfig, build_transform, resolve_transform
+from cog_pl.features.convert import level_file_sha256
+from cog_pl.protocol import LEVEL_OF_DOMAIN, FeatureProtocol
+
+log = logging.getLogger(__name__)
+SPLITS = ("train", "test")
+
+
+class ImageDataModule(L.LightningDataModule):
+    """Shared loaders; subclasses define :meth:`_rows` (``(source, samples, labels)`` per split) and ``classes``."""
+
+    domain: str = ""
+
+    def __init__(self, transform: str | TransformConfig | None = "protocol", batch_size: int = 128,
+                 num_workers: int = 4, on_error: str = "fail", error_log: str | None = None,
+                 shuffle_train: bool = True, predict_split: str = "test", pin_memory: bool = True,
+                 cache_dir: str | None = None) -> None:
+        super().__init__()
+        if predict_split not in SPLITS:
+            raise ValueError(f"predict_split={predict_split!r}; expected train or test")
+        self.transform_config = resolve_transform(transform)
+        self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
+        self.on_error, self.error_log, self.cache_dir = on_error, error_log, cache_dir
+        self.shuffle_train, self.predict_split = shuffle_train, predict_split
+        self.datasets: dict[str, ImageDataset] = {}
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def _rows(self, split: str) -> tuple[SynsetSource, list[tuple[str, str]], list[int]]:
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        transform = build_transform(self.transform_config)
+        for split in SPLITS:
+            if split not in self.datasets:
+                source, samples, labels = self._rows(split)
+                self.datasets[split] = ImageDataset(source, samples, labels, transform, self.on_error, self.error_log)
+                log.info("%s %s: %d images of %d classes", self.domain, split, len(samples), self.num_classes)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.datasets:
+            self.setup()
+        return DataLoader(self.datasets[split], batch_size=self.batch_size, shuffle=shuffle,
+                          num_workers=self.num_workers, collate_fn=collate_images, pin_memory=self.pin_memory,
+                          persistent_workers=False)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", self.shuffle_train)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.predict_split, False)
+
+    def store_meta(self, split: str) -> dict[str, Any]:
+        """The data half of a feature store's meta for ``split``: domain, classes, transform, level file hash."""
+        return {"domain": self.domain, "split": split, "classes": list(self.classes),
+                "num_classes": self.num_classes, "transform": self.transform_config.as_record(),
+                "level_file_sha256": level_file_sha256()}
+
+
+def _require(source: SynsetSource, wnids: list[str] | tuple[str, ...], what: str) -> None:
+    missing = [w for w in wnids if not source.has(w)]
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} {what} synset(s) missing under {source.root}: "
+                                + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
+
+
+class ImageNetDataModule(ImageDataModule):
+    """IN-1K: ``<root>/train/<wnid>/`` (or ``<wnid>.tar``) for train, ``<root>/val/<wnid>/`` as test."""
+
+    domain = "in1k"
+
+    def __init__(self, root: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.save_hyperparameters()
+        self.root = root
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return resources.in1k_wnids()
+
+    def _rows(self, split: str) -> tuple[SynsetSource, list[tuple[str, str]], list[int]]:
+        source = SynsetSource(os.path.join(self.root, "train" if split == "train" else "val"), self.cache_dir)
+        _require(source, self.classes, f"IN-1K {'train' if split == 'train' else 'val'}")
+        samples, labels = [], []
+        for label, wnid in enumerate(self.classes):
+            names = source.list(wnid)
+            samples += [(wnid, n) for n in names]
+            labels += [label] * len(names)
+        return source, samples, labels
+
+
+class CoGLevelDataModule(ImageDataModule):
+    """One CoG level over an IN-21K root (tars or folders): the official test split and the documented train split.
+
+    The split comes from ``split_file`` when given, else from the one installed by ``cog-pl data split import``,
+    else it is built from the images under ``root`` (:mod:`cog_pl.data.splits`).
+    """
+
+    def __init__(self, level: str, root: str, split_file: str | None = None, split_seed: int = 0,
+                 protocol: FeatureProtocol | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.save_hyperparameters(ignore=["protocol"])
+        self.level = LEVEL_OF_DOMAIN.get(level, level)
+        if self.level not in resources.LEVELS:
+            raise ValueError(f"unknown level {level!r}; expected L1..L5 or cog_l1..cog_l5")
+        self.domain = f"cog_l{self.level[1]}"
+        self.root, self.split_file, self.split_seed = root, split_file, split_seed
+        self.protocol = protocol or FeatureProtocol()
+        self._source: SynsetSource | None = None
+        self._split: LevelSplit | None = None
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(sorted(resources.official_levels()[self.level]))
+
+    @property
+    def source(self) -> SynsetSource:
+        if self._source is None:
+            self._source = SynsetSource(self.root, self.cache_dir)
+        return self._source
+
+    @property
+    def split(self) -> LevelSplit:
+        """The level's split, verified against the images on disk."""
+        if self._split is None:
+            installed = installed_split_path(self.level, self.cache_dir)
+            path = self.split_file or (installed if installed.exists() else None)
+            _require(self.source, self.classes, f"{self.domain}")
+            if path is not None:
+                split = load_split(path, self.level)
+                log.info("%s: split %s from %s", self.domain, split.sha256()[:12], path)
+            else:
+                split = build_split(self.level, self.source, self.split_seed, self.protocol)
+                log.info("%s: split %s built from %s", self.domain, split.sha256()[:12], self.root)
+            issues = check_split(split, self.protocol, self.source)
+            missing = [i for i in issues if "missing" in i.problem]
+            for issue in issues[:10]:
+                if issue not in missing:
+                    log.warning("%s: %s: %s (outside the protocol)", self.domain, issue.wnid, issue.problem)
+            if missing:
+                raise FileNotFoundError(f"{self.domain} under {self.root}: " + "; ".join(
+                    f"{i.wnid}: {i.problem}" for i in missing[:10]) + (" ..." if len(missing) > 10 else ""))
+            self._split = split
+        return self._split
+
+    def _rows(self, split: str) -> tuple[SynsetSource, list[tuple[str, str]], list[int]]:
+        samples, labels = self.split.samples(split)
+        return self.source, samples, labels
+
+    def store_meta(self, split: str) -> dict[str, Any]:
+        return {**super().store_meta(split), "split_sha256": self.split.sha256()}

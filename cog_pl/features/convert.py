@@ -1,0 +1,79 @@
+"""Conversion between feature stores and the released ImageNet-CoG code's ``X_Y.pth`` files.
+
+The released code (github naver/cog) saves ``<model_dir>/<dataset>/features_{train,test}/X_Y.pth``: a dict with a
+float tensor ``"X"`` (N x D) and a long tensor ``"Y"`` (N). Importing keeps the rows in file order
+(``index = 0..N-1``) and records where they came from; exporting writes float32 ``X`` as the released code reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cog_pl import resources
+from cog_pl.features.store import StoreError, make_meta, open_store, write_store
+from cog_pl.protocol import LEVEL_OF_DOMAIN
+
+
+def domain_classes(domain: str) -> list[str]:
+    """The class wnids of a domain in label order: IN-1K order, or a level's sorted wnids."""
+    if domain == "in1k":
+        return list(resources.in1k_wnids())
+    if domain in LEVEL_OF_DOMAIN:
+        return sorted(resources.official_levels()[LEVEL_OF_DOMAIN[domain]])
+    raise ValueError(f"unknown domain {domain!r}; expected in1k or cog_l1 .. cog_l5")
+
+
+def level_file_sha256() -> str:
+    """sha256 of the package's level file (``assets/cog_levels.json``)."""
+    from importlib import resources as ir
+
+    return hashlib.sha256((ir.files("cog_pl") / "assets" / "cog_levels.json").read_bytes()).hexdigest()
+
+
+def read_pth(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, Y)`` of an ``X_Y.pth`` file, checked."""
+    path = Path(path)
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise StoreError(f"{path}: not a readable X_Y.pth file ({err})") from err
+    if not isinstance(data, dict) or "X" not in data or "Y" not in data:
+        raise StoreError(f"{path}: expected a dict with tensors 'X' and 'Y'")
+    x, y = data["X"], data["Y"]
+    if not (torch.is_tensor(x) and x.is_floating_point() and x.ndim == 2):
+        raise StoreError(f"{path}: 'X' must be a float N x D tensor, got {getattr(x, 'dtype', type(x))}")
+    if not (torch.is_tensor(y) and y.ndim == 1 and not y.is_floating_point() and len(y) == len(x)):
+        raise StoreError(f"{path}: 'Y' must be an integer tensor of {len(x)} labels")
+    return x.numpy(), y.to(torch.int64).numpy()
+
+
+def import_pth(pth: str | os.PathLike, out: str | os.PathLike, model: str, domain: str, split: str,
+               weights_sha256: str | None = None, transform: dict[str, Any] | None = None,
+               overwrite: bool = False) -> Path:
+    """Convert one ``X_Y.pth`` into a v1 store at ``out``."""
+    x, y = read_pth(pth)
+    classes = domain_classes(domain)
+    if len(y) and (y.min() < 0 or y.max() >= len(classes)):
+        raise StoreError(f"{pth}: labels span {y.min()}..{y.max()}, but {domain} has {len(classes)} classes")
+    meta = make_meta(model=model, weights_sha256=weights_sha256, domain=domain, split=split,
+                     num_classes=len(classes), classes=classes, transform=transform,
+                     level_file_sha256=level_file_sha256(), source={"imported_from": str(Path(pth).resolve())})
+    return write_store(out, x, y, None, meta, overwrite=overwrite)
+
+
+def export_pth(store: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write a store's rows as the released code's ``X_Y.pth`` (float32 X, int64 Y)."""
+    s = open_store(store)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    torch.save({"X": torch.from_numpy(np.asarray(s.features, dtype=np.float32)),
+                "Y": torch.from_numpy(np.array(s.labels, dtype=np.int64))}, tmp)
+    os.replace(tmp, out)
+    return out
