@@ -9,7 +9,6 @@ from cog_pl.data import check
 
 @pytest.fixture(autouse=True)
 def _tiny_protocol(monkeypatch):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("data", "features"))
     monkeypatch.setattr(check, "FeatureProtocol", lambda: TINY_PROTOCOL)
 
 

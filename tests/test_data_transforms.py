@@ -31,7 +31,7 @@ def test_center_crop_keeps_the_middle_of_the_shortest_side_resize():
     assert x.shape == (3, 50, 50) and x[:, :, 5:45].min() > 0.95  # resized to 50 x 150, crop = the white band
 
 
-@pytest.mark.parametrize("name,size,mean0", [("inception_v3", 299, 0.485), ("deit_base_distilled", 384, 0.485),
+@pytest.mark.parametrize("name,size,mean0", [("inception_v3", 299, 0.485), ("deit_b_distilled", 384, 0.485),
                                              ("efficientnet_b1", 240, 0.485), ("efficientnet-b4", 380, 0.485),
                                              ("clip", 224, 0.481), ("simclr_v2", 224, 0.0), ("resnet50", 224, 0.485)])
 def test_per_model_values_of_the_protocol(name, size, mean0):

@@ -8,11 +8,6 @@ from cog_pl.cli import main as cli
 from cog_pl.features.store import open_store
 
 
-@pytest.fixture(autouse=True)
-def _only_our_commands(monkeypatch):
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("data", "features"))
-
-
 def _released(root, n=(30, 10), d=6):
     for split, rows in zip(("train", "test"), n):
         (root / f"features_{split}").mkdir(parents=True)

@@ -10,7 +10,7 @@ import lightning as L
 import numpy as np
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from cog_pl.extract.partial import PartialStore
+from cog_pl.features.store import StoreWriter
 
 logger = logging.getLogger(__name__)
 
@@ -25,28 +25,28 @@ class FeatureStoreWriter(BasePredictionWriter):
 
     def __init__(self) -> None:
         super().__init__(write_interval="batch")
-        self.stores: list[PartialStore] = []
+        self.stores: list[StoreWriter] = []
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         targets = trainer.datamodule.targets
         dim = int(pl_module.feature_dim)
         if trainer.is_global_zero:
-            self.stores = [PartialStore(t.path, t.rows, dim) for t in targets]  # creates the files once
+            self.stores = [StoreWriter(t.path, t.rows, dim) for t in targets]  # creates the files once
         trainer.strategy.barrier("feature-store-create")
         if not trainer.is_global_zero:
-            self.stores = [PartialStore(t.path, t.rows, dim) for t in targets]
+            self.stores = [StoreWriter(t.path, t.rows, dim) for t in targets]
 
     def write_on_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, prediction: Any,
                            batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
                            dataloader_idx: int = 0) -> None:
-        self.stores[dataloader_idx].write(_np(prediction["index"]), _np(prediction["features"]),
-                                          _np(prediction["label"]))
+        rows = _np(prediction["index"])
+        self.stores[dataloader_idx].write(rows, _np(prediction["features"]), _np(prediction["label"]), rows)
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         trainer.strategy.barrier("feature-store-finalize")
         if trainer.is_global_zero:
             for target, store in zip(trainer.datamodule.targets, self.stores):
-                store.finalize({**pl_module.store_meta(), **target.meta})
+                store.finish({**pl_module.store_meta(), **target.meta})
                 logger.info("wrote %s (%d rows)", target.path, target.rows)
         trainer.strategy.barrier("feature-store-done")
 

@@ -50,27 +50,24 @@ def protocol_transform(protocol: FeatureProtocol | None = None) -> TransformConf
     return TransformConfig(p.image_size, p.image_size, p.resize_interpolation, tuple(p.mean), tuple(p.std))
 
 
-_CLIP = {"mean": (0.481, 0.457, 0.408), "std": (0.268, 0.261, 0.275)}
-_IDENTITY = {"mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
-
-#: Per-model deviations from the protocol default (PROTOCOL.md, "Phase 1").
-MODEL_TRANSFORMS: dict[str, dict[str, Any]] = {
-    "inception_v3": {"size": 299},
-    "deit_base_distilled": {"size": 384},
-    "efficientnet_b1": {"size": 240},
-    "efficientnet_b4": {"size": 380},
-    "clip": _CLIP,
-    "clip_resnet50": _CLIP,
-    "simclr_v2": _IDENTITY,
-}
-
-
 def model_transform(name: str, protocol: FeatureProtocol | None = None) -> TransformConfig:
-    """The protocol transform of one of the paper's models (the default for a model not in the table)."""
+    """The protocol transform of a model of the registry (:mod:`cog_pl.models.zoo`: input size S, mean, std).
+
+    ``timm:<name>`` models use timm's resolved config; names the registry does not know get the protocol default.
+    """
+    from cog_pl.models.build import resolve_spec
+
     base = protocol_transform(protocol)
-    values = dict(MODEL_TRANSFORMS.get(name.lower().replace("-", "_"), {}))
-    size = values.pop("size", base.crop)
-    return dataclasses.replace(base, crop=size, resize=size, **values)
+    if name.startswith("timm:"):
+        return timm_transform(name[5:])
+    try:
+        spec = resolve_spec(name)
+    except ValueError:
+        return base
+    if spec.group == "user":
+        return base
+    return dataclasses.replace(base, crop=spec.image_size, resize=spec.image_size, mean=tuple(spec.mean),
+                               std=tuple(spec.std))
 
 
 def timm_transform(model: str | torch.nn.Module) -> TransformConfig:

@@ -17,7 +17,8 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from cog_pl.extract.partial import done_rows, is_complete
+from cog_pl.data.imagenet import collate_images
+from cog_pl.features.store import is_complete, written_rows
 from cog_pl.protocol import DOMAINS
 
 logger = logging.getLogger(__name__)
@@ -71,22 +72,27 @@ class ExtractionDataModule(L.LightningDataModule):
 
     def datasets(self, domain: str) -> dict[str, tuple[Dataset, dict[str, Any]]]:
         """The image datasets of one domain by split, with the meta their stores record."""
-        from cog_pl.datamodules.images import CoGLevelDataModule, IN1KDataModule
+        from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
 
         common = {"transform": self.transform, "batch_size": self.batch_size, "num_workers": self.num_workers,
                   "on_error": self.on_error, "cache_dir": self.cache_dir}
         if domain == "in1k":
             if not self.in1k_root:
                 raise ValueError("extracting in1k needs --data.in1k_root (a folder with train/ and val/)")
-            dm = IN1KDataModule(root=self.in1k_root, **common)
+            dm = ImageNetDataModule(root=self.in1k_root, **common)
         else:
             if not self.in21k_root:
                 raise ValueError(f"extracting {domain} needs --data.in21k_root (a folder or tar per synset)")
-            dm = CoGLevelDataModule(domain=domain, root=self.in21k_root, **common)
+            dm = CoGLevelDataModule(level=domain, root=self.in21k_root, split_file=self._split_file(domain),
+                                    **common)
         dm.setup("predict")
-        meta = dm.store_meta() if hasattr(dm, "store_meta") else {}
-        return {s: (dm.datasets[s], {**meta, "domain": domain, "split": s, "classes": list(dm.classes),
-                                     "num_classes": dm.num_classes}) for s in self.splits}
+        return {s: (dm.datasets[s], dm.store_meta(s)) for s in self.splits}
+
+    def _split_file(self, domain: str) -> str | None:
+        if not self.split_file_dir:
+            return None
+        path = Path(self.split_file_dir) / f"{domain}.json"
+        return str(path) if path.exists() else None
 
     def setup(self, stage: str | None = None) -> None:
         if self.targets:
@@ -106,19 +112,11 @@ class ExtractionDataModule(L.LightningDataModule):
     def predict_dataloader(self) -> list[DataLoader]:
         loaders = []
         for t in self.targets:
-            left = np.flatnonzero(~done_rows(t.path, t.rows))
+            left = np.flatnonzero(~written_rows(t.path, t.rows))
             if len(left) < t.rows:
                 logger.info("resuming %s: %d of %d rows left", t.path, len(left), t.rows)
             data = t.dataset if len(left) == t.rows else Subset(t.dataset, left.tolist())
             loaders.append(DataLoader(data, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers,
-                                      collate_fn=_collate(t.dataset), persistent_workers=False))
+                                      collate_fn=collate_images, persistent_workers=False))
         return loaders
 
-
-def _collate(dataset: Dataset):
-    try:
-        from cog_pl.data.imagenet import collate_images
-
-        return collate_images
-    except ImportError:  # pragma: no cover - the data layer is part of the package
-        return None

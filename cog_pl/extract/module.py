@@ -46,7 +46,8 @@ class FeatureExtractor(L.LightningModule):
         return self.backbone.spec.feature_dim
 
     @property
-    def transform_config(self) -> dict[str, Any]:
+    def transform_config(self):
+        """The backbone's input pipeline (:class:`~cog_pl.data.transforms.TransformConfig`)."""
         return self.backbone.transform_config
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -73,7 +74,7 @@ class FeatureExtractor(L.LightningModule):
             "format": "cog-pl-features", "version": 1,
             "model": spec.name, "arch": spec.arch, "feature": spec.feature,
             "weights": self.backbone.weights, "weights_sha256": self.backbone.weights_sha256,
-            "transform": self.transform_config,
+            "transform": self.transform_config.as_record(),
             "precision": str(self.trainer.precision) if self._trainer is not None else None,
             "versions": {"cog_pl": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
                          "timm": timm.__version__, "python": platform.python_version()},

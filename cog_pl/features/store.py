@@ -188,7 +188,10 @@ class StoreWriter:
         self.features[rows] = np.asarray(features, dtype=np.float16)
         self.labels[rows] = labels
         self.index[rows] = rows if index is None else index
+        for arr in (self.features, self.labels, self.index):
+            arr.flush()  # rows reach the file before their written flags: a kill never marks a lost row done
         self.written[rows] = True
+        self.written.flush()
 
     def finish(self, meta: dict[str, Any]) -> Path:
         """Check every row was written, flush, write meta.json last and rename the directory into place."""
@@ -214,6 +217,18 @@ class StoreWriter:
 
     def abort(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def written_rows(path: str | os.PathLike, num_rows: int) -> np.ndarray:
+    """Which rows an interrupted :class:`StoreWriter` already wrote (all when the store is complete)."""
+    path = Path(path)
+    if is_complete(path):
+        return np.ones(num_rows, dtype=bool)
+    flags = path.parent / f".{path.name}.partial" / "written.npy"
+    if not flags.exists():
+        return np.zeros(num_rows, dtype=bool)
+    done = np.load(flags, mmap_mode="r")
+    return np.asarray(done) if done.shape == (num_rows,) else np.zeros(num_rows, dtype=bool)
 
 
 def _swap_in(tmp: Path, path: Path, overwrite: bool) -> None:

@@ -6,7 +6,6 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -37,15 +36,22 @@ class Backbone:
     weights_sha256: str | None
 
     @property
-    def transform_config(self) -> dict[str, Any]:
-        return {"image_size": self.spec.image_size, "mean": list(self.spec.mean), "std": list(self.spec.std),
-                "interpolation": "bicubic", "resize": "shorter side to S, center crop S"}
+    def transform_config(self):
+        """The input pipeline of this backbone (:class:`cog_pl.data.transforms.TransformConfig`)."""
+        from cog_pl.data.transforms import TransformConfig, protocol_transform, timm_transform
+
+        if self.spec.group == "user" and self.spec.arch.startswith("timm:"):
+            return timm_transform(self.model)
+        size = self.spec.image_size
+        return TransformConfig(crop=size, resize=size, interpolation=protocol_transform().interpolation,
+                               mean=tuple(self.spec.mean), std=tuple(self.spec.std))
 
 
 def resolve_spec(name: str) -> BackboneSpec:
     """A paper model by name, ``efficientnet_lite0``, or ``timm:<name>`` / ``torchvision:<name>`` for any other."""
-    if name in PAPER_MODELS:
-        return PAPER_MODELS[name]
+    key = name.lower().replace("-", "_")
+    if key in PAPER_MODELS:
+        return PAPER_MODELS[key]
     if name == EFFICIENTNET_LITE0.name:
         return EFFICIENTNET_LITE0
     if name.startswith(("timm:", "torchvision:", "external:")):
