@@ -1,7 +1,6 @@
 """``cog-pl features import|export``: the released code's X_Y.pth files to and from feature stores."""
 
 import numpy as np
-import pytest
 import torch
 
 from cog_pl.cli import main as cli

@@ -10,7 +10,9 @@ import sys
 from cog_pl import __version__
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
-COMMAND_MODULES = ("wordnet", "levels", "data", "features")
+COMMAND_MODULES = ("wordnet", "levels", "data", "features", "extract")
+#: Commands handed whole to a LightningCLI (their options are the Lightning ones).
+LIGHTNING_COMMANDS = {"extract": "cog_pl.cli.extract"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +33,10 @@ class CommandError(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in LIGHTNING_COMMANDS:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        return importlib.import_module(LIGHTNING_COMMANDS[argv[0]]).run(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")

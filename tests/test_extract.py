@@ -1,0 +1,119 @@
+"""Phase 1: the FeatureExtractor, the resumable store writer and ``cog-pl extract``, on tiny ImageNet-shaped trees."""
+
+from __future__ import annotations
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from conftest_data import tiny  # noqa: F401 - fixture
+
+from cog_pl.cli.main import main
+from cog_pl.extract.datamodule import ExtractionDataModule
+from cog_pl.extract.module import FeatureExtractor
+from cog_pl.features.store import is_complete, open_store
+from cog_pl.protocol import DOMAINS
+
+MODEL = "timm:resnet10t"
+
+
+@pytest.fixture
+def roots(tiny, tmp_path):  # noqa: F811
+    return tiny.make_in1k(tmp_path / "in1k", n_val=3), tiny.make_in21k(tmp_path / "in21k", layout="tar")
+
+
+def _args(roots, out, *extra):
+    in1k, in21k = roots
+    return ["extract", "--model.model", MODEL, "--data.in1k_root", str(in1k), "--data.in21k_root", str(in21k),
+            "--data.out", str(out), "--data.num_workers", "0", "--data.batch_size", "4",
+            "--trainer.accelerator", "cpu", "--trainer.devices", "1", *extra]
+
+
+def _stores(out):
+    return {(d, s): out / "resnet10t" / d / s for d in DOMAINS for s in ("train", "test")}
+
+
+def test_extract_all_domains_then_skip(roots, tmp_path, capsys):
+    out = tmp_path / "features"
+    torch.manual_seed(0)
+    assert main(_args(roots, out)) == 0
+    stores = _stores(out)
+    assert all(is_complete(p) for p in stores.values())
+    # every row is the backbone's feature of the image at that dataset index
+    extractor = FeatureExtractor(MODEL)
+    store = open_store(stores["cog_l3", "train"])
+    extractor.net.load_state_dict(_weights_of_run(out))
+    dm = ExtractionDataModule(out=str(tmp_path / "unused"), model_name="x", in1k_root=str(roots[0]),
+                              in21k_root=str(roots[1]), transform=extractor.transform_config)
+    dataset, meta = dm.datasets("cog_l3")["train"]
+    assert len(store) == len(dataset) and store.meta["split_sha256"] == meta["split_sha256"]
+    with torch.inference_mode():
+        ref = extractor(torch.stack([dataset[i]["image"] for i in range(len(dataset))])).numpy()
+    np.testing.assert_allclose(np.asarray(store.features, np.float32), ref, rtol=1e-2, atol=1e-2)
+    np.testing.assert_array_equal(store.labels, [dataset[i]["label"] for i in range(len(dataset))])
+    np.testing.assert_array_equal(store.index, np.arange(len(dataset)))
+    assert store.meta["model"] == "resnet10t" and store.meta["domain"] == "cog_l3" and store.meta["split"] == "train"
+    assert store.meta["weights"] == "random" and store.meta["transform"] == extractor.transform_config.as_record()
+    capsys.readouterr()
+    mtimes = {k: (p / "features.npy").stat().st_mtime_ns for k, p in stores.items()}
+    assert main(_args(roots, out)) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert mtimes == {k: (p / "features.npy").stat().st_mtime_ns for k, p in stores.items()}
+
+
+def _weights_of_run(out):
+    """Random weights differ per run: the test saves none, so it reuses the seed-0 initialisation."""
+    torch.manual_seed(0)
+    return FeatureExtractor(MODEL).net.state_dict()
+
+
+class _Crash(L.Callback):
+    def __init__(self, after: int):
+        self.after, self.seen = after, 0
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self.seen += 1
+        if self.seen == self.after:
+            raise RuntimeError("simulated crash")
+
+
+class _Count(L.Callback):
+    def __init__(self):
+        self.rows = 0
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self.rows += len(batch["index"])
+
+
+def _extract(roots, out, callbacks=(), domains=("in1k", "cog_l1", "cog_l5")):
+    torch.manual_seed(0)
+    model = FeatureExtractor(MODEL)
+    dm = ExtractionDataModule(out=str(out), model_name="m", in1k_root=str(roots[0]), in21k_root=str(roots[1]),
+                              domains=domains, transform=model.transform_config, batch_size=3, num_workers=0)
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=list(callbacks),
+                        enable_progress_bar=False)
+    trainer.predict(model, datamodule=dm, return_predictions=False)
+    return dm
+
+
+def test_interrupted_extraction_resumes_and_equals_an_uninterrupted_one(roots, tmp_path):
+    ref = _extract(roots, tmp_path / "ref")
+    total = sum(t.rows for t in ref.targets)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _extract(roots, tmp_path / "run", [_Crash(after=7)])
+    assert not any(is_complete(p) for p in (tmp_path / "run" / "m").glob("*/*"))
+    count = _Count()
+    _extract(roots, tmp_path / "run", [count])
+    assert 0 < count.rows <= total - 7 * 3 + 3  # finished batches were kept, not redone
+    for t in ref.targets:
+        a, b = open_store(t.path), open_store(tmp_path / "run" / "m" / t.domain / t.split)
+        np.testing.assert_array_equal(a.features, b.features)
+        np.testing.assert_array_equal(a.labels, b.labels)
+
+
+def test_bad_requests_are_named(roots, tmp_path, capsys):
+    with pytest.raises(ValueError, match="unknown domain"):
+        ExtractionDataModule(domains=("cog_l9",))
+    dm = ExtractionDataModule(out=str(tmp_path), in1k_root=None, domains=("in1k",))
+    with pytest.raises(ValueError, match="needs --data.in1k_root"):
+        dm.setup()
