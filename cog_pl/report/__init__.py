@@ -1,0 +1,1 @@
+"""Result tables and figures, computed from result rows only."""

@@ -1,0 +1,75 @@
+"""Figures in the style of the paper: top-1 across IN-1K and L1..L5 (absolute and relative), few-shot curves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from cog_pl.io import atomic_open
+from cog_pl.report.tables import DOMAIN_LABELS, Cell, domains_of
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out: str | Path) -> Path:
+    out = Path(out)
+    with atomic_open(out, "wb") as fh:
+        fig.savefig(fh, format="png")
+    _plt().close(fig)
+    return out
+
+
+def plot_domains(cells: Sequence[Cell], out: str | Path, relative: bool = False, shots: int | None = None,
+                 baseline: str | None = None) -> Path:
+    """One line per model over IN-1K, L1..L5 (all data by default), error bars = std over seeds."""
+    plt = _plt()
+    sel = [c for c in cells if c.shots == shots and (not relative or c.relative is not None)]
+    domains = domains_of(sel)
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    for model in sorted({c.model for c in sel}):
+        by = {c.domain: c for c in sel if c.model == model}
+        xs = [i for i, d in enumerate(domains) if d in by]
+        ys = [by[domains[i]].relative if relative else by[domains[i]].top1 for i in xs]
+        err = [by[domains[i]].top1_std for i in xs]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=model, lw=1.5)
+    if relative:
+        ax.axhline(0, color="grey", lw=1, ls="--")
+    ax.set_xticks(range(len(domains)), [DOMAIN_LABELS.get(d, d) for d in domains])
+    what = "all data" if shots is None else f"{shots} images per concept"
+    ax.set_ylabel(f"top-1 relative to {baseline} (points)" if relative else "top-1 accuracy (%)")
+    ax.set_title(("Relative" if relative else "Linear probe") + f" top-1 across concept generalization levels ({what})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_few_shot(cells: Sequence[Cell], out: str | Path) -> Path:
+    """Top-1 against the number of training images per concept, one panel per domain, one line per model."""
+    plt = _plt()
+    domains = domains_of(cells)
+    shots = sorted({c.shots for c in cells if c.shots is not None})
+    cols = [*shots, None]
+    pos = {s: i for i, s in enumerate(cols)}
+    fig, axes = plt.subplots(1, len(domains), figsize=(3.2 * len(domains), 3.4), dpi=110, sharey=True, squeeze=False)
+    for ax, d in zip(axes[0], domains):
+        for model in sorted({c.model for c in cells}):
+            pts = sorted(((pos[c.shots], c.top1) for c in cells if c.domain == d and c.model == model
+                          and c.shots in pos), key=lambda p: p[0])
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model, lw=1.3)
+        ax.set_xticks(range(len(cols)), ["All" if s is None else str(s) for s in cols], fontsize=7)
+        ax.set_title(DOMAIN_LABELS.get(d, d))
+        ax.set_xlabel("images per concept")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("top-1 accuracy (%)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, out)
