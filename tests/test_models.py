@@ -47,6 +47,7 @@ def test_entry_builds_round_trips_its_layout_and_has_its_dim(name, tmp_path):
     with torch.inference_mode():
         torch.testing.assert_close(loaded.model(x), ref)
     assert loaded.weights_sha256 and len(loaded.weights_sha256) == 64
+    path.unlink()  # up to 550 MB (VGG-19): do not leave it in pytest's kept temp dirs
     assert not any(p.requires_grad for p in loaded.model.parameters()) and not loaded.model.training
 
 

@@ -1,0 +1,26 @@
+"""``cog-pl report``: tables and figures from a results store."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="result tables (markdown, CSV) and plots from a results store",
+                       description="Top-1 mean ± std over seeds per domain and shots, relative to a baseline, "
+                                   "and the paper's plots, for any number of models side by side.")
+    p.add_argument("models", nargs="*", help="models to show (default: all in the store)")
+    p.add_argument("--results", type=Path, default=Path("results.sqlite"), help="results store (SQLite)")
+    p.add_argument("--baseline", default=None, help="model the relative accuracies refer to, e.g. resnet50")
+    p.add_argument("--out", type=Path, default=Path("report"), help="folder for report.md, results.csv, PNGs")
+    p.set_defaults(func=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from cog_pl.report.build import write_report
+
+    files = write_report(args.results, args.out, args.models, args.baseline)
+    print(files["markdown"].read_text())
+    print("\n".join(f"{k}: {v}" for k, v in files.items()))
+    return 0

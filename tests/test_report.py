@@ -1,0 +1,87 @@
+"""Results store and report: rows in SQLite, tables and plots computed from rows only."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sqlite3
+
+import pytest
+
+from cog_pl.cli.main import main
+from cog_pl.report.tables import markdown_table, summarize
+from cog_pl.results import append_row, has_row, read_rows
+
+DOMAINS = ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
+
+
+def _row(model, domain, shots, seed, top1):
+    return {"model": model, "domain": domain, "shots": shots, "seed": seed, "test_top1": top1,
+            "test_top5": min(100.0, top1 + 10)}
+
+
+@pytest.fixture
+def results(tmp_path):
+    path = tmp_path / "results.sqlite"
+    for model, offset in (("resnet50", 0.0), ("dino", 2.0)):
+        for i, d in enumerate(DOMAINS):
+            for seed, noise in ((22, -0.5), (37, 0.5)):
+                append_row(path, _row(model, d, None, seed, 80 - 8 * i + offset + noise))
+                append_row(path, _row(model, d, 4, seed, 40 - 5 * i + offset + noise))
+    return path
+
+
+def test_rows_round_trip_replace_and_skip(results):
+    rows = read_rows(results)
+    assert len(rows) == 2 * 6 * 2 * 2
+    assert has_row(results, ("dino", "cog_l3", None, 37)) and not has_row(results, ("dino", "cog_l3", 8, 37))
+    append_row(results, _row("dino", "cog_l3", None, 37, 1.0))  # same key: replaced, not duplicated
+    rows = read_rows(results)
+    assert len(rows) == 48 and [r["test_top1"] for r in rows if r["model"] == "dino" and r["domain"] == "cog_l3"
+                                and r["shots"] is None and r["seed"] == 37] == [1.0]
+
+
+def _writer(path, k):
+    for seed in range(20):
+        append_row(path, _row(f"m{k}", "in1k", None, seed, float(seed)))
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = tmp_path / "r.sqlite"
+    procs = [mp.get_context("spawn").Process(target=_writer, args=(path, k)) for k in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    assert len(read_rows(path)) == 60
+
+
+def test_summary_mean_std_and_relative(results):
+    cells = summarize(read_rows(results), baseline="resnet50")
+    dino_l1 = next(c for c in cells if c.model == "dino" and c.domain == "cog_l1" and c.shots is None)
+    assert dino_l1.top1 == pytest.approx(74.0) and dino_l1.top1_std == pytest.approx(0.7071, abs=1e-4)
+    assert dino_l1.relative == pytest.approx(2.0) and dino_l1.seeds == 2
+    table = markdown_table(cells)
+    assert "| dino | 82.00 ± 0.71 | 74.00 ± 0.71 |" in table
+
+
+def test_report_command_writes_tables_and_plots(results, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["report", "--results", str(results), "--baseline", "resnet50", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Relative to resnet50" in text and "### L5" in text
+    for name in ("report.md", "results.csv", "domains.png", "domains_relative.png", "few_shot.png"):
+        assert (out / name).stat().st_size > 100
+    assert (out / "domains.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["report", "--results", str(results), "nomodel"]) == 2
+    assert "no results for model(s) nomodel" in capsys.readouterr().err
+
+
+def test_not_a_results_file_is_named(tmp_path, capsys):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"garbage" * 100)
+    assert main(["report", "--results", str(bad)]) == 2
+    assert f"results file {bad} is not a cog-pl results database" in capsys.readouterr().err
+    con = sqlite3.connect(tmp_path / "empty.sqlite")
+    con.close()
+    assert main(["report", "--results", str(tmp_path / "empty.sqlite")]) == 2
+    assert "holds no rows" in capsys.readouterr().err
