@@ -73,7 +73,7 @@ def has_row(path: str | os.PathLike, key: tuple) -> bool:
 def append_row(path: str | os.PathLike, row: dict[str, Any]) -> None:
     """Add the row, or replace the row of the same key, in one transaction."""
     model, domain, shots, seed = row_key(row)
-    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     with _connect(path) as con:
         con.execute("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?)",
                     (model, domain, shots or 0, seed, json.dumps(row, sort_keys=True), now))

@@ -7,6 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
+
 from cog_pl.protocol import LevelProtocol
 
 _P = LevelProtocol()
@@ -26,7 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--in21k-root", type=Path,
                    help="count images on your IN-21K (folder or tar per synset) instead of the Fall 2011 table")
     b.add_argument("--allow-missing", action="store_true", help="with --in21k-root: missing synsets count 0 images")
-    b.add_argument("--measure", choices=("lin", "wup", "jcn", "path"), default=_P.measure)
+    b.add_argument("--measure", choices=("lin", "wup", "jcn", "path", "text"), default=_P.measure,
+                   help="WordNet measure, or 'text': cosine of sentence embeddings of names and glosses")
+    b.add_argument("--concepts", choices=("eligible", "official"), default=None,
+                   help="rank all eligible concepts (default) or re-rank the official 5000 into five blocks, "
+                        "as the paper's App. D does for its variants (the default for --measure text)")
     b.add_argument("--lcs", choices=("deepest", "max-ic"), default=_P.lcs,
                    help="lin's subsumer: 'deepest' (reproduces the official levels) or 'max-ic' (NLTK lin_similarity)")
     b.add_argument("--leaf-rule", choices=("in21k", "eligible"), default=_P.leaf_rule,
@@ -66,6 +72,8 @@ def _build(args: argparse.Namespace) -> int:
     from cog_pl.levels.eligibility import read_discard_list
     from cog_pl.resources import in21k_wnids
 
+    if args.measure == "text" or args.concepts == "official":
+        return _build_variant(args)
     protocol = dataclasses.replace(_P, measure=args.measure, lcs=args.lcs, leaf_rule=args.leaf_rule,
                                    min_images=args.min_images)
     discard = read_discard_list(args.discard, in21k_wnids()) if args.discard else []
@@ -89,6 +97,31 @@ def _build(args: argparse.Namespace) -> int:
         plot_levels(content, args.plot)
         print(f"\nplot: {args.plot}")
     print(f"\nwrote {args.out} in {content['timings']['total_s']:.1f} s")
+    return 0
+
+
+def _build_variant(args: argparse.Namespace) -> int:
+    from cog_pl.levels.builder import write_level_file
+    from cog_pl.levels.variants import level_moves, rerank_official
+    from cog_pl.resources import LEVELS
+
+    if args.concepts == "eligible":
+        raise ValueError("--measure text re-ranks the official 5000 concepts; --concepts eligible is not available")
+    print(f"Re-ranking the 5000 official concepts by {args.measure} similarity to IN-1K (paper App. D)")
+    content = rerank_official(args.measure, args.lcs)
+    write_level_file(args.out, content)
+    moves = level_moves(content)
+    print("\nofficial level (rows) -> this variant's level (columns):")
+    print("       " + "  ".join(f"{lvl:>5}" for lvl in LEVELS))
+    for lvl, row in zip(LEVELS, moves):
+        print(f"  {lvl}  " + "  ".join(f"{n:5d}" for n in row))
+    print(f"  same level: {100 * np.trace(moves) / moves.sum():.1f}%")
+    if args.plot:
+        from cog_pl.levels.plot import plot_levels
+
+        plot_levels(content, args.plot, title=f"{args.measure} re-ranking of the 5000 official concepts")
+        print(f"plot: {args.plot}")
+    print(f"wrote {args.out}")
     return 0
 
 
