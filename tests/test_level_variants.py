@@ -49,7 +49,8 @@ def test_text_variant_command(small_official, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "official level (rows)" in text and "same level" in text
     data = json.loads(out.read_text())
-    assert sorted(w for v in data["levels"].values() for w in v) == sorted(w for v in small_official.values() for w in v)
+    chosen = sorted(w for v in data["levels"].values() for w in v)
+    assert chosen == sorted(w for v in small_official.values() for w in v)
     assert all(len(v) == 8 for v in data["levels"].values())
     assert "MiniLM" in data["settings"]["text_model"]
     assert main(["levels", "build", "--measure", "text", "--concepts", "eligible", "--out", str(out)]) == 2
