@@ -1,0 +1,1 @@
+"""Fine-tuning comparison runs (paper App. C.2)."""
