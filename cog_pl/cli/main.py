@@ -10,7 +10,7 @@ import sys
 from cog_pl import __version__
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
-COMMAND_MODULES = ("wordnet", "levels")
+COMMAND_MODULES = ("wordnet", "levels", "probe")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -100,15 +100,19 @@ def train_heads(
             idx = order[start : start + batch_size]
             xb, yb, nb = x[idx], y[idx], len(idx)
             logits = torch.addmm(b1, xb, w2).view(nb, k, c)
-            lse = torch.logsumexp(logits, dim=2, keepdim=True)
-            target = yb.view(nb, 1, 1).expand(nb, k, 1)
-            loss = (lse.squeeze(2) - logits.gather(2, target).squeeze(2)).mean(0)  # (K,)
+            logits.sub_(logits.amax(dim=2, keepdim=True))  # shifted: every softmax pass below is stable
+            target_logit = logits.gather(2, yb.view(nb, 1, 1).expand(nb, k, 1))
+            probs = logits.exp_()
+            total = probs.sum(dim=2, keepdim=True)
+            loss = (total.log() - target_logit).mean(0).view(k)  # cross-entropy of each head
             newly = active & ~torch.isfinite(loss)
             diverged_at = torch.where(newly, epoch, diverged_at)
             active &= ~newly
-            grad = logits.sub_(lse).exp_()  # softmax
-            grad[rows[:nb], :, yb] -= 1.0
-            grad = torch.where(active.view(1, k, 1), grad / nb, 0.0).view(nb, k * c)
+            # d(mean loss)/d(logits) = (softmax - onehot) / nb; frozen heads get zero (NaN only while diverging)
+            scale = active.float() / nb
+            probs.mul_(scale.view(1, k, 1) / total)
+            probs[rows[:nb], :, yb] -= scale
+            grad = probs.view(nb, k * c)
             step_lr = lr * active.repeat_interleave(c)
             buf_w.mul_(momentum).add_((xb.T @ grad).addcmul_(w2, wd))
             w2.addcmul_(buf_w, step_lr, value=-1.0)
