@@ -43,6 +43,7 @@ class HeadsResult:
     diverged_epoch: list[int | None]  # epoch in which the loss became non-finite, per head
     weight: Tensor  # (D, K, C)
     bias: Tensor  # (K, C)
+    lr_factors: list[float]  # multiplier of every head's base lr, per epoch
 
 
 @torch.no_grad()
@@ -93,8 +94,9 @@ def train_heads(
     history: list[Tensor] = []
     last = torch.zeros(k, 2)
     rows = torch.arange(batch_size, device=device)
+    factors = [cosine_factor(epoch, epochs) for epoch in range(epochs)]
     for epoch in range(epochs):
-        lr = base_lr * cosine_factor(epoch, epochs)
+        lr = base_lr * factors[epoch]
         order = torch.randperm(n, generator=generator).to(device)
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
@@ -137,4 +139,5 @@ def train_heads(
         diverged_epoch=[None if e < 0 else int(e) for e in diverged_at.tolist()],
         weight=weight,
         bias=bias,
+        lr_factors=factors,
     )

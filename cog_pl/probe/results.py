@@ -41,12 +41,15 @@ def append_row(path: str | os.PathLike, row: dict[str, Any]) -> None:
 
 
 def versions() -> dict[str, str]:
-    """Versions of the libraries that shape a result."""
-    import lightning
-    import optuna
-    import torch
+    """Versions of the libraries that shape a result (read from package metadata, nothing imported)."""
+    from importlib.metadata import PackageNotFoundError, version
 
     from cog_pl import __version__
 
-    return {"cog_pl": __version__, "torch": torch.__version__, "optuna": optuna.__version__,
-            "lightning": lightning.__version__, "python": platform.python_version()}
+    out = {"cog_pl": __version__, "python": platform.python_version()}
+    for name in ("torch", "optuna", "lightning", "numpy"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    return out

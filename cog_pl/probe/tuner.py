@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import optuna
 import torch
+from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cog_pl.probe.data import ProbeData, sub_seed
@@ -68,18 +69,22 @@ def train_probe(
     )
 
 
+def search_space(protocol: ProbeProtocol) -> dict[str, FloatDistribution]:
+    """The protocol's (lr, wd) space, both log-uniform."""
+    return {"lr": FloatDistribution(*protocol.lr_range, log=True), "wd": FloatDistribution(*protocol.wd_range, log=True)}
+
+
 def _ask(study: optuna.Study, n: int, protocol: ProbeProtocol) -> list[Trial]:
     """Up to ``n`` new trials with their (lr, wd); a trial past the study's budget is failed as surplus."""
+    space = search_space(protocol)
     trials = []
     for _ in range(n):
-        trial = study.ask()
+        trial = study.ask(space)  # proposed right away, from the random stream seeded for this trial number
         if slot(study, trial) >= protocol.trials:
             trial.set_user_attr("surplus", True)
             study.tell(trial, state=TrialState.FAIL)
             break
         stamp(trial)
-        trial.suggest_float("lr", *protocol.lr_range, log=True)
-        trial.suggest_float("wd", *protocol.wd_range, log=True)
         trials.append(trial)
     return trials
 
