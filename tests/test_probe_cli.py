@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_tune_prints_a_json_result_last(tmp_path, capsys):
     features = write_features(tmp_path / "m" / "cog_l2")
-    args = ["probe", "tune", "--features", str(features), "--trials", "4", "--epochs", "3", "--shots", "8",
+    args = ["tune", "--features", str(features), "--trials", "4", "--epochs", "3", "--shots", "8",
             "--workdir", str(tmp_path / "w"), "--device", "cpu"]
     assert main(args) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -35,7 +35,7 @@ def test_tune_as_a_process_repeats_with_the_same_seed(tmp_path):
         out = subprocess.run([sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(features),
                               "--trials", "4", "--epochs", "2", "--exact", "--workdir", str(tmp_path / f"w{i}"),
                               "--results", str(tmp_path / "rows.jsonl")],
-                             env=env, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             env=env, check=True, capture_output=True, text=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         assert "val top-1" in out.stderr  # progress
     assert rows[0]["mode"] == "exact"

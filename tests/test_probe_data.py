@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 from test_probe_fixtures import write_features
 
-from cog_pl.probe.data import final_indices, few_shot, tuning_indices, val_split
+from cog_pl.probe.data import few_shot, final_indices, tuning_indices, val_split
 from cog_pl.probe.protocol_run import Splits, probe
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol

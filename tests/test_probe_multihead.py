@@ -79,7 +79,7 @@ def test_head_diverging_later_keeps_its_last_evaluated_accuracy():
     lr = 30.0
     # lr * wd far above 2 (1 + momentum): the weights oscillate with growing amplitude and overflow in epoch 2
     out = run_heads(x, y, [lr], [30.0], init, perm_seed=6, eval_every_epoch=True)
-    model, diverged = single_run(x, y, lr, 30.0, init[0][:, 0].T, init[1][0], perm_seed=6)
+    _model, diverged = single_run(x, y, lr, 30.0, init[0][:, 0].T, init[1][0], perm_seed=6)
     assert diverged is not None and diverged > 0
     assert out.diverged_epoch == [diverged]
     assert out.top1[0] == out.history[diverged - 1][0]

@@ -104,6 +104,11 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("probe", help="tune and test linear probes on features")
+    add_subcommands(parser)
+
+
+def add_subcommands(parser: argparse.ArgumentParser) -> None:
+    """The ``tune``, ``protocol``, ``fit``, ``test`` and ``validate`` subcommands."""
     sub = parser.add_subparsers(dest="probe_command", metavar="SUBCOMMAND", required=True)
 
     tune = sub.add_parser("tune", help="one tuned probe: search (lr, wd), retrain on all train data, test")
@@ -133,12 +138,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m cog_pl.cli.probe ...``: the ``probe`` command group alone (same as ``cog-pl probe ...``)."""
+    """``python -m cog_pl.cli.probe tune ...``: the same as ``cog-pl probe tune ...``."""
     import sys
 
-    parser = argparse.ArgumentParser(prog="cog-pl")
+    parser = argparse.ArgumentParser(prog="cog-pl probe")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
+    add_subcommands(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     try:

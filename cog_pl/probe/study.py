@@ -61,7 +61,9 @@ def resolve_storage(storage: str | os.PathLike | BaseStorage) -> str | BaseStora
     return f"sqlite:///{path}"
 
 
-def open_study(storage: str | os.PathLike | BaseStorage, name: str, seed: int, n_startup_trials: int = 10) -> optuna.Study:
+def open_study(
+    storage: str | os.PathLike | BaseStorage, name: str, seed: int, n_startup_trials: int = 10
+) -> optuna.Study:
     """Create the study or join the existing one of that name (maximising validation top-1)."""
     return optuna.create_study(
         storage=resolve_storage(storage),

@@ -71,7 +71,8 @@ def train_probe(
 
 def search_space(protocol: ProbeProtocol) -> dict[str, FloatDistribution]:
     """The protocol's (lr, wd) space, both log-uniform."""
-    return {"lr": FloatDistribution(*protocol.lr_range, log=True), "wd": FloatDistribution(*protocol.wd_range, log=True)}
+    return {"lr": FloatDistribution(*protocol.lr_range, log=True),
+            "wd": FloatDistribution(*protocol.wd_range, log=True)}
 
 
 def _ask(study: optuna.Study, n: int, protocol: ProbeProtocol) -> list[Trial]:
