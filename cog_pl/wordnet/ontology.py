@@ -144,7 +144,7 @@ class Ontology:
     def has_descendant(self) -> np.ndarray:
         """Boolean mask of the nodes that are a proper ancestor of some node."""
         out = np.zeros(len(self.wnids), dtype=bool)
-        for _i, p in enumerate(self.parent_idx):
+        for i, p in enumerate(self.parent_idx):
             out[p] = True
         return out
 
