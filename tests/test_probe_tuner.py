@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from dataclasses import replace
 
 import optuna
@@ -11,7 +14,7 @@ from test_probe_fixtures import write_features
 
 from cog_pl.probe.protocol_run import Splits, probe, run_protocol
 from cog_pl.probe.results import read_rows
-from cog_pl.probe.study import open_study
+from cog_pl.probe.study import fail_stale_trials, open_study, worker_id
 from cog_pl.probe.tuner import SearchPlan, search_space
 from cog_pl.protocol import ProbeProtocol
 
@@ -90,3 +93,18 @@ def test_protocol_grid_writes_one_row_per_cell_and_resumes(splits, tmp_path):
     assert sorted((r["shots"] or 0, r["seed"]) for r in rows) == [(0, 22), (0, 37), (2, 22), (2, 37)]
     assert run_protocol(root, results, **kw) == []
     assert read_rows(results) == rows
+
+
+def test_trials_of_dead_workers_are_failed_and_live_ones_kept(tmp_path):
+    space = search_space(PROTOCOL)
+    study = open_study(tmp_path / "s.db", "s", seed=1)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, live = study.ask(space), study.ask(space)
+    assert study._storage.get_trial(live._trial_id).user_attrs["worker"] == worker_id()  # leased inside ask
+    study._storage.set_trial_user_attr(dead._trial_id, "worker", f"{socket.gethostname()}:{gone.stdout.strip()}")
+    unleased = study._storage.create_new_trial(study._study_id)  # as if killed inside ask, before the lease
+    assert fail_stale_trials(study, stale_after=600) == 1
+    states = {t._trial_id: t.state for t in study.get_trials()}
+    assert states[dead._trial_id] == TrialState.FAIL
+    assert states[live._trial_id] == states[unleased] == TrialState.RUNNING
+    assert fail_stale_trials(study, stale_after=0) == 1  # silent past the limit: dead; our own never

@@ -25,7 +25,13 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 log = logging.getLogger(__name__)
 
 JOURNAL_SUFFIXES = (".log", ".journal", ".jsonl")
-WORKER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def worker_id() -> str:
+    """This process as a lease holder: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+UNSTAMPED_GRACE = 30.0  # seconds after which a running trial without a lease counts as dead
 
 
 class TrialSeededTPESampler(TPESampler):
@@ -33,6 +39,8 @@ class TrialSeededTPESampler(TPESampler):
 
     A trial's proposal is then a function of the seed, its number and the study's history, whichever worker asks
     for it: two workers started with the same seed never propose the same startup points, and a run is repeatable.
+    ``before_trial`` runs inside ``study.ask`` right after the storage creates the trial, so it also stamps the trial
+    with this worker's lease: a worker killed at any later moment leaves a trial that can be recognised as its own.
     """
 
     def __init__(self, seed: int, n_startup_trials: int = 10) -> None:
@@ -43,6 +51,8 @@ class TrialSeededTPESampler(TPESampler):
         state = np.random.SeedSequence([self._base_seed, trial.number]).generate_state(2, dtype=np.uint32)
         self._rng.rng.seed(int(state[0]))
         self._random_sampler._rng.rng.seed(int(state[1]))
+        study._storage.set_trial_user_attr(trial._trial_id, "worker", worker_id())
+        study._storage.set_trial_user_attr(trial._trial_id, "heartbeat", time.time())
         super().before_trial(study, trial)
 
 
@@ -76,22 +86,26 @@ def open_study(
 
 def stamp(trial: Trial) -> None:
     """Mark a running trial as held by this worker, now."""
-    trial.set_user_attr("worker", WORKER)
+    trial.set_user_attr("worker", worker_id())
     trial.set_user_attr("heartbeat", time.time())
 
 
 def _is_stale(trial: FrozenTrial, stale_after: float) -> bool:
     worker = str(trial.user_attrs.get("worker", ""))
+    if worker == worker_id():
+        return False
     host, _, pid = worker.rpartition(":")
-    if host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid():
+    if host == socket.gethostname() and pid.isdigit():
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
             return True
         except PermissionError:
             pass
-    started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
-    return time.time() - float(trial.user_attrs.get("heartbeat", started)) > stale_after
+    if "heartbeat" not in trial.user_attrs:  # killed inside ask, before the lease: a live worker stamps at once
+        started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
+        return time.time() - started > min(stale_after, UNSTAMPED_GRACE)
+    return time.time() - float(trial.user_attrs["heartbeat"]) > stale_after
 
 
 def fail_stale_trials(study: optuna.Study, stale_after: float) -> int:

@@ -85,7 +85,6 @@ def _ask(study: optuna.Study, n: int, protocol: ProbeProtocol) -> list[Trial]:
             trial.set_user_attr("surplus", True)
             study.tell(trial, state=TrialState.FAIL)
             break
-        stamp(trial)
         trials.append(trial)
     return trials
 
