@@ -5,7 +5,11 @@ of two small ones per head. Gradients of the mean cross-entropy are written out 
 ``g = grad + wd * p; buf = momentum * buf + g; p -= lr * buf`` per head, which is what ``torch.optim.SGD`` does for
 one head (its first step stores ``g`` in the buffer, the same as a zero buffer here). The bias is decayed too, as in
 the released code. Every head sees the same batches in the same order; given the same initial weights and the same
-permutation sequence, head ``k`` follows the trajectory of a single ``nn.Linear`` trained alone (tested).
+permutation sequence, head ``k`` follows the trajectory of a single ``nn.Linear`` trained alone (tested, to float
+rounding). In the released loop each trial instead draws its own shuffles from one generator shared by all trials in
+turn; either way a trial's shuffles are uniform random permutations independent of its (lr, wd), so a head's result
+has the distribution of a published trial's. Sharing them across a batch only correlates the noise of trials
+compared with each other (common random numbers), which does not bias the search.
 
 A head whose loss turns non-finite is frozen at the state it had at the end of the previous epoch, which is the
 state the published loop last evaluated; heads never influence each other. Nothing here synchronises with the
