@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Reference protocol vs ``cog-pl probe tune``, side by side on the same generated features and machine.
+
+Generates features with ``../shared/bench/make_features.py`` (its defaults) in a temporary directory, then runs
+``../shared/bench/reference_protocol.py`` and ``cog-pl probe tune`` (fast mode; ``--exact`` adds exact mode) as
+subprocesses one after the other with the same trials, epochs and seed, and prints wall seconds, the ratio
+(ours / reference) and the test top-1 difference (ours - reference). Goal: ratio <= 0.2, difference >= -0.5.
+
+    python benchmarks/bench_probe.py --trials 30 --epochs 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO.parent / "shared" / "bench"
+
+
+def run(cmd: list[str], env: dict[str, str]) -> tuple[dict, float]:
+    """Run a command, return its last stdout line as JSON and its wall seconds."""
+    start = time.perf_counter()
+    out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1]), time.perf_counter() - start
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trials", type=int, default=30)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--seed", type=int, default=22)
+    p.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0: torch's default)")
+    p.add_argument("--bench-dir", type=Path, default=BENCH)
+    p.add_argument("--exact", action="store_true", help="also time cog-pl's exact mode")
+    p.add_argument("--json", type=Path, help="write the figures here")
+    a = p.parse_args()
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    common = ["--trials", str(a.trials), "--epochs", str(a.epochs), "--seed", str(a.seed), "--threads", str(a.threads)]
+    with tempfile.TemporaryDirectory(prefix="bench_probe_") as tmp:
+        feats = Path(tmp) / "features"
+        subprocess.run([sys.executable, str(a.bench_dir / "make_features.py"), str(feats)], check=True,
+                       stdout=subprocess.DEVNULL)
+        sides = {"reference": [sys.executable, str(a.bench_dir / "reference_protocol.py"), str(feats), *common]}
+        ours = [sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(feats), *common,
+                "--workdir", tmp]
+        sides["cog-pl fast"] = [*ours, "--study-name", "fast"]
+        if a.exact:
+            sides["cog-pl exact"] = [*ours, "--exact", "--study-name", "exact"]
+        results = {}
+        for name, cmd in sides.items():
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            row, wall = run(cmd, env)
+            results[name] = {"wall_s": round(wall, 2), "test_top1": round(row["test_top1"], 3),
+                             "lr": row["lr"], "wd": row["wd"]}
+    ref = results["reference"]
+    print(f"trials {a.trials}, epochs {a.epochs}, seed {a.seed}, load average {os.getloadavg()[0]:.2f}")
+    print(f"{'side':14s} {'wall s':>8s} {'ratio':>6s} {'test top-1':>10s} {'diff':>6s}  lr / wd")
+    for name, r in results.items():
+        r["ratio"] = round(r["wall_s"] / ref["wall_s"], 3)
+        r["top1_diff"] = round(r["test_top1"] - ref["test_top1"], 3)
+        print(f"{name:14s} {r['wall_s']:8.1f} {r['ratio']:6.3f} {r['test_top1']:10.2f} {r['top1_diff']:+6.2f}"
+              f"  {r['lr']:.3g} / {r['wd']:.2g}")
+    if a.json:
+        a.json.write_text(json.dumps({"trials": a.trials, "epochs": a.epochs, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

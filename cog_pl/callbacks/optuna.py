@@ -1,0 +1,38 @@
+"""``OptunaTrialCallback``: connects a Lightning fit to an Optuna trial.
+
+After every validation it reports the monitored metric (``val/top1``) to the trial, so a study sees the same
+per-epoch values the published loop computes; the objective reads ``callback.value``, the last value reported. Once
+the model's loss has gone non-finite (``LinearProbe.diverged_epoch``) nothing more is reported: the trial keeps what
+it had. Pruning is off by default because the protocol trains every trial to the end.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import optuna
+from lightning.pytorch.callbacks import Callback
+
+
+class OptunaTrialCallback(Callback):
+    """Report a metric to an Optuna trial after each validation epoch."""
+
+    def __init__(self, trial: optuna.Trial, monitor: str = "val/top1", prune: bool = False) -> None:
+        super().__init__()
+        self.trial, self.monitor, self.prune = trial, monitor, prune
+        self.value: float | None = None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or getattr(pl_module, "diverged_epoch", None) is not None:
+            return
+        value = trainer.callback_metrics.get(self.monitor)
+        if value is None:
+            return
+        self.value = float(value)
+        if trainer.is_global_zero:
+            self.trial.report(self.value, trainer.current_epoch)
+            if self.prune and self.trial.should_prune():
+                raise optuna.TrialPruned(f"pruned at epoch {trainer.current_epoch}")
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.trial.set_user_attr("diverged_epoch", getattr(pl_module, "diverged_epoch", None))

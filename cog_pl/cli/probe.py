@@ -1,0 +1,159 @@
+"""``cog-pl probe``: tune and test linear probes on extracted features.
+
+``tune`` runs one tuned probe (one seed, all data or N shots) and prints its result row as the last line;
+``protocol`` runs a domain's seeds x shots grid into a results file; ``fit`` and ``test`` hand over to LightningCLI
+with a YAML config (``configs/probe/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from cog_pl.protocol import ProbeProtocol
+
+log = logging.getLogger(__name__)
+
+
+def _protocol(args: argparse.Namespace) -> ProbeProtocol:
+    return replace(ProbeProtocol(), trials=args.trials, epochs=args.epochs, batch_size=args.batch_size)
+
+
+def _plan(args: argparse.Namespace):
+    from cog_pl.probe.tuner import SearchPlan
+
+    return SearchPlan(mode="exact" if args.exact else "fast", trial_batch=args.trial_batch,
+                      stale_after=args.stale_after)
+
+
+def _device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def _setup(args: argparse.Namespace) -> None:
+    import optuna
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    optuna.logging.set_verbosity(optuna.logging.DEBUG if args.verbose else optuna.logging.WARNING)
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from cog_pl.probe.protocol_run import Splits, probe
+
+    _setup(args)
+    protocol = _protocol(args)
+    splits = Splits.load(args.features, normalize=protocol.normalize)
+    model = args.model or Path(args.features).resolve().parent.name
+    domain = args.domain or Path(args.features).resolve().name
+    storage = args.storage or Path(args.workdir) / "optuna.db"
+    row = probe(splits, seed=args.seed, shots=args.shots, storage=storage, model=model, domain=domain,
+                protocol=protocol, plan=_plan(args), device=_device(args.device), name=args.study_name,
+                flush_denormal=not args.keep_denormals)
+    if args.results:
+        from cog_pl.probe.results import append_row
+
+        append_row(args.results, row)
+    print(json.dumps(row, sort_keys=True), flush=True)
+    return 0
+
+
+def _protocol_cmd(args: argparse.Namespace) -> int:
+    from cog_pl.probe.protocol_run import run_protocol
+
+    _setup(args)
+    shots = None if args.shots is None else tuple(None if s == "all" else int(s) for s in args.shots)
+    rows = run_protocol(args.features, args.results, model=args.model, domain=args.domain,
+                        storage=args.storage or Path(args.workdir) / "optuna.db", protocol=_protocol(args),
+                        plan=_plan(args), seeds=tuple(args.seeds) if args.seeds else None, shots=shots,
+                        device=_device(args.device))
+    print(json.dumps({"rows_written": len(rows), "results": str(args.results)}), flush=True)
+    return 0
+
+
+def _lightning(args: argparse.Namespace) -> int:
+    from cog_pl.probe.cli import main
+
+    main([args.subcommand, *args.rest])
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    defaults = ProbeProtocol()
+    p.add_argument("--features", required=True, help="directory with train/ and test/ (features.npy, labels.npy)")
+    p.add_argument("--trials", type=int, default=defaults.trials)
+    p.add_argument("--epochs", type=int, default=defaults.epochs)
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    p.add_argument("--exact", action="store_true", help="trials one at a time, validation every epoch (published)")
+    p.add_argument("--trial-batch", type=int, default=5, help="trials per batch after TPE's startup (fast mode)")
+    p.add_argument("--storage", help="Optuna storage: database URL, journal file (*.log) or SQLite file path")
+    p.add_argument("--workdir", default="cog_probe_runs", help="where the default SQLite storage lives")
+    p.add_argument("--stale-after", type=float, default=600.0, help="seconds before a silent trial counts as dead")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--keep-denormals", action="store_true", help="do not flush subnormal floats on the CPU")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("probe", help="tune and test linear probes on features")
+    add_subcommands(parser)
+
+
+def add_subcommands(parser: argparse.ArgumentParser) -> None:
+    """The ``tune``, ``protocol``, ``fit``, ``test`` and ``validate`` subcommands."""
+    sub = parser.add_subparsers(dest="probe_command", metavar="SUBCOMMAND", required=True)
+
+    tune = sub.add_parser("tune", help="one tuned probe: search (lr, wd), retrain on all train data, test")
+    _common(tune)
+    tune.add_argument("--seed", type=int, default=ProbeProtocol().seeds[0])
+    tune.add_argument("--shots", type=int, help="N images per concept (default: all)")
+    tune.add_argument("--model", help="model name in the result (default: parent directory name)")
+    tune.add_argument("--domain", help="domain name in the result (default: directory name)")
+    tune.add_argument("--study-name", help="Optuna study name (default: derived from the cell and protocol)")
+    tune.add_argument("--results", type=Path, help="also append the row to this JSON-lines file")
+    tune.set_defaults(func=_tune)
+
+    grid = sub.add_parser("protocol", help="all seeds x shots of one domain into a results file")
+    _common(grid)
+    grid.add_argument("--model", required=True)
+    grid.add_argument("--domain", required=True)
+    grid.add_argument("--results", type=Path, required=True, help="JSON-lines results file (resumable)")
+    grid.add_argument("--seeds", type=int, nargs="*", help="default: the protocol's five seeds")
+    grid.add_argument("--shots", nargs="*", help="N values and/or 'all' (default: all, 1, 2, ..., 128)")
+    grid.set_defaults(func=_protocol_cmd)
+
+    for name in ("fit", "test", "validate"):
+        lc = sub.add_parser(name, help=f"LightningCLI {name} of LinearProbe (e.g. --config configs/probe/*.yaml)",
+                            add_help=False)
+        lc.add_argument("rest", nargs=argparse.REMAINDER)
+        lc.set_defaults(func=_lightning, subcommand=name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cog_pl.cli.probe tune ...``: the same as ``cog-pl probe tune ...``."""
+    import sys
+
+    parser = argparse.ArgumentParser(prog="cog-pl probe")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_subcommands(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as err:
+        if args.verbose:
+            raise
+        print(f"cog-pl probe: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

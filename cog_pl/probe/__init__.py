@@ -1,0 +1,16 @@
+"""Phase 2 of ImageNet-CoG: linear probes on frozen features, tuned with Optuna, fast and faithful.
+
+- ``schedule``: the per-epoch cosine rule with its one-epoch lag.
+- ``data``: loading, L2 normalisation, the validation split and N-shot samples.
+- ``multihead``: K probes trained side by side in one pass (the fast path).
+- ``study`` / ``tuner``: Optuna storage, worker leases and the batched or exact TPE search.
+- ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
+- ``module`` / ``datamodule`` / ``cli`` / ``lightning_tune``: the Lightning shell (``LinearProbe``).
+"""
+
+from cog_pl.probe.data import few_shot, val_split
+from cog_pl.probe.multihead import train_heads
+from cog_pl.probe.schedule import cosine_factor, lr_sequence
+from cog_pl.probe.tuner import SearchPlan
+
+__all__ = ["SearchPlan", "cosine_factor", "few_shot", "lr_sequence", "train_heads", "val_split"]

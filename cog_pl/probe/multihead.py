@@ -1,0 +1,147 @@
+"""K linear probes trained side by side in one pass over the features, each with its own lr and weight decay.
+
+The heads are one ``(D, K*C)`` weight matrix, so a training step is two large matrix products for all heads instead
+of two small ones per head. Gradients of the mean cross-entropy are written out by hand and the SGD update is fused:
+``g = grad + wd * p; buf = momentum * buf + g; p -= lr * buf`` per head, which is what ``torch.optim.SGD`` does for
+one head (its first step stores ``g`` in the buffer, the same as a zero buffer here). The bias is decayed too, as in
+the released code. Every head sees the same batches in the same order; given the same initial weights and the same
+permutation sequence, head ``k`` follows the trajectory of a single ``nn.Linear`` trained alone (tested, to float
+rounding). In the released loop each trial instead draws its own shuffles from one generator shared by all trials in
+turn; either way a trial's shuffles are uniform random permutations independent of its (lr, wd), so a head's result
+has the distribution of a published trial's. Sharing them across a batch only correlates the noise of trials
+compared with each other (common random numbers), which does not bias the search.
+
+A head whose loss turns non-finite is frozen at the state it had at the end of the previous epoch, which is the
+state the published loop last evaluated; heads never influence each other. Nothing here synchronises with the
+device inside an epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from cog_pl.probe.metrics import percent, topk_correct
+from cog_pl.probe.schedule import cosine_factor
+
+
+def init_heads(dim: int, classes: int, k: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Initial (weight ``(D, K, C)``, bias ``(K, C)``) drawn like ``nn.Linear``: uniform in +-1/sqrt(D)."""
+    bound = 1.0 / math.sqrt(dim)
+    weight = (torch.rand(k, classes, dim, generator=generator) * 2 - 1) * bound
+    bias = (torch.rand(k, classes, generator=generator) * 2 - 1) * bound
+    return weight.permute(2, 0, 1).contiguous(), bias
+
+
+@dataclass
+class HeadsResult:
+    """Outcome of training K heads: final evaluation, per-epoch history (if evaluated) and divergence epochs."""
+
+    top1: Tensor  # (K,) percent on the evaluation set, 0 for a head that diverged in its first epoch
+    top5: Tensor  # (K,)
+    history: list[Tensor]  # per evaluated epoch, (K,) top-1
+    diverged_epoch: list[int | None]  # epoch in which the loss became non-finite, per head
+    weight: Tensor  # (D, K, C)
+    bias: Tensor  # (K, C)
+    lr_factors: list[float]  # multiplier of every head's base lr, per epoch
+
+
+@torch.no_grad()
+def evaluate_heads(weight: Tensor, bias: Tensor, x: Tensor, y: Tensor, chunk: int = 8192) -> Tensor:
+    """Top-1 and top-5 accuracy (percent) of every head: ``(K, 2)``."""
+    dim, k, classes = weight.shape
+    w = weight.reshape(dim, k * classes)
+    correct = torch.zeros(k, 2, dtype=torch.long, device=weight.device)
+    for i in range(0, len(y), chunk):
+        logits = torch.addmm(bias.reshape(-1), x[i : i + chunk], w).view(-1, k, classes)
+        correct += topk_correct(logits, y[i : i + chunk], (1, 5))
+    return percent(correct, len(y)).float()
+
+
+@torch.no_grad()
+def train_heads(
+    x: Tensor,
+    y: Tensor,
+    lrs: list[float],
+    wds: list[float],
+    *,
+    num_classes: int,
+    epochs: int,
+    batch_size: int,
+    momentum: float,
+    generator: torch.Generator,
+    init: tuple[Tensor, Tensor],
+    eval_x: Tensor,
+    eval_y: Tensor,
+    eval_every_epoch: bool = False,
+    on_epoch_end: Callable[[int], None] | None = None,
+) -> HeadsResult:
+    """Train ``len(lrs)`` heads on normalised features ``x``; evaluate on ``(eval_x, eval_y)``.
+
+    Batches are drawn by index from a ``torch.randperm`` per epoch of ``generator`` (on the CPU, like the published
+    loop). The evaluation runs after the last epoch, or after every epoch when ``eval_every_epoch``.
+    """
+    device, n, dim = x.device, x.shape[0], x.shape[1]
+    k, c = len(lrs), num_classes
+    base_lr = torch.tensor(lrs, dtype=torch.float32, device=device).repeat_interleave(c)  # (K*C,)
+    wd = torch.tensor(wds, dtype=torch.float32, device=device).repeat_interleave(c)
+    weight, bias = (t.to(device=device, dtype=torch.float32).clone() for t in init)
+    w2, b1 = weight.view(dim, k * c), bias.view(k * c)
+    buf_w, buf_b = torch.zeros_like(w2), torch.zeros_like(b1)
+    snap_w, snap_b = w2.clone(), b1.clone()
+    active = torch.ones(k, dtype=torch.bool, device=device)
+    diverged_at = torch.full((k,), -1, dtype=torch.long, device=device)
+    history: list[Tensor] = []
+    last = torch.zeros(k, 2)
+    rows = torch.arange(batch_size, device=device)
+    factors = [cosine_factor(epoch, epochs) for epoch in range(epochs)]
+    for epoch in range(epochs):
+        lr = base_lr * factors[epoch]
+        order = torch.randperm(n, generator=generator).to(device)
+        for start in range(0, n, batch_size):
+            idx = order[start : start + batch_size]
+            xb, yb, nb = x[idx], y[idx], len(idx)
+            logits = torch.addmm(b1, xb, w2).view(nb, k, c)
+            logits.sub_(logits.amax(dim=2, keepdim=True))  # shifted: every softmax pass below is stable
+            target_logit = logits.gather(2, yb.view(nb, 1, 1).expand(nb, k, 1))
+            probs = logits.exp_()
+            total = probs.sum(dim=2, keepdim=True)
+            loss = (total.log() - target_logit).mean(0).view(k)  # cross-entropy of each head
+            newly = active & ~torch.isfinite(loss)
+            diverged_at = torch.where(newly, epoch, diverged_at)
+            active &= ~newly
+            # d(mean loss)/d(logits) = (softmax - onehot) / nb; frozen heads get zero (NaN only while diverging)
+            scale = active.float() / nb
+            probs.mul_(scale.view(1, k, 1) / total)
+            probs[rows[:nb], :, yb] -= scale
+            grad = probs.view(nb, k * c)
+            step_lr = lr * active.repeat_interleave(c)
+            buf_w.mul_(momentum).add_((xb.T @ grad).addcmul_(w2, wd))
+            w2.addcmul_(buf_w, step_lr, value=-1.0)
+            buf_b.mul_(momentum).add_(grad.sum(0).addcmul_(b1, wd))
+            b1.addcmul_(buf_b, step_lr, value=-1.0)
+        # a head that diverged this epoch returns to the state the published loop last evaluated, and stays there
+        keep = active.repeat_interleave(c)
+        for param, snap, buf in ((w2, snap_w, buf_w), (b1, snap_b, buf_b)):
+            param.copy_(torch.where(keep, param, snap))
+            buf.copy_(torch.where(keep, buf, 0.0))
+            snap.copy_(param)
+        if eval_every_epoch or epoch == epochs - 1:
+            last = evaluate_heads(weight, bias, eval_x, eval_y).cpu()
+            history.append(last[:, 0])
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
+    acc = torch.where((diverged_at == 0).cpu().view(k, 1), 0.0, last)  # the published loop returns 0 then
+    return HeadsResult(
+        top1=acc[:, 0],
+        top5=acc[:, 1],
+        history=history,
+        diverged_epoch=[None if e < 0 else int(e) for e in diverged_at.tolist()],
+        weight=weight,
+        bias=bias,
+        lr_factors=factors,
+    )

@@ -1,0 +1,124 @@
+"""The whole probe protocol of a domain: tune, retrain with the best (lr, wd), test; for every seed and shot count.
+
+``probe`` runs one (seed, shots) cell and returns its result row; ``run_protocol`` runs the grid of a domain and
+appends rows to a results file, skipping rows that exist. Studies are named after the cell and a hash of the
+protocol values and search plan, so a changed protocol never resumes a study made under other values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_split, sub_seed, tuning_indices
+from cog_pl.probe.results import FORMAT_VERSION, append_row, read_rows, row_key, versions
+from cog_pl.probe.study import open_study
+from cog_pl.probe.tuner import SearchPlan, best_trial, run_search, train_probe
+from cog_pl.protocol import ProbeProtocol, as_record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Splits:
+    """Normalised train and test features of one domain, in memory."""
+
+    train_x: Tensor
+    train_y: Tensor
+    test_x: Tensor
+    test_y: Tensor
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.train_y.max()) + 1
+
+    @classmethod
+    def load(cls, root: str | os.PathLike, normalize: bool = True) -> Splits:
+        """Read ``root/train`` and ``root/test`` (features.npy + labels.npy)."""
+        root = Path(root)
+        (tx, ty), (sx, sy) = load_split(root / "train"), load_split(root / "test")
+        if normalize:
+            tx, sx = l2_normalize(tx), l2_normalize(sx)
+        return cls(tx, ty, sx, sy)
+
+
+def study_name(model: str, domain: str, shots: int | None, seed: int, protocol: ProbeProtocol,
+               plan: SearchPlan) -> str:
+    """Name of the study of one cell; the hash changes with any protocol value or the search mode."""
+    values = {"protocol": as_record(protocol), "mode": plan.mode, "startup": plan.startup_trials,
+              "batch": plan.trial_batch}
+    digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{model}/{domain}/shots-{shots or 'all'}/seed-{seed}/{digest}"
+
+
+def set_flush_denormal(enabled: bool) -> bool:
+    """Flush subnormal floats to zero on the CPU: softmax tails of confident heads make BLAS crawl otherwise."""
+    return bool(enabled and torch.set_flush_denormal(True))
+
+
+def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.PathLike, model: str = "model",
+          domain: str = "domain", protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
+          device: str | torch.device = "cpu", name: str | None = None, flush_denormal: bool = True) -> dict[str, Any]:
+    """Tune, retrain and test one probe; returns its result row. Test data never enters tuning or sampling."""
+    protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
+    flushed = set_flush_denormal(flush_denormal)
+    start = time.perf_counter()
+    train_idx, val_idx = tuning_indices(splits.train_y, protocol.val_fraction, seed, shots)
+    tuning = ProbeData(splits.train_x[train_idx], splits.train_y[train_idx], splits.train_x[val_idx],
+                       splits.train_y[val_idx], splits.num_classes).to(device)
+    name = name or study_name(model, domain, shots, seed, protocol, plan)
+    study = open_study(storage, name, seed, plan.startup_trials)
+    run_search(study, tuning, protocol, plan, seed)
+    best = best_trial(study)
+    del tuning
+    tuned = time.perf_counter()
+    final_idx = final_indices(splits.train_y, seed, shots)
+    final = ProbeData(splits.train_x[final_idx], splits.train_y[final_idx], splits.test_x, splits.test_y,
+                      splits.num_classes).to(device)
+    lr, wd = best.params["lr"], best.params["wd"]
+    result = train_probe(final, [lr], [wd], protocol=protocol, seeds=[sub_seed(seed, 20)],
+                         perm_seed=sub_seed(seed, 21))
+    end = time.perf_counter()
+    log.info("%s: lr %.4g wd %.3g -> test top-1 %.2f", name, lr, wd, float(result.top1[0]))
+    return {
+        "format_version": FORMAT_VERSION, "model": model, "domain": domain, "shots": shots, "seed": seed,
+        "lr": lr, "wd": wd, "best_trial": best.number, "val_top1": best.value,
+        "val_top5": best.user_attrs.get("val_top5"), "test_top1": float(result.top1[0]),
+        "test_top5": float(result.top5[0]), "final_diverged_epoch": result.diverged_epoch[0],
+        "train_rows": len(final_idx), "tuning_rows": len(train_idx), "val_rows": len(val_idx),
+        "mode": plan.mode, "search": plan.as_record(), "protocol": as_record(protocol), "study": name,
+        "flush_denormal": flushed, "device": str(device), "seconds": round(end - start, 3),
+        "tune_seconds": round(tuned - start, 3), "final_seconds": round(end - tuned, 3), "versions": versions(),
+    }
+
+
+def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: str, domain: str,
+                 storage: str | os.PathLike, protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
+                 seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
+                 device: str | torch.device = "cpu") -> list[dict[str, Any]]:
+    """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end."""
+    protocol = protocol or ProbeProtocol()
+    seeds = protocol.seeds if seeds is None else seeds
+    shots = (None, *protocol.shots) if shots is None else shots
+    done = {row_key(r) for r in read_rows(results)}
+    splits = Splits.load(root, normalize=protocol.normalize)
+    rows = []
+    for n in shots:
+        for seed in seeds:
+            if (model, domain, n, seed) in done:
+                log.info("skip %s %s shots=%s seed=%s: row exists", model, domain, n, seed)
+                continue
+            row = probe(splits, seed=seed, shots=n, storage=storage, model=model, domain=domain,
+                        protocol=protocol, plan=plan, device=device)
+            append_row(results, row)
+            rows.append(row)
+    return rows

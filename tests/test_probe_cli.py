@@ -1,0 +1,43 @@
+"""``cog-pl probe tune``: progress on stderr, one JSON result as the last stdout line; the same seed repeats."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_probe_fixtures import write_features
+
+from cog_pl.cli.probe import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_tune_prints_a_json_result_last(tmp_path, capsys):
+    features = write_features(tmp_path / "m" / "cog_l2")
+    args = ["tune", "--features", str(features), "--trials", "4", "--epochs", "3", "--shots", "8",
+            "--workdir", str(tmp_path / "w"), "--device", "cpu"]
+    assert main(args) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"test_top1", "test_top5", "lr", "wd", "seconds"} <= set(row)
+    assert (row["model"], row["domain"], row["shots"], row["mode"]) == ("m", "cog_l2", 8, "fast")
+    assert row["protocol"]["trials"] == 4 and row["protocol"]["epochs"] == 3
+    assert (tmp_path / "w" / "optuna.db").exists()
+
+
+def test_tune_as_a_process_repeats_with_the_same_seed(tmp_path):
+    features = write_features(tmp_path / "f")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    rows = []
+    for i in range(2):
+        out = subprocess.run([sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(features),
+                              "--trials", "4", "--epochs", "2", "--exact", "--workdir", str(tmp_path / f"w{i}"),
+                              "--results", str(tmp_path / "rows.jsonl")],
+                             env=env, check=True, capture_output=True, text=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        assert "val top-1" in out.stderr  # progress
+    assert rows[0]["mode"] == "exact"
+    assert [r["test_top1"] for r in rows] == [rows[0]["test_top1"]] * 2 and rows[0]["lr"] == rows[1]["lr"]
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 1  # same key: replaced, not duplicated

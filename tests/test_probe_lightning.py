@@ -1,0 +1,98 @@
+"""The Lightning shell: LinearProbe + ProbeDataModule from a YAML config (fit, then test), DDP, bf16 AMP, Optuna."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import lightning as L
+import optuna
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+from test_probe_fixtures import write_features
+
+from cog_pl.probe.cli import main as cli_main
+from cog_pl.probe.datamodule import ProbeDataModule
+from cog_pl.probe.lightning_tune import lightning_objective
+from cog_pl.probe.module import LinearProbe
+from cog_pl.probe.schedule import lr_sequence
+from cog_pl.protocol import ProbeProtocol
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "configs" / "probe" / "linear_probe.yaml"
+QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0}
+
+
+@pytest.fixture(scope="module")
+def features(tmp_path_factory):
+    return write_features(tmp_path_factory.mktemp("feats"), classes=6, dim=16, per_class=40)
+
+
+class RecordLR(Callback):
+    def __init__(self):
+        self.lrs = []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def test_cli_fit_then_test_from_the_config_file(features, tmp_path):
+    common = ["--config", str(CONFIG), "--data.root", str(features), "--data.batch_size", "64",
+              "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu", "--trainer.default_root_dir",
+              str(tmp_path)]
+    fit = cli_main(["fit", *common])
+    assert fit.model.linear.weight.shape == (6, 16)  # linked from the datamodule
+    assert fit.model.hparams.lr == 1.0 and fit.trainer.max_epochs == 3
+    assert 0 <= float(fit.trainer.callback_metrics["val/top1"]) <= 1
+    ckpt = fit.trainer.checkpoint_callback.best_model_path
+    assert ckpt and Path(ckpt).exists()
+    assert list(tmp_path.rglob("config.yaml"))  # resolved config saved with the run
+    tested = cli_main(["test", *common, "--ckpt_path", ckpt])
+    assert {"test/top1", "test/top5"} <= set(tested.trainer.callback_metrics)
+    assert tested.trainer.callback_metrics["test/top5"] >= tested.trainer.callback_metrics["test/top1"]
+
+
+def test_module_follows_the_published_lr_sequence(features):
+    dm = ProbeDataModule(features, batch_size=64)
+    model = LinearProbe(dm.num_classes, dm.feature_dim, lr=3.0, weight_decay=1e-6)
+    rec = RecordLR()
+    L.Trainer(max_epochs=6, accelerator="cpu", callbacks=[rec], enable_checkpointing=False, **QUIET).fit(model, dm)
+    assert rec.lrs == pytest.approx(lr_sequence(3.0, 6), rel=1e-12)
+
+
+def test_bf16_autocast_trains(features):
+    dm = ProbeDataModule(features, batch_size=64)
+    model = LinearProbe(dm.num_classes, dm.feature_dim, lr=10.0, weight_decay=1e-6)
+    trainer = L.Trainer(max_epochs=3, accelerator="cpu", precision="bf16-mixed", enable_checkpointing=False, **QUIET)
+    trainer.fit(model, dm)
+    top1 = float(trainer.callback_metrics["val/top1"])
+    assert torch.isfinite(torch.tensor(top1)) and top1 > 1.5 / dm.num_classes
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes_from_the_config_files(features, tmp_path):
+    cmd = [sys.executable, "-m", "cog_pl.probe.cli", "fit", "--config", str(CONFIG), "--config",
+           str(REPO / "configs" / "probe" / "ddp_cpu.yaml"), "--data.root", str(features), "--data.batch_size", "32",
+           "--trainer.max_epochs", "2", "--trainer.default_root_dir", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "distributed_backend=gloo" in out.stdout and "All distributed processes registered" in out.stdout
+    assert list(tmp_path.rglob("*.ckpt"))
+
+
+def test_optuna_callback_reports_every_epoch_and_keeps_a_diverged_trials_value(features):
+    dm = ProbeDataModule(features, batch_size=64)
+    protocol = replace(ProbeProtocol(), epochs=2)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
+    study.enqueue_trial({"lr": 1e37, "wd": 10.0})  # outside the ranges: weights overflow in the first epoch
+    study.optimize(lightning_objective(dm, protocol, accelerator="cpu"), n_trials=3)
+    diverged, *others = study.trials
+    assert diverged.user_attrs["diverged_epoch"] == 0 and diverged.value == 0.0
+    assert diverged.intermediate_values == {}
+    for t in others:
+        assert sorted(t.intermediate_values) == [0, 1] and t.value == t.intermediate_values[1]

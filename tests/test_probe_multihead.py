@@ -1,0 +1,86 @@
+"""The fused K-head trainer equals K separate ``nn.Linear`` + ``torch.optim.SGD`` runs of the published loop."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from cog_pl.probe.multihead import evaluate_heads, init_heads, train_heads
+from cog_pl.probe.schedule import lr_at
+
+D, C, N, B, EPOCHS = 24, 7, 300, 64, 4
+
+
+def data(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, C, (N,), generator=g)
+    x = F.normalize(torch.randn(N, D, generator=g) + 2 * torch.randn(C, D, generator=g)[y], dim=1)
+    return x, y
+
+
+def single_run(x, y, lr, wd, weight, bias, perm_seed):
+    """The published loop for one trial (nn.Linear, torch.optim.SGD, cosine step after the epoch)."""
+    model = torch.nn.Linear(D, C)
+    with torch.no_grad():
+        model.weight.copy_(weight)
+        model.bias.copy_(bias)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=wd)
+    gen = torch.Generator().manual_seed(perm_seed)
+    for epoch in range(EPOCHS):
+        order = torch.randperm(N, generator=gen)
+        for i in range(0, N, B):
+            b = order[i : i + B]
+            loss = F.cross_entropy(model(x[b]), y[b])
+            if not torch.isfinite(loss):
+                return model, epoch
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(lr, epoch + 1, EPOCHS)
+    return model, None
+
+
+def run_heads(x, y, lrs, wds, init, perm_seed, **kw):
+    return train_heads(x, y, lrs, wds, num_classes=C, epochs=EPOCHS, batch_size=B, momentum=0.9,
+                       generator=torch.Generator().manual_seed(perm_seed), init=init, eval_x=x, eval_y=y, **kw)
+
+
+def test_k_heads_equal_k_separate_runs():
+    x, y = data()
+    lrs, wds = [0.1, 1.0, 7.5, 40.0], [1e-12, 1e-4, 3e-6, 1e-8]
+    weight, bias = init_heads(D, C, len(lrs), torch.Generator().manual_seed(1))
+    out = run_heads(x, y, lrs, wds, (weight, bias), perm_seed=5)
+    for k, (lr, wd) in enumerate(zip(lrs, wds)):
+        model, diverged = single_run(x, y, lr, wd, weight[:, k].T, bias[k], perm_seed=5)
+        assert diverged is None
+        torch.testing.assert_close(out.weight[:, k].T, model.weight.detach(), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(out.bias[k], model.bias.detach(), rtol=1e-4, atol=1e-5)
+        acc = evaluate_heads(model.weight.detach().T.unsqueeze(1), model.bias.detach().unsqueeze(0), x, y)
+        torch.testing.assert_close(out.top1[k], acc[0, 0])
+
+
+def test_diverging_head_is_frozen_and_leaves_the_others_alone():
+    x, y = data()
+    lrs, wds = [1.0, 1e39, 5.0], [1e-6, 1e-6, 1e-6]  # 1e39 overflows float32: the loss turns non-finite
+    init = init_heads(D, C, len(lrs), torch.Generator().manual_seed(2))
+    together = run_heads(x, y, lrs, wds, init, perm_seed=3, eval_every_epoch=True)
+    alone = run_heads(x, y, [lrs[0], lrs[2]], [wds[0], wds[2]], (init[0][:, [0, 2]], init[1][[0, 2]]), perm_seed=3)
+    assert together.diverged_epoch == [None, 0, None]
+    torch.testing.assert_close(together.weight[:, [0, 2]], alone.weight)
+    assert together.top1[1] == 0.0  # diverged before any evaluation: the published loop returns 0
+    assert torch.isfinite(together.weight).all()
+    assert len(together.history) == EPOCHS
+
+
+def test_head_diverging_later_keeps_its_last_evaluated_accuracy():
+    x, y = data()
+    init = init_heads(D, C, 1, torch.Generator().manual_seed(4))
+    lr = 30.0
+    # lr * wd far above 2 (1 + momentum): the weights oscillate with growing amplitude and overflow in epoch 2
+    out = run_heads(x, y, [lr], [30.0], init, perm_seed=6, eval_every_epoch=True)
+    _model, diverged = single_run(x, y, lr, 30.0, init[0][:, 0].T, init[1][0], perm_seed=6)
+    assert diverged is not None and diverged > 0
+    assert out.diverged_epoch == [diverged]
+    assert out.top1[0] == out.history[diverged - 1][0]
+    assert out.history[diverged][0] == out.history[diverged - 1][0]

@@ -1,0 +1,110 @@
+"""The batched and exact TPE searches: repeatable, robust to diverging trials, recorded; the protocol grid resumes."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from test_probe_fixtures import write_features
+
+from cog_pl.probe.protocol_run import Splits, probe, run_protocol
+from cog_pl.probe.results import read_rows
+from cog_pl.probe.study import fail_stale_trials, open_study, worker_id
+from cog_pl.probe.tuner import SearchPlan, search_space
+from cog_pl.protocol import ProbeProtocol
+
+PROTOCOL = replace(ProbeProtocol(), trials=8, epochs=3, batch_size=64)
+PLAN = SearchPlan(startup_trials=4, trial_batch=2)
+
+
+@pytest.fixture(scope="module")
+def splits(tmp_path_factory):
+    return Splits.load(write_features(tmp_path_factory.mktemp("feats"), per_class=40))
+
+
+def test_same_seed_same_result(splits, tmp_path):
+    rows = [probe(splits, seed=22, shots=None, storage=tmp_path / f"{i}.db", protocol=PROTOCOL, plan=PLAN)
+            for i in range(2)]
+    keys = ("lr", "wd", "val_top1", "test_top1", "test_top5")
+    assert [rows[0][k] for k in keys] == [rows[1][k] for k in keys]
+    other = probe(splits, seed=37, shots=None, storage=tmp_path / "other.db", protocol=PROTOCOL, plan=PLAN)
+    assert other["lr"] != rows[0]["lr"]
+
+
+def test_row_records_mode_protocol_and_timings(splits, tmp_path):
+    row = probe(splits, seed=22, shots=4, storage=tmp_path / "s.db", protocol=PROTOCOL, plan=PLAN,
+                model="rn50", domain="cog_l1")
+    assert row["mode"] == "fast" and row["search"]["trial_batch"] == 2
+    assert row["protocol"]["epochs"] == 3 and row["protocol"]["lr_range"] == [0.1, 100.0]
+    assert (row["model"], row["domain"], row["shots"], row["seed"]) == ("rn50", "cog_l1", 4, 22)
+    assert 0 <= row["test_top1"] <= row["test_top5"] <= 100
+    assert row["seconds"] >= row["tune_seconds"] > 0 and "torch" in row["versions"]
+
+
+def test_fast_mode_batches_trials_and_exact_mode_runs_them_one_by_one(splits, tmp_path):
+    for plan, sizes in ((PLAN, {4, 2}), (replace(PLAN, mode="exact"), {1})):
+        probe(splits, seed=22, shots=None, storage=tmp_path / f"{plan.mode}.db", protocol=PROTOCOL, plan=plan,
+              name=plan.mode)
+        study = optuna.load_study(study_name=plan.mode, storage=f"sqlite:///{tmp_path / f'{plan.mode}.db'}")
+        trials = study.get_trials(states=(TrialState.COMPLETE,))
+        assert len(trials) == PROTOCOL.trials
+        assert {t.user_attrs["batch_heads"] for t in trials} == sizes
+        evaluated = {len(t.intermediate_values) for t in trials}
+        assert evaluated == ({PROTOCOL.epochs} if plan.mode == "exact" else {0})
+
+
+def test_startup_batch_draws_what_a_sequential_search_would(tmp_path):
+    """TPE's random startup trials do not depend on earlier results, so asking them at once changes nothing."""
+    space = search_space(PROTOCOL)
+    seq = open_study(tmp_path / "a.db", "s", seed=22)
+    for _ in range(4):
+        t = seq.ask(space)
+        seq.tell(t, t.params["lr"])
+    batch = open_study(tmp_path / "b.db", "s", seed=22)
+    asked = [batch.ask(space) for _ in range(4)]
+    assert [t.params for t in asked] == [t.params for t in seq.trials]
+    assert len({t.params["lr"] for t in asked}) == 4
+
+
+def test_a_diverging_trial_does_not_stop_the_search(splits, tmp_path):
+    protocol = replace(PROTOCOL, lr_range=(0.1, 1e45))  # lr beyond float32: those trials overflow at once
+    row = probe(splits, seed=22, shots=None, storage=tmp_path / "d.db", protocol=protocol, plan=PLAN, name="d")
+    study = optuna.load_study(study_name="d", storage=f"sqlite:///{tmp_path / 'd.db'}")
+    trials = study.get_trials(states=(TrialState.COMPLETE,))
+    diverged = [t for t in trials if t.user_attrs["diverged_epoch"] is not None]
+    assert len(trials) == protocol.trials and diverged and len(diverged) < len(trials)
+    assert all(t.value == 0.0 for t in diverged if t.user_attrs["diverged_epoch"] == 0)
+    assert row["val_top1"] > 0 and row["lr"] < 1e38 and row["final_diverged_epoch"] is None
+
+
+def test_protocol_grid_writes_one_row_per_cell_and_resumes(splits, tmp_path):
+    results, storage = tmp_path / "rows.jsonl", tmp_path / "grid.db"
+    kw = {"model": "m", "domain": "cog_l3", "storage": storage, "protocol": replace(PROTOCOL, trials=4),
+          "plan": PLAN, "seeds": (22, 37), "shots": (None, 2)}
+    root = tmp_path / "feats"
+    write_features(root, per_class=40)
+    assert len(run_protocol(root, results, **kw)) == 4
+    rows = read_rows(results)
+    assert sorted((r["shots"] or 0, r["seed"]) for r in rows) == [(0, 22), (0, 37), (2, 22), (2, 37)]
+    assert run_protocol(root, results, **kw) == []
+    assert read_rows(results) == rows
+
+
+def test_trials_of_dead_workers_are_failed_and_live_ones_kept(tmp_path):
+    space = search_space(PROTOCOL)
+    study = open_study(tmp_path / "s.db", "s", seed=1)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, live = study.ask(space), study.ask(space)
+    assert study._storage.get_trial(live._trial_id).user_attrs["worker"] == worker_id()  # leased inside ask
+    study._storage.set_trial_user_attr(dead._trial_id, "worker", f"{socket.gethostname()}:{gone.stdout.strip()}")
+    unleased = study._storage.create_new_trial(study._study_id)  # as if killed inside ask, before the lease
+    assert fail_stale_trials(study, stale_after=600) == 1
+    states = {t._trial_id: t.state for t in study.get_trials()}
+    assert states[dead._trial_id] == TrialState.FAIL
+    assert states[live._trial_id] == states[unleased] == TrialState.RUNNING
+    assert fail_stale_trials(study, stale_after=0) == 1  # silent past the limit: dead; our own never
