@@ -11,6 +11,7 @@ from pathlib import Path
 from test_probe_fixtures import write_features
 
 from cog_pl.cli.probe import main
+from cog_pl.results import read_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,10 +35,10 @@ def test_tune_as_a_process_repeats_with_the_same_seed(tmp_path):
     for i in range(2):
         out = subprocess.run([sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(features),
                               "--trials", "4", "--epochs", "2", "--exact", "--workdir", str(tmp_path / f"w{i}"),
-                              "--results", str(tmp_path / "rows.jsonl")],
+                              "--results", str(tmp_path / "rows.sqlite")],
                              env=env, check=True, capture_output=True, text=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         assert "val top-1" in out.stderr  # progress
     assert rows[0]["mode"] == "exact"
     assert [r["test_top1"] for r in rows] == [rows[0]["test_top1"]] * 2 and rows[0]["lr"] == rows[1]["lr"]
-    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 1  # same key: replaced, not duplicated
+    assert len(read_rows(tmp_path / "rows.sqlite")) == 1  # same key: replaced, not duplicated

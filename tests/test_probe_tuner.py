@@ -13,10 +13,10 @@ from optuna.trial import TrialState
 from test_probe_fixtures import write_features
 
 from cog_pl.probe.protocol_run import Splits, probe, run_protocol
-from cog_pl.probe.results import read_rows
 from cog_pl.probe.study import fail_stale_trials, open_study, worker_id
 from cog_pl.probe.tuner import SearchPlan, search_space
 from cog_pl.protocol import ProbeProtocol
+from cog_pl.results import read_rows
 
 PROTOCOL = replace(ProbeProtocol(), trials=8, epochs=3, batch_size=64)
 PLAN = SearchPlan(startup_trials=4, trial_batch=2)
@@ -83,7 +83,7 @@ def test_a_diverging_trial_does_not_stop_the_search(splits, tmp_path):
 
 
 def test_protocol_grid_writes_one_row_per_cell_and_resumes(splits, tmp_path):
-    results, storage = tmp_path / "rows.jsonl", tmp_path / "grid.db"
+    results, storage = tmp_path / "rows.sqlite", tmp_path / "grid.db"
     kw = {"model": "m", "domain": "cog_l3", "storage": storage, "protocol": replace(PROTOCOL, trials=4),
           "plan": PLAN, "seeds": (22, 37), "shots": (None, 2)}
     root = tmp_path / "feats"

@@ -59,7 +59,7 @@ def _tune(args: argparse.Namespace) -> int:
                 protocol=protocol, plan=_plan(args), device=_device(args.device), name=args.study_name,
                 flush_denormal=not args.keep_denormals)
     if args.results:
-        from cog_pl.probe.results import append_row
+        from cog_pl.results import append_row
 
         append_row(args.results, row)
     print(json.dumps(row, sort_keys=True), flush=True)
@@ -118,14 +118,14 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--model", help="model name in the result (default: parent directory name)")
     tune.add_argument("--domain", help="domain name in the result (default: directory name)")
     tune.add_argument("--study-name", help="Optuna study name (default: derived from the cell and protocol)")
-    tune.add_argument("--results", type=Path, help="also append the row to this JSON-lines file")
+    tune.add_argument("--results", type=Path, help="also add the row to this results store (SQLite)")
     tune.set_defaults(func=_tune)
 
     grid = sub.add_parser("protocol", help="all seeds x shots of one domain into a results file")
     _common(grid)
     grid.add_argument("--model", required=True)
     grid.add_argument("--domain", required=True)
-    grid.add_argument("--results", type=Path, required=True, help="JSON-lines results file (resumable)")
+    grid.add_argument("--results", type=Path, required=True, help="results store (SQLite; resumable)")
     grid.add_argument("--seeds", type=int, nargs="*", help="default: the protocol's five seeds")
     grid.add_argument("--shots", nargs="*", help="N values and/or 'all' (default: all, 1, 2, ..., 128)")
     grid.set_defaults(func=_protocol_cmd)

@@ -8,7 +8,7 @@
 - ``module`` / ``datamodule`` / ``cli`` / ``lightning_tune``: the Lightning shell (``LinearProbe``).
 """
 
-from cog_pl.probe.data import few_shot, val_split
+from cog_pl.data.sampling import few_shot, val_split
 from cog_pl.probe.multihead import train_heads
 from cog_pl.probe.schedule import cosine_factor, lr_sequence
 from cog_pl.probe.tuner import SearchPlan

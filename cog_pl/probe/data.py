@@ -1,8 +1,8 @@
 """Features for probing: loading, L2 normalisation, the per-class validation split and N-shot samples.
 
 A split directory holds ``features.npy`` (float16 or float32, ``N x D``) and ``labels.npy`` (int64, ``N``); a plain
-root holds ``train/`` and ``test/`` split directories. ``val_split`` and ``few_shot`` have the signatures of the
-shared feature-store helpers and can be swapped for them; both are pure functions of their inputs and a seed.
+root holds ``train/`` and ``test/`` split directories. The validation split and N-shot samples are the shared
+ones of :mod:`cog_pl.data.sampling` (pure functions of the labels and a seed).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from cog_pl.data.sampling import few_shot, final_seed, val_split
 
 
 def sub_seed(seed: int, *keys: int) -> int:
@@ -45,32 +47,6 @@ def l2_normalize(x: Tensor) -> Tensor:
     return F.normalize(x, dim=1)
 
 
-def val_split(labels: np.ndarray | Tensor, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of (train, validation): a seeded random ``fraction`` of every class held out, rounded down."""
-    labels = np.asarray(labels)
-    rng = np.random.default_rng(seed)
-    train, val = [], []
-    for c in np.unique(labels):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        n_val = int(len(idx) * fraction)
-        val.append(idx[len(idx) - n_val :])
-        train.append(idx[: len(idx) - n_val])
-    return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
-
-
-def few_shot(labels: np.ndarray | Tensor, candidates_idx: np.ndarray, shots: int, seed: int) -> np.ndarray:
-    """A seeded sample of ``shots`` indices per class drawn from ``candidates_idx`` (fewer if a class has fewer)."""
-    labels = np.asarray(labels)
-    candidates_idx = np.asarray(candidates_idx)
-    rng = np.random.default_rng(seed)
-    picked = []
-    cand_labels = labels[candidates_idx]
-    for c in np.unique(cand_labels):
-        pool = candidates_idx[cand_labels == c]
-        picked.append(rng.choice(pool, size=min(shots, len(pool)), replace=False))
-    return np.sort(np.concatenate(picked))
-
-
 @dataclass
 class ProbeData:
     """In-memory train and evaluation sets of one probe, features already normalised."""
@@ -88,6 +64,7 @@ class ProbeData:
 
 def tuning_indices(labels: Tensor, fraction: float, seed: int, shots: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(train, validation) indices for tuning: validation cut first, the N-shot sample from the remaining rows."""
+    labels = np.asarray(labels)
     train_idx, val_idx = val_split(labels, fraction, seed)
     if shots is not None:
         train_idx = few_shot(labels, train_idx, shots, sub_seed(seed, 1))
@@ -97,4 +74,4 @@ def tuning_indices(labels: Tensor, fraction: float, seed: int, shots: int | None
 def final_indices(labels: Tensor, seed: int, shots: int | None) -> np.ndarray:
     """Training indices of the final probe: all of the train split, or a fresh N-shot sample of it."""
     everything = np.arange(len(labels))
-    return everything if shots is None else few_shot(labels, everything, shots, sub_seed(seed, 2))
+    return everything if shots is None else few_shot(labels, everything, shots, final_seed(seed))

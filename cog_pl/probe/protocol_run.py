@@ -20,10 +20,10 @@ import torch
 from torch import Tensor
 
 from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_split, sub_seed, tuning_indices
-from cog_pl.probe.results import FORMAT_VERSION, append_row, read_rows, row_key, versions
 from cog_pl.probe.study import open_study
 from cog_pl.probe.tuner import SearchPlan, best_trial, run_search, train_probe
 from cog_pl.protocol import ProbeProtocol, as_record
+from cog_pl.results import FORMAT_VERSION, append_row, read_rows, row_key, versions
 
 log = logging.getLogger(__name__)
 
