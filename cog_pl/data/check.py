@@ -16,6 +16,7 @@ from pathlib import Path
 from torch.utils.data import DataLoader, Dataset
 
 from cog_pl import resources
+from cog_pl.benchmark import Benchmark
 from cog_pl.data.imagenet import SynsetSource, load_image
 from cog_pl.data.splits import build_split, check_split, installed_split_path, load_split
 from cog_pl.protocol import FeatureProtocol
@@ -93,8 +94,9 @@ class _DecodeAll(Dataset):
         return None
 
 
-def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict) -> None:
-    wnids = resources.in1k_wnids()
+def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict, benchmark: Benchmark | None) -> None:
+    wnids = benchmark.in1k if benchmark else resources.in1k_wnids()
+    n_val = benchmark.feature_protocol().test_per_concept if benchmark else 50
     counts = {"classes": 0, "expected_classes": len(wnids), "train": 0, "test": 0}
     for split, sub in (("train", "train"), ("test", "val")):
         if not (root / sub).is_dir():
@@ -111,21 +113,23 @@ def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict) -> None:
             names = source.list(wnid)
             counts[split] += len(names)
             rows[split] += [("in1k", source, wnid, n) for n in names]
-            if split == "test" and len(names) != 50:
-                report.add("error", "in1k", "val images per class", f"{wnid}: {len(names)} val images, expected 50")
+            if split == "test" and len(names) != n_val:
+                report.add("error", "in1k", "val images per class",
+                           f"{wnid}: {len(names)} val images, expected {n_val}")
         counts["classes"] = present if split == "train" else min(counts["classes"], present)
-    if counts["train"] and counts["train"] != IN1K_TRAIN_IMAGES:
+    if counts["train"] and counts["train"] != IN1K_TRAIN_IMAGES and benchmark is None:
         report.add("warning", "in1k", "train total", f"{counts['train']} train images, the official set has "
                                                      f"{IN1K_TRAIN_IMAGES}")
     report.counts["in1k"] = counts
 
 
 def _check_level(level: str, source: SynsetSource, report: DataReport, protocol: FeatureProtocol, cache_dir,
-                 split_file: str | None, rows: dict) -> None:
+                 split_file: str | None, rows: dict, benchmark: Benchmark | None) -> None:
     domain = f"cog_l{level[1]}"
     installed = installed_split_path(level, cache_dir)
-    path = split_file or (installed if installed.exists() else None)
-    split = load_split(path, level) if path else build_split(level, source, protocol=protocol)
+    path = split_file or (installed if installed.exists() and benchmark is None else None)
+    split = (load_split(path, level, benchmark) if path
+             else build_split(level, source, protocol=protocol, benchmark=benchmark))
     issues = check_split(split, protocol, source)
     for issue in issues:
         kind = ("missing synset" if issue.problem == "synset missing" else "missing test images"
@@ -147,19 +151,23 @@ def _check_level(level: str, source: SynsetSource, report: DataReport, protocol:
 def check_data(in1k_root: str | os.PathLike | None = None, in21k_root: str | os.PathLike | None = None,
                decode: bool = False, workers: int = 0, progress: bool = False, cache_dir: str | None = None,
                protocol: FeatureProtocol | None = None, split_files: dict[str, str] | None = None,
-               levels: tuple[str, ...] = resources.LEVELS) -> DataReport:
-    """Check IN-1K and/or the CoG levels; with ``decode``, fully decode every image of every split."""
+               levels: tuple[str, ...] = resources.LEVELS, benchmark: str | None = None) -> DataReport:
+    """Check IN-1K and/or the CoG levels; with ``decode``, fully decode every image of every split.
+
+    ``benchmark``: a benchmark file (:mod:`cog_pl.benchmark`) to check against instead of the official one.
+    """
     if in1k_root is None and in21k_root is None:
         raise ValueError("give --in1k-root and/or --in21k-root")
-    protocol = protocol or FeatureProtocol()
+    custom = Benchmark.load(benchmark) if benchmark is not None else None
+    protocol = protocol or (custom.feature_protocol() if custom else FeatureProtocol())
     report = DataReport()
     rows: dict[str, list] = {"train": [], "test": []}
     if in1k_root is not None:
-        _check_in1k(Path(in1k_root), report, cache_dir, rows)
+        _check_in1k(Path(in1k_root), report, cache_dir, rows, custom)
     if in21k_root is not None:
         source = SynsetSource(in21k_root, cache_dir)
         for level in levels:
-            _check_level(level, source, report, protocol, cache_dir, (split_files or {}).get(level), rows)
+            _check_level(level, source, report, protocol, cache_dir, (split_files or {}).get(level), rows, custom)
     if decode:
         _decode(rows, report, workers, progress)
     return report

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cog_pl import resources
+from cog_pl.benchmark import Benchmark
 from cog_pl.data.tar_index import default_cache_dir
 from cog_pl.io import atomic_open
 from cog_pl.protocol import FeatureProtocol
@@ -33,13 +33,9 @@ RULE_TEXT = ("train = the concept's images that are not official test images; if
              "sha256('{seed}/{wnid}/{filename}') hex digest ascending and keep the first max_train; list by filename")
 
 
-def official_test_by_concept(level: str) -> dict[str, tuple[str, ...]]:
-    """The official test filenames of a level, per concept (every concept of the level, sorted)."""
-    out: dict[str, list[str]] = {w: [] for w in resources.official_levels()[level]}
-    for path in resources.official_test_split(level):
-        wnid, filename = path.split("/", 1)
-        out.setdefault(wnid, []).append(filename)
-    return {w: tuple(sorted(v)) for w, v in sorted(out.items())}
+def official_test_by_concept(level: str, benchmark: Benchmark | None = None) -> dict[str, tuple[str, ...]]:
+    """The test filenames of a level, per concept (every concept of the level, sorted); official by default."""
+    return (benchmark or Benchmark.official()).test_by_concept(level)
 
 
 def select_train(wnid: str, filenames: Iterable[str], test: Iterable[str], max_train: int, seed: int = 0) -> list[str]:
@@ -94,10 +90,14 @@ class LevelSplit:
                 "test": {w: list(v) for w, v in sorted(self.test.items())}, "sha256": self.sha256()}
 
 
-def build_split(level: str, source, seed: int = 0, protocol: FeatureProtocol | None = None) -> LevelSplit:
-    """Apply the rule to the images a :class:`~cog_pl.data.imagenet.SynsetSource` holds; missing synsets get none."""
+def build_split(level: str, source, seed: int = 0, protocol: FeatureProtocol | None = None,
+                benchmark: Benchmark | None = None) -> LevelSplit:
+    """Apply the rule to the images a :class:`~cog_pl.data.imagenet.SynsetSource` holds; missing synsets get none.
+
+    ``benchmark`` gives the level's concepts and test images (the official ones by default).
+    """
     protocol = protocol or FeatureProtocol()
-    test = official_test_by_concept(level)
+    test = official_test_by_concept(level, benchmark)
     train = {}
     for wnid, test_names in test.items():
         names = source.list(wnid) if source.has(wnid) else []
@@ -113,8 +113,8 @@ def save_split(split: LevelSplit, path: str | os.PathLike) -> Path:
     return path
 
 
-def load_split(path: str | os.PathLike, level: str | None = None) -> LevelSplit:
-    """Read and verify a split file: format, level, hash, test = the official split, train disjoint from test."""
+def load_split(path: str | os.PathLike, level: str | None = None, benchmark: Benchmark | None = None) -> LevelSplit:
+    """Read and verify a split file: format, level, hash, test = the benchmark's (official) split, train disjoint."""
     path = Path(path)
     try:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
@@ -130,8 +130,9 @@ def load_split(path: str | os.PathLike, level: str | None = None) -> LevelSplit:
                        {w: tuple(v) for w, v in rec["test"].items()}, rec["seed"], rec["max_train"])
     if split.sha256() != rec.get("sha256"):
         raise ValueError(f"{path}: content hash mismatch (file edited or damaged)")
-    if split.test != official_test_by_concept(split.level):
-        raise ValueError(f"{path}: its test images differ from the official {split.level} test split")
+    if split.test != official_test_by_concept(split.level, benchmark):
+        which = "official" if benchmark is None else f"benchmark {benchmark.name!r}'s"
+        raise ValueError(f"{path}: its test images differ from the {which} {split.level} test split")
     for wnid, names in split.train.items():
         leaked = set(names) & set(split.test.get(wnid, ()))
         if leaked:

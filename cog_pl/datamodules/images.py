@@ -15,6 +15,7 @@ import lightning as L
 from torch.utils.data import DataLoader
 
 from cog_pl import resources
+from cog_pl.benchmark import Benchmark, load_benchmark
 from cog_pl.data.imagenet import ImageDataset, SynsetSource, collate_images
 from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
 from cog_pl.data.transforms import TransformConfig, build_transform, resolve_transform
@@ -26,15 +27,20 @@ SPLITS = ("train", "test")
 
 
 class ImageDataModule(L.LightningDataModule):
-    """Shared loaders; subclasses define :meth:`_rows` (``(source, samples, labels)`` per split) and ``classes``."""
+    """Shared loaders; subclasses define :meth:`_rows` (``(source, samples, labels)`` per split) and ``classes``.
+
+    ``benchmark``: a benchmark file (:mod:`cog_pl.benchmark`) giving the concepts and test images; None = official.
+    """
 
     domain: str = ""
 
     def __init__(self, transform: str | TransformConfig | None = "protocol", batch_size: int = 128,
                  num_workers: int = 4, on_error: str = "fail", error_log: str | None = None,
                  shuffle_train: bool = True, predict_split: str = "test", pin_memory: bool = True,
-                 cache_dir: str | None = None) -> None:
+                 cache_dir: str | None = None, benchmark: str | None = None) -> None:
         super().__init__()
+        self.benchmark = benchmark
+        self._definition: Benchmark | None = None
         if predict_split not in SPLITS:
             raise ValueError(f"predict_split={predict_split!r}; expected train or test")
         self.transform_config = resolve_transform(transform)
@@ -42,6 +48,18 @@ class ImageDataModule(L.LightningDataModule):
         self.on_error, self.error_log, self.cache_dir = on_error, error_log, cache_dir
         self.shuffle_train, self.predict_split = shuffle_train, predict_split
         self.datasets: dict[str, ImageDataset] = {}
+
+    @property
+    def definition(self) -> Benchmark:
+        """The benchmark definition in use (read once)."""
+        if self._definition is None:
+            self._definition = load_benchmark(self.benchmark)
+        return self._definition
+
+    @property
+    def custom(self) -> Benchmark | None:
+        """The custom benchmark definition, or None for the official benchmark."""
+        return None if self.benchmark is None else self.definition
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -80,9 +98,12 @@ class ImageDataModule(L.LightningDataModule):
 
     def store_meta(self, split: str) -> dict[str, Any]:
         """The data half of a feature store's meta for ``split``: domain, classes, transform, level file hash."""
-        return {"domain": self.domain, "split": split, "classes": list(self.classes),
+        meta = {"domain": self.domain, "split": split, "classes": list(self.classes),
                 "num_classes": self.num_classes, "transform": self.transform_config.as_record(),
                 "level_file_sha256": level_file_sha256()}
+        if self.benchmark is not None:  # a custom benchmark's file plays the level file's part
+            meta.update(benchmark=self.definition.name, level_file_sha256=self.definition.sha256())
+        return meta
 
 
 def _require(source: SynsetSource, wnids: list[str] | tuple[str, ...], what: str) -> None:
@@ -104,7 +125,7 @@ class ImageNetDataModule(ImageDataModule):
 
     @property
     def classes(self) -> tuple[str, ...]:
-        return resources.in1k_wnids()
+        return self.definition.in1k
 
     def _rows(self, split: str) -> tuple[SynsetSource, list[tuple[str, str]], list[int]]:
         source = SynsetSource(os.path.join(self.root, "train" if split == "train" else "val"), self.cache_dir)
@@ -120,8 +141,9 @@ class ImageNetDataModule(ImageDataModule):
 class CoGLevelDataModule(ImageDataModule):
     """One CoG level over an IN-21K root (tars or folders): the official test split and the documented train split.
 
-    The split comes from ``split_file`` when given, else from the one installed by ``cog-pl data split import``,
-    else it is built from the images under ``root`` (:mod:`cog_pl.data.splits`).
+    The split comes from ``split_file`` when given, else from the one installed by ``cog-pl data split import``
+    (official benchmark only), else it is built from the images under ``root`` (:mod:`cog_pl.data.splits`).
+    A custom ``benchmark`` gives the concepts, the test images and, unless ``protocol`` is given, the image counts.
     """
 
     def __init__(self, level: str, root: str, split_file: str | None = None, split_seed: int = 0,
@@ -133,13 +155,13 @@ class CoGLevelDataModule(ImageDataModule):
             raise ValueError(f"unknown level {level!r}; expected L1..L5 or cog_l1..cog_l5")
         self.domain = f"cog_l{self.level[1]}"
         self.root, self.split_file, self.split_seed = root, split_file, split_seed
-        self.protocol = protocol or FeatureProtocol()
+        self.protocol = protocol or (self.custom.feature_protocol() if self.custom else FeatureProtocol())
         self._source: SynsetSource | None = None
         self._split: LevelSplit | None = None
 
     @property
     def classes(self) -> tuple[str, ...]:
-        return tuple(sorted(resources.official_levels()[self.level]))
+        return self.definition.classes(self.level)
 
     @property
     def source(self) -> SynsetSource:
@@ -152,13 +174,15 @@ class CoGLevelDataModule(ImageDataModule):
         """The level's split, verified against the images on disk."""
         if self._split is None:
             installed = installed_split_path(self.level, self.cache_dir)
-            path = self.split_file or (installed if installed.exists() else None)
+            if self.benchmark is not None or not installed.exists():
+                installed = None
+            path = self.split_file or installed
             _require(self.source, self.classes, f"{self.domain}")
             if path is not None:
-                split = load_split(path, self.level)
+                split = load_split(path, self.level, self.custom)
                 log.info("%s: split %s from %s", self.domain, split.sha256()[:12], path)
             else:
-                split = build_split(self.level, self.source, self.split_seed, self.protocol)
+                split = build_split(self.level, self.source, self.split_seed, self.protocol, self.custom)
                 log.info("%s: split %s built from %s", self.domain, split.sha256()[:12], self.root)
             issues = check_split(split, self.protocol, self.source)
             missing = [i for i in issues if "missing" in i.problem]

@@ -1,0 +1,12 @@
+"""The embedded demo: a miniature ImageNet-CoG generated on the spot and a small backbone trained on its seen part.
+
+``prepare(root)`` makes both (idempotent) and returns :class:`DemoAssets`: the IN-1K and IN-21K roots, the
+benchmark file, the checkpoint of ``external:demo_cnn`` (registered on import) and the transform to use.
+"""
+
+from cog_pl.demo.backbone import MODEL_NAME, DemoCNN
+from cog_pl.demo.prepare import DemoAssets, prepare
+from cog_pl.demo.pretrain import pretrain_demo_backbone
+from cog_pl.demo.synthetic import make_demo
+
+__all__ = ["MODEL_NAME", "DemoAssets", "DemoCNN", "make_demo", "prepare", "pretrain_demo_backbone"]

@@ -1,0 +1,105 @@
+"""Pretrain the demo backbone on the miniature benchmark's seen concepts with a Lightning ``Trainer`` on CPU.
+
+The checkpoint ``<root>/demo_cnn.pt`` is a plain state dict of :class:`~cog_pl.demo.backbone.DemoCNN` (the
+feature extractor, no classifier), written atomically, so that ``build_backbone("external:demo_cnn",
+checkpoint=...)`` loads it as any other backbone. Training resumes from ``<root>/pretrain/last.ckpt``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch import nn
+
+from cog_pl.benchmark import Benchmark
+from cog_pl.data.transforms import TransformConfig
+from cog_pl.datamodules import ImageNetDataModule
+from cog_pl.demo.backbone import WIDTH, DemoCNN
+from cog_pl.demo.synthetic import BENCHMARK_FILE
+from cog_pl.io import atomic_open, write_json
+
+log = logging.getLogger(__name__)
+CHECKPOINT = "demo_cnn.pt"
+
+
+class DemoPretraining(L.LightningModule):
+    """Supervised training of :class:`DemoCNN` plus a linear classifier (random horizontal flips)."""
+
+    def __init__(self, num_classes: int, width: int = WIDTH, lr: float = 0.1, weight_decay: float = 5e-4) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.backbone = DemoCNN(width)
+        self.head = nn.Linear(self.backbone.feature_dim, num_classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(images))
+
+    def _step(self, batch: dict, stage: str) -> torch.Tensor:
+        images = batch["image"]
+        if stage == "train":
+            flip = torch.rand(len(images), device=images.device) < 0.5
+            images = torch.where(flip[:, None, None, None], images.flip(3), images)
+        logits = self(images)
+        loss = nn.functional.cross_entropy(logits, batch["label"])
+        top1 = (logits.argmax(1) == batch["label"]).float().mean()
+        self.log_dict({f"{stage}/loss": loss, f"{stage}/top1": top1}, prog_bar=stage == "train",
+                      batch_size=len(images))
+        return loss
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "train")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._step(batch, "test")
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9, nesterov=True,
+                              weight_decay=self.hparams.weight_decay)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, self.hparams.lr,
+                                                    total_steps=int(self.trainer.estimated_stepping_batches))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def demo_transform(image_size: int) -> TransformConfig:
+    """The demo images' input pipeline: no resizing beyond their size, ImageNet normalisation."""
+    return TransformConfig(crop=image_size, resize=image_size)
+
+
+def pretrain_demo_backbone(root: str | os.PathLike, epochs: int = 12, batch_size: int = 128, lr: float = 0.1,
+                           seed: int = 0, num_workers: int = 0, width: int = WIDTH) -> Path:
+    """Train the demo backbone on ``<root>/in1k/train`` (skipped when the checkpoint exists); returns its path."""
+    root = Path(root)
+    out = root / CHECKPOINT
+    if out.exists():
+        log.info("demo backbone exists: %s", out)
+        return out
+    bench = Benchmark.load(root / BENCHMARK_FILE)
+    size = int(bench.meta.get("settings", {}).get("image_size", 32))
+    dm = ImageNetDataModule(root=str(root / "in1k"), benchmark=str(root / BENCHMARK_FILE),
+                            transform=demo_transform(size), batch_size=batch_size, num_workers=num_workers,
+                            pin_memory=False)
+    L.seed_everything(seed, workers=True, verbose=False)
+    module = DemoPretraining(len(bench.in1k), width, lr)
+    work = root / "pretrain"
+    last = work / "last.ckpt"
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, default_root_dir=work, logger=False,
+                        enable_progress_bar=False, enable_model_summary=False, deterministic=True,
+                        callbacks=[ModelCheckpoint(work, save_last=True, save_top_k=0)])
+    t0 = time.perf_counter()
+    trainer.fit(module, datamodule=dm, ckpt_path=str(last) if last.exists() else None)
+    seen = trainer.test(module, datamodule=dm, verbose=False)[0]
+    with atomic_open(out, "wb") as fh:
+        torch.save(module.backbone.state_dict(), fh)
+    write_json(root / "demo_cnn.json", {"epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed,
+                                        "width": width, "feature_dim": module.backbone.feature_dim,
+                                        "seen_test_top1": seen.get("test/top1"),
+                                        "train_seconds": round(time.perf_counter() - t0, 1)})
+    log.info("demo backbone: %d epochs, seen-concept test top-1 %.3f, %.0f s: %s", epochs, seen.get("test/top1", 0),
+             time.perf_counter() - t0, out)
+    return out

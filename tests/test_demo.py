@@ -1,0 +1,84 @@
+"""The embedded demo: a miniature benchmark of real CoG concepts on disk, a pretrained backbone, the paper's effect."""
+
+import json
+
+import numpy as np
+import pytest
+
+from cog_pl import resources
+from cog_pl.benchmark import Benchmark
+from cog_pl.demo import MODEL_NAME, DemoCNN, make_demo, prepare
+from cog_pl.demo.effect import probe_accuracies
+from cog_pl.demo.traits import TraitStyle, motifs
+from cog_pl.models import build_backbone
+
+TINY = {"n_seen": 6, "n_per_level": 3, "train_per_concept": 5, "test_per_concept": 2, "image_size": 16}
+
+
+def test_make_demo_writes_a_benchmark_of_real_concepts(onto, tmp_path):
+    path = make_demo(tmp_path / "a", seed=3, onto=onto, **TINY)
+    bench = Benchmark.load(path)
+    assert len(bench.in1k) == 6 and set(bench.in1k) <= set(resources.in1k_wnids())
+    for lv in resources.LEVELS:
+        assert len(bench.classes(lv)) == 3 and set(bench.classes(lv)) <= set(resources.official_levels()[lv])
+        assert len(bench.test[lv]) == 6 and all((tmp_path / "a" / "in21k" / p).is_file() for p in bench.test[lv])
+    for w in bench.in1k:
+        assert len(list((tmp_path / "a" / "in1k" / "train" / w).glob("*.JPEG"))) == 5
+        assert len(list((tmp_path / "a" / "in1k" / "val" / w).glob("*.JPEG"))) == 2
+    assert bench.feature_protocol().test_per_concept == 2
+    sims = bench.meta["mean_lin_similarity"]
+    assert sims["L1"]["seen"] > sims["L3"]["seen"] > sims["L5"]["seen"]  # the miniature keeps the level order
+    # deterministic in the seed, and a finished root is left alone
+    again = make_demo(tmp_path / "b", seed=3, onto=onto, **TINY)
+    assert Benchmark.load(again) == bench
+    some = bench.test["L2"][0]
+    assert (tmp_path / "a" / "in21k" / some).read_bytes() == (tmp_path / "b" / "in21k" / some).read_bytes()
+    stamp = path.stat().st_mtime_ns
+    assert make_demo(tmp_path / "a", seed=3, onto=onto, **TINY) == path and path.stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="made with other settings"):
+        make_demo(tmp_path / "a", seed=4, onto=onto, **TINY)
+
+
+def test_generation_resumes_after_an_interruption(onto, tmp_path):
+    path = make_demo(tmp_path / "a", seed=1, onto=onto, **TINY)
+    bench = Benchmark.load(path)
+    w = bench.classes("L4")[0]
+    for f in (tmp_path / "a" / "in21k" / w).iterdir():
+        f.unlink()
+    (tmp_path / "a" / "in21k" / w).rmdir()
+    path.unlink()  # as if stopped before the end
+    assert Benchmark.load(make_demo(tmp_path / "a", seed=1, onto=onto, **TINY)) == bench
+    assert len(list((tmp_path / "a" / "in21k" / w).iterdir())) == 7
+
+
+def test_motifs_resemble_along_wordnet(onto):
+    style = TraitStyle()
+    dog, wolf, car = (onto.index[w] for w in ("n02084071", "n02114100", "n02958343"))  # dog, wolf, car
+    canine = onto.index["n02083346"]
+    m = motifs(onto, [dog, wolf, car, canine], seed=0, style=style).reshape(4, -1)
+    corr = np.corrcoef(m)
+    assert corr[0, 3] > 0.5 and corr[0, 1] > corr[0, 2]  # a child looks like its parent, siblings alike
+
+
+def test_prepare_trains_once_and_the_checkpoint_loads_as_a_backbone(onto, tmp_path):
+    assets = prepare(tmp_path, **TINY, epochs=1, onto=onto)
+    assert (assets.model, assets.transform.crop) == (MODEL_NAME, 16) and assets.benchmark.is_file()
+    backbone = build_backbone(MODEL_NAME, checkpoint=assets.checkpoint)
+    assert backbone.spec.feature_dim == DemoCNN().feature_dim == 96 and backbone.weights_sha256
+    record = json.loads((tmp_path / "demo_cnn.json").read_text())
+    assert record["epochs"] == 1 and 0 <= record["seen_test_top1"] <= 1
+    stamp = assets.checkpoint.stat().st_mtime_ns
+    assert prepare(tmp_path, **TINY, epochs=1, onto=onto) == assets and assets.checkpoint.stat().st_mtime_ns == stamp
+
+
+@pytest.mark.slow
+def test_pretrained_backbone_shows_the_effect(onto, tmp_path):
+    """Default sizes (minutes on 2 cores): a probe on the frozen demo backbone loses accuracy from L1 to L5."""
+    assets = prepare(tmp_path, onto=onto)
+    acc = probe_accuracies(str(assets.in1k_root), str(assets.in21k_root), str(assets.benchmark),
+                           str(assets.checkpoint), assets.transform)
+    assert acc["cog_l1"] - acc["cog_l5"] >= 0.15, acc
+    assert acc["cog_l1"] + acc["cog_l2"] > acc["cog_l4"] + acc["cog_l5"], acc
+    random = probe_accuracies(str(assets.in1k_root), str(assets.in21k_root), str(assets.benchmark), None,
+                              assets.transform)
+    assert acc["cog_l1"] - random["cog_l1"] > 0.2, (acc, random)  # the effect comes with learned features
