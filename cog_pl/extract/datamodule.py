@@ -45,12 +45,14 @@ class ExtractionDataModule(L.LightningDataModule):
         in1k_root: IN-1K with ``train/`` and ``val/``. in21k_root: IN-21K, a folder or a tar per synset.
         domains / splits: what to extract (all six domains, train and test, by default).
         transform: the backbone's transform settings (linked from the model by the CLI), or ``"protocol"``.
+        benchmark: a benchmark file (:mod:`cog_pl.benchmark`) instead of the official concepts and test split.
     """
 
     def __init__(self, out: str = "features", model_name: str = "model", in1k_root: str | None = None,
                  in21k_root: str | None = None, domains: Sequence[str] = DOMAINS, splits: Sequence[str] = SPLITS,
                  transform: Any = "protocol", batch_size: int = 128, num_workers: int = 4, on_error: str = "fail",
-                 cache_dir: str | None = None, split_file_dir: str | None = None) -> None:
+                 cache_dir: str | None = None, split_file_dir: str | None = None,
+                 benchmark: str | None = None) -> None:
         super().__init__()
         bad = [d for d in domains if d not in DOMAINS]
         if bad:
@@ -64,6 +66,7 @@ class ExtractionDataModule(L.LightningDataModule):
         self.transform = transform
         self.batch_size, self.num_workers, self.on_error = batch_size, num_workers, on_error
         self.cache_dir, self.split_file_dir = cache_dir, split_file_dir
+        self.benchmark = benchmark
         self.targets: list[ExtractionTarget] = []
         self.skipped: list[Path] = []
 
@@ -75,7 +78,7 @@ class ExtractionDataModule(L.LightningDataModule):
         from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
 
         common = {"transform": self.transform, "batch_size": self.batch_size, "num_workers": self.num_workers,
-                  "on_error": self.on_error, "cache_dir": self.cache_dir}
+                  "on_error": self.on_error, "cache_dir": self.cache_dir, "benchmark": self.benchmark}
         if domain == "in1k":
             if not self.in1k_root:
                 raise ValueError("extracting in1k needs --data.in1k_root (a folder with train/ and val/)")

@@ -1,0 +1,169 @@
+"""A model's whole evaluation: data check, extraction of the six domains, every probe, the report.
+
+Each stage resumes: complete feature stores are skipped and interrupted ones continued; result rows that exist are
+skipped and interrupted Optuna studies continued from their SQLite storage; the report is recomputed from rows.
+Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite``, ``optuna.db``, ``report/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cog_pl.protocol import DOMAINS, ProbeProtocol
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunConfig:
+    """What ``cog-pl run`` does; every field has the protocol's value by default."""
+
+    model: str
+    in1k_root: str | None
+    in21k_root: str | None
+    out: str = "cog_run"
+    checkpoint: str | None = None
+    domains: tuple[str, ...] = DOMAINS
+    seeds: tuple[int, ...] = ProbeProtocol().seeds
+    shots: tuple[int | None, ...] = (None, *ProbeProtocol().shots)
+    trials: int = ProbeProtocol().trials
+    epochs: int = ProbeProtocol().epochs
+    exact: bool = False
+    benchmark: str | None = None
+    transform: Any = None  # None: the backbone's own
+    batch_size: int = 128
+    num_workers: int = 4
+    devices: Any = "auto"
+    accelerator: str = "auto"
+    precision: str = "32-true"
+    probe_device: str = "auto"
+    check: bool = True
+    baseline: str | None = None
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bad = [d for d in self.domains if d not in DOMAINS]
+        if bad:
+            raise ValueError(f"unknown domain(s) {', '.join(bad)}; choose from {', '.join(DOMAINS)}")
+        allowed = {None, *ProbeProtocol().shots}
+        bad_shots = [s for s in self.shots if s not in allowed and not (isinstance(s, int) and s > 0)]
+        if bad_shots:
+            raise ValueError(f"invalid shot value(s) {bad_shots}: use 'all' or positive integers (protocol: "
+                             f"{', '.join(map(str, ProbeProtocol().shots))})")
+        needs_in1k = "in1k" in self.domains
+        needs_in21k = any(d != "in1k" for d in self.domains)
+        for flag, need, root in (("--in1k-root", needs_in1k, self.in1k_root),
+                                 ("--in21k-root", needs_in21k, self.in21k_root)):
+            if need and not root:
+                raise ValueError(f"{flag} is required for the domains {', '.join(self.domains)}")
+            if need and not Path(root).is_dir():
+                raise FileNotFoundError(f"{flag} {root} is not a folder")
+
+
+@dataclass
+class RunSummary:
+    out: Path
+    stores: list[Path]
+    rows_written: int
+    rows_total: int
+    report: dict[str, Path]
+    seconds: dict[str, float]
+
+
+def run(cfg: RunConfig) -> RunSummary:
+    """Run every stage; returns where everything was written."""
+    import optuna
+
+    from cog_pl.models import resolve_spec
+
+    resolve_spec(cfg.model)  # an unknown model fails before any work
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    out = Path(cfg.out)
+    seconds: dict[str, float] = {}
+    if cfg.check:
+        t = time.perf_counter()
+        _check(cfg)
+        seconds["check"] = time.perf_counter() - t
+    t = time.perf_counter()
+    stores, model_name = _extract(cfg, out)
+    seconds["extract"] = time.perf_counter() - t
+    t = time.perf_counter()
+    written = _probe(cfg, out, model_name)
+    seconds["probe"] = time.perf_counter() - t
+    from cog_pl.report.build import write_report
+    from cog_pl.results import read_rows
+
+    report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline)
+    return RunSummary(out, stores, written, len(read_rows(out / "results.sqlite")), report, seconds)
+
+
+def _check(cfg: RunConfig) -> None:
+    from cog_pl.data.check import check_data
+    from cog_pl.resources import LEVELS
+
+    levels = tuple(LEVELS[int(d[-1]) - 1] for d in cfg.domains if d != "in1k")
+    report = check_data(("in1k" in cfg.domains and cfg.in1k_root) or None, (levels and cfg.in21k_root) or None,
+                        levels=levels, benchmark=cfg.benchmark)
+    if not report.ok:
+        raise RuntimeError("the data cannot run the benchmark:\n" + report.format())
+    logger.info("data check passed")
+
+
+def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str]:
+    import lightning as L
+
+    from cog_pl.extract.datamodule import ExtractionDataModule
+    from cog_pl.extract.module import FeatureExtractor
+
+    model = FeatureExtractor(cfg.model, cfg.checkpoint)
+    dm = ExtractionDataModule(out=str(out / "features"), model_name=model.model_name, in1k_root=cfg.in1k_root,
+                              in21k_root=cfg.in21k_root, domains=cfg.domains,
+                              transform=cfg.transform or model.transform_config, batch_size=cfg.batch_size,
+                              num_workers=cfg.num_workers, benchmark=cfg.benchmark)
+    dm.setup("predict")
+    if dm.targets:
+        trainer = L.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, precision=cfg.precision, logger=False,
+                            enable_checkpointing=False, enable_model_summary=False,
+                            enable_progress_bar=cfg.progress)
+        trainer.predict(model, datamodule=dm, return_predictions=False)
+    for path in dm.skipped:
+        logger.info("feature store complete, skipped: %s", path)
+    return [dm.store_path(d, s) for d in cfg.domains for s in ("train", "test")], model.model_name
+
+
+def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
+    from cog_pl.probe.protocol_run import run_protocol
+    from cog_pl.probe.tuner import SearchPlan
+
+    protocol = dataclasses.replace(ProbeProtocol(), trials=cfg.trials, epochs=cfg.epochs)
+    plan = SearchPlan(mode="exact" if cfg.exact else "fast")
+    device = cfg.probe_device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    written = 0
+    for i, domain in enumerate(cfg.domains, 1):
+        logger.info("[%d/%d] probes on %s: %d seeds x %d shot settings", i, len(cfg.domains), domain,
+                    len(cfg.seeds), len(cfg.shots))
+        rows = run_protocol(out / "features" / model_name / domain, out / "results.sqlite", model=model_name,
+                            domain=domain, storage=out / "optuna.db", protocol=protocol, plan=plan,
+                            seeds=tuple(cfg.seeds), shots=tuple(cfg.shots), device=device)
+        written += len(rows)
+    return written
+
+
+def format_summary(s: RunSummary, domains: Sequence[str]) -> str:
+    lines = ["", f"cog-pl run finished in {sum(s.seconds.values()):.0f} s "
+             + "(" + ", ".join(f"{k} {v:.0f} s" for k, v in s.seconds.items()) + ")",
+             f"  feature stores: {s.out / 'features'} ({len(s.stores)} for {len(domains)} domains)",
+             f"  result rows:    {s.out / 'results.sqlite'} ({s.rows_written} new, {s.rows_total} in all)"]
+    lines += [f"  {k + ':':<15} {v}" for k, v in s.report.items()]
+    return "\n".join(lines)
