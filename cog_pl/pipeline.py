@@ -128,6 +128,7 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str]:
                               transform=cfg.transform or model.transform_config, batch_size=cfg.batch_size,
                               num_workers=cfg.num_workers, benchmark=cfg.benchmark)
     dm.setup("predict")
+    dm.finish_ready(model.store_meta(cfg.precision), model.feature_dim)
     if dm.targets:
         trainer = L.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, precision=cfg.precision, logger=False,
                             enable_checkpointing=False, enable_model_summary=False,

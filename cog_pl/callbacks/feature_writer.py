@@ -19,13 +19,15 @@ class FeatureStoreWriter(BasePredictionWriter):
     """Writes ``{"features", "label", "index"}`` predictions into the datamodule's extraction targets.
 
     Expects ``trainer.datamodule.targets``: one target per predict dataloader, each with ``path``, ``rows`` and
-    ``meta``. Under DDP every rank writes its own rows; rank zero finalises each store once all ranks are done.
+    ``meta``. Under DDP every rank writes its own rows; rank zero finalises each store once all ranks are done. In a
+    single process a store is finalised as soon as its last row is written, so a kill never costs a finished store.
     The dataset index travels inside the batch, so the sampler's order and sharding never matter.
     """
 
     def __init__(self) -> None:
         super().__init__(write_interval="batch")
         self.stores: list[StoreWriter] = []
+        self.finished: set[int] = set()
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         targets = trainer.datamodule.targets
@@ -40,14 +42,23 @@ class FeatureStoreWriter(BasePredictionWriter):
                            batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
                            dataloader_idx: int = 0) -> None:
         rows = _np(prediction["index"])
-        self.stores[dataloader_idx].write(rows, _np(prediction["features"]), _np(prediction["label"]), rows)
+        store = self.stores[dataloader_idx]
+        store.write(rows, _np(prediction["features"]), _np(prediction["label"]), rows)
+        if trainer.world_size == 1 and bool(np.all(store.written)):
+            self._finish(trainer, pl_module, dataloader_idx)
+
+    def _finish(self, trainer: L.Trainer, pl_module: L.LightningModule, k: int) -> None:
+        target = trainer.datamodule.targets[k]
+        self.stores[k].finish({**pl_module.store_meta(), **target.meta})
+        self.finished.add(k)
+        logger.info("wrote %s (%d rows)", target.path, target.rows)
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         trainer.strategy.barrier("feature-store-finalize")
         if trainer.is_global_zero:
-            for target, store in zip(trainer.datamodule.targets, self.stores):
-                store.finish({**pl_module.store_meta(), **target.meta})
-                logger.info("wrote %s (%d rows)", target.path, target.rows)
+            for k in range(len(self.stores)):
+                if k not in self.finished:
+                    self._finish(trainer, pl_module, k)
         trainer.strategy.barrier("feature-store-done")
 
 

@@ -31,6 +31,8 @@ class ExtractCLI(LightningCLI):
     def predict(self, model, datamodule=None, return_predictions=None, **kwargs: Any) -> None:
         """Run prediction without keeping the features in memory: the writer callback stores them."""
         datamodule.setup("predict")
+        if self.trainer.is_global_zero:
+            datamodule.finish_ready(model.store_meta(str(self.trainer.precision)), model.feature_dim)
         if not datamodule.targets:
             logger.info("nothing to extract: all %d stores under %s are complete", len(datamodule.skipped),
                         datamodule.out / datamodule.model_name)
@@ -43,7 +45,8 @@ class ExtractCLI(LightningCLI):
 def _summary(dm) -> None:
     from cog_pl.features.store import is_complete
 
-    rows = [(str(t.path), t.rows, "extracted" if is_complete(t.path) else "INCOMPLETE") for t in dm.targets]
+    rows = [(str(t.path), t.rows, "extracted" if is_complete(t.path) else "INCOMPLETE")
+            for t in dm.targets + dm.ready]
     rows += [(str(p), None, "already complete") for p in dm.skipped]
     width = max((len(r[0]) for r in rows), default=10)
     print(f"\n{'feature store':<{width}}  {'rows':>9}  status")

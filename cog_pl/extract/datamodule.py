@@ -67,7 +67,8 @@ class ExtractionDataModule(L.LightningDataModule):
         self.batch_size, self.num_workers, self.on_error = batch_size, num_workers, on_error
         self.cache_dir, self.split_file_dir = cache_dir, split_file_dir
         self.benchmark = benchmark
-        self.targets: list[ExtractionTarget] = []
+        self.targets: list[ExtractionTarget] = []  # stores with rows left to extract, one dataloader each
+        self.ready: list[ExtractionTarget] = []  # every row written by an interrupted run, only finalising left
         self.skipped: list[Path] = []
 
     def store_path(self, domain: str, split: str) -> Path:
@@ -108,9 +109,19 @@ class ExtractionDataModule(L.LightningDataModule):
             for split, (dataset, meta) in self.datasets(domain).items():
                 if split in todo:
                     path = self.store_path(domain, split)
-                    self.targets.append(ExtractionTarget(domain, split, path, len(dataset), dataset, meta))
+                    target = ExtractionTarget(domain, split, path, len(dataset), dataset, meta)
+                    full = len(dataset) > 0 and bool(written_rows(path, len(dataset)).all())
+                    (self.ready if full else self.targets).append(target)
         for path in self.skipped:
             logger.info("complete, skipped: %s", path)
+
+    def finish_ready(self, model_meta: dict[str, Any], dim: int) -> None:
+        """Finalise the stores whose rows an interrupted run wrote completely (no dataloader is needed for them)."""
+        from cog_pl.features.store import StoreWriter
+
+        for t in self.ready:
+            StoreWriter(t.path, t.rows, dim).finish({**model_meta, **t.meta})
+            logger.info("finalised %s (all %d rows were written before the interruption)", t.path, t.rows)
 
     def predict_dataloader(self) -> list[DataLoader]:
         loaders = []

@@ -64,7 +64,7 @@ class FeatureExtractor(L.LightningModule):
     def configure_callbacks(self) -> list:
         return [FeatureStoreWriter()] if self.hparams.write_stores else []
 
-    def store_meta(self) -> dict[str, Any]:
+    def store_meta(self, precision: str | None = None) -> dict[str, Any]:
         """What every feature store made by this extractor records about the model."""
         import timm
         import torchvision
@@ -75,7 +75,7 @@ class FeatureExtractor(L.LightningModule):
             "model": spec.name, "arch": spec.arch, "feature": spec.feature,
             "weights": self.backbone.weights, "weights_sha256": self.backbone.weights_sha256,
             "transform": self.transform_config.as_record(),
-            "precision": str(self.trainer.precision) if self._trainer is not None else None,
+            "precision": precision or (str(self.trainer.precision) if self._trainer is not None else None),
             "versions": {"cog_pl": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
                          "timm": timm.__version__, "python": platform.python_version()},
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
