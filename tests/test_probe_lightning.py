@@ -1,4 +1,4 @@
-"""The Lightning shell: LinearProbe + ProbeDataModule from a YAML config (fit, then test), DDP, bf16 AMP, Optuna."""
+"""The Lightning shell: LinearProbe + FeatureDataModule from a YAML config (fit, then test), DDP, bf16 AMP, Optuna."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from test_probe_fixtures import write_features
 
+from cog_pl.datamodules.features import FeatureDataModule
 from cog_pl.probe.cli import main as cli_main
-from cog_pl.probe.datamodule import ProbeDataModule
 from cog_pl.probe.lightning_tune import lightning_objective
 from cog_pl.probe.module import LinearProbe
 from cog_pl.probe.schedule import lr_sequence
@@ -41,7 +41,7 @@ class RecordLR(Callback):
 
 
 def test_cli_fit_then_test_from_the_config_file(features, tmp_path):
-    common = ["--config", str(CONFIG), "--data.root", str(features), "--data.batch_size", "64",
+    common = ["--config", str(CONFIG), "--data.features", str(features), "--data.batch_size", "64",
               "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu", "--trainer.default_root_dir",
               str(tmp_path)]
     fit = cli_main(["fit", *common])
@@ -51,13 +51,13 @@ def test_cli_fit_then_test_from_the_config_file(features, tmp_path):
     ckpt = fit.trainer.checkpoint_callback.best_model_path
     assert ckpt and Path(ckpt).exists()
     assert list(tmp_path.rglob("config.yaml"))  # resolved config saved with the run
-    tested = cli_main(["test", *common, "--ckpt_path", ckpt])
+    tested = cli_main(["test", *common, "--data.stage_mode", "final", "--ckpt_path", ckpt])
     assert {"test/top1", "test/top5"} <= set(tested.trainer.callback_metrics)
     assert tested.trainer.callback_metrics["test/top5"] >= tested.trainer.callback_metrics["test/top1"]
 
 
 def test_module_follows_the_published_lr_sequence(features):
-    dm = ProbeDataModule(features, batch_size=64)
+    dm = FeatureDataModule(str(features), stage_mode="tune", batch_size=64, device="cpu")
     model = LinearProbe(dm.num_classes, dm.feature_dim, lr=3.0, weight_decay=1e-6)
     rec = RecordLR()
     L.Trainer(max_epochs=6, accelerator="cpu", callbacks=[rec], enable_checkpointing=False, **QUIET).fit(model, dm)
@@ -65,7 +65,7 @@ def test_module_follows_the_published_lr_sequence(features):
 
 
 def test_bf16_autocast_trains(features):
-    dm = ProbeDataModule(features, batch_size=64)
+    dm = FeatureDataModule(str(features), stage_mode="tune", batch_size=64, device="cpu")
     model = LinearProbe(dm.num_classes, dm.feature_dim, lr=10.0, weight_decay=1e-6)
     trainer = L.Trainer(max_epochs=3, accelerator="cpu", precision="bf16-mixed", enable_checkpointing=False, **QUIET)
     trainer.fit(model, dm)
@@ -76,7 +76,7 @@ def test_bf16_autocast_trains(features):
 @pytest.mark.slow
 def test_ddp_two_cpu_processes_from_the_config_files(features, tmp_path):
     cmd = [sys.executable, "-m", "cog_pl.probe.cli", "fit", "--config", str(CONFIG), "--config",
-           str(REPO / "configs" / "probe" / "ddp_cpu.yaml"), "--data.root", str(features), "--data.batch_size", "32",
+           str(REPO / "configs" / "probe" / "ddp_cpu.yaml"), "--data.features", str(features), "--data.batch_size", "32",
            "--trainer.max_epochs", "2", "--trainer.default_root_dir", str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
@@ -86,7 +86,7 @@ def test_ddp_two_cpu_processes_from_the_config_files(features, tmp_path):
 
 
 def test_optuna_callback_reports_every_epoch_and_keeps_a_diverged_trials_value(features):
-    dm = ProbeDataModule(features, batch_size=64)
+    dm = FeatureDataModule(str(features), stage_mode="tune", batch_size=64, device="cpu")
     protocol = replace(ProbeProtocol(), epochs=2)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
     study.enqueue_trial({"lr": 1e37, "wd": 10.0})  # outside the ranges: weights overflow in the first epoch

@@ -55,3 +55,18 @@ def few_shot(labels: np.ndarray, candidates_idx: np.ndarray, shots: int, seed: i
 def final_seed(seed: int) -> int:
     """The seed of the final N-shot sample: a fresh stream derived from the run's seed."""
     return int.from_bytes(hashlib.sha256(f"cog-pl/final-shots/{seed}".encode()).digest()[:8], "little") >> 1
+
+
+def tuning_indices(labels: np.ndarray, fraction: float, seed: int, shots: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) rows for tuning: the validation split first, then N per class from the rest."""
+    labels = np.asarray(labels)
+    train_idx, val_idx = val_split(labels, fraction, seed)
+    if shots is not None:
+        train_idx = few_shot(labels, train_idx, shots, seed)
+    return train_idx, val_idx
+
+
+def final_indices(labels: np.ndarray, seed: int, shots: int | None) -> np.ndarray:
+    """Training rows of the final probe: all of the train split, or a fresh N-shot sample of it."""
+    everything = np.arange(len(labels), dtype=np.int64)
+    return everything if shots is None else few_shot(np.asarray(labels), everything, shots, final_seed(seed))

@@ -25,7 +25,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from cog_pl.data.sampling import few_shot, final_seed, val_split
+from cog_pl.data.sampling import final_indices, tuning_indices
 from cog_pl.features.store import FeatureStore, StoreError, open_store
 from cog_pl.protocol import ProbeProtocol
 
@@ -143,13 +143,11 @@ class FeatureDataModule(L.LightningDataModule):
             return
         train = self.store("train")
         labels = np.asarray(train.labels)
-        all_rows = np.arange(len(labels), dtype=np.int64)
         if self.stage_mode == "tune":
-            fit_rows, self.val_idx = val_split(labels, self.val_fraction, self.seed)
-            self.train_idx = few_shot(labels, fit_rows, self.shots, self.seed) if self.shots else fit_rows
+            self.train_idx, self.val_idx = tuning_indices(labels, self.val_fraction, self.seed, self.shots)
             splits = {"train": self.train_idx, "val": self.val_idx}
         else:
-            self.train_idx = few_shot(labels, all_rows, self.shots, final_seed(self.seed)) if self.shots else all_rows
+            self.train_idx = final_indices(labels, self.seed, self.shots)
             test = self.store("test")
             _check_pair(train, test)
             self.test_idx = np.arange(len(test), dtype=np.int64)

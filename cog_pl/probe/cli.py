@@ -1,4 +1,4 @@
-"""LightningCLI for ``LinearProbe`` on ``ProbeDataModule``: ``python -m cog_pl.probe.cli fit --config ...``.
+"""LightningCLI for ``LinearProbe`` on ``FeatureDataModule``: ``python -m cog_pl.probe.cli fit --config ...``.
 
 The number of classes and the feature dimension are linked from the datamodule into the model.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from lightning.pytorch.cli import LightningCLI
 
-from cog_pl.probe.datamodule import ProbeDataModule
+from cog_pl.datamodules.features import FeatureDataModule
 from cog_pl.probe.module import LinearProbe
 
 
@@ -21,7 +21,7 @@ class ProbeCLI(LightningCLI):
 
 def main(args: list[str] | None = None) -> ProbeCLI:
     """Run the CLI on ``args`` (default: ``sys.argv``)."""
-    return ProbeCLI(LinearProbe, ProbeDataModule, save_config_kwargs={"overwrite": True}, args=args)
+    return ProbeCLI(LinearProbe, FeatureDataModule, save_config_kwargs={"overwrite": True}, args=args)
 
 
 if __name__ == "__main__":

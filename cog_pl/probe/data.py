@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from cog_pl.data.sampling import few_shot, final_seed, val_split
+from cog_pl.data.sampling import final_indices, tuning_indices  # noqa: F401 - the probe's sampling rule
 
 
 def sub_seed(seed: int, *keys: int) -> int:
@@ -60,18 +60,3 @@ class ProbeData:
     def to(self, device: torch.device | str) -> ProbeData:
         return ProbeData(self.train_x.to(device), self.train_y.to(device), self.eval_x.to(device),
                          self.eval_y.to(device), self.num_classes)
-
-
-def tuning_indices(labels: Tensor, fraction: float, seed: int, shots: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """(train, validation) indices for tuning: validation cut first, the N-shot sample from the remaining rows."""
-    labels = np.asarray(labels)
-    train_idx, val_idx = val_split(labels, fraction, seed)
-    if shots is not None:
-        train_idx = few_shot(labels, train_idx, shots, sub_seed(seed, 1))
-    return train_idx, val_idx
-
-
-def final_indices(labels: Tensor, seed: int, shots: int | None) -> np.ndarray:
-    """Training indices of the final probe: all of the train split, or a fresh N-shot sample of it."""
-    everything = np.arange(len(labels))
-    return everything if shots is None else few_shot(labels, everything, shots, final_seed(seed))

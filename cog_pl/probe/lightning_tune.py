@@ -13,12 +13,12 @@ import lightning as L
 import optuna
 
 from cog_pl.callbacks.optuna import OptunaTrialCallback
-from cog_pl.probe.datamodule import ProbeDataModule
+from cog_pl.datamodules.features import FeatureDataModule
 from cog_pl.probe.module import LinearProbe
 from cog_pl.protocol import ProbeProtocol
 
 
-def lightning_objective(datamodule: ProbeDataModule, protocol: ProbeProtocol | None = None,
+def lightning_objective(datamodule: FeatureDataModule, protocol: ProbeProtocol | None = None,
                         **trainer_kwargs: Any) -> Callable[[optuna.Trial], float]:
     """An objective that trains a ``LinearProbe`` per trial and returns its last validation top-1."""
     protocol = protocol or ProbeProtocol()
