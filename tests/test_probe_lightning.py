@@ -76,8 +76,8 @@ def test_bf16_autocast_trains(features):
 @pytest.mark.slow
 def test_ddp_two_cpu_processes_from_the_config_files(features, tmp_path):
     cmd = [sys.executable, "-m", "cog_pl.probe.cli", "fit", "--config", str(CONFIG), "--config",
-           str(REPO / "configs" / "probe" / "ddp_cpu.yaml"), "--data.features", str(features), "--data.batch_size", "32",
-           "--trainer.max_epochs", "2", "--trainer.default_root_dir", str(tmp_path)]
+           str(REPO / "configs" / "probe" / "ddp_cpu.yaml"), "--data.features", str(features),
+           "--data.batch_size", "32", "--trainer.max_epochs", "2", "--trainer.default_root_dir", str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:]
