@@ -156,7 +156,7 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
                     len(cfg.seeds), len(cfg.shots))
         rows = run_protocol(out / "features" / model_name / domain, out / "results.sqlite", model=model_name,
                             domain=domain, storage=out / "optuna.db", protocol=protocol, plan=plan,
-                            seeds=tuple(cfg.seeds), shots=tuple(cfg.shots), device=device)
+                            seeds=tuple(cfg.seeds), shots=tuple(cfg.shots), device=device, restart_unfinished=True)
         written += len(rows)
     return written
 

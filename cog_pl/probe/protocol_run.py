@@ -104,8 +104,13 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
 def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: str, domain: str,
                  storage: str | os.PathLike, protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
-                 device: str | torch.device = "cpu") -> list[dict[str, Any]]:
-    """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end."""
+                 device: str | torch.device = "cpu", restart_unfinished: bool = False) -> list[dict[str, Any]]:
+    """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end.
+
+    ``restart_unfinished``: a cell whose study exists but whose row does not (a single worker killed mid-cell) is
+    tuned again from an empty study, so the resumed run ends with exactly the rows of an uninterrupted one. Leave it
+    off when several workers share the studies: they resume each other's studies instead.
+    """
     protocol = protocol or ProbeProtocol()
     seeds = protocol.seeds if seeds is None else seeds
     shots = (None, *protocol.shots) if shots is None else shots
@@ -117,8 +122,23 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
             if (model, domain, n, seed) in done:
                 log.info("skip %s %s shots=%s seed=%s: row exists", model, domain, n, seed)
                 continue
+            if restart_unfinished:
+                _drop_study(storage, study_name(model, domain, n, seed, protocol or ProbeProtocol(),
+                                                plan or SearchPlan()))
             row = probe(splits, seed=seed, shots=n, storage=storage, model=model, domain=domain,
                         protocol=protocol, plan=plan, device=device)
             append_row(results, row)
             rows.append(row)
     return rows
+
+
+def _drop_study(storage: str | os.PathLike, name: str) -> None:
+    import optuna
+
+    from cog_pl.probe.study import resolve_storage
+
+    try:
+        optuna.delete_study(study_name=name, storage=resolve_storage(storage))
+        log.info("restarting the unfinished study %s", name)
+    except KeyError:
+        pass
