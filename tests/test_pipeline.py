@@ -1,0 +1,113 @@
+"""``cog-pl run`` / ``cog-pl demo``: the whole pipeline end to end, resumed after a kill, and its errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cog_pl.cli.main import main
+from cog_pl.pipeline import RunConfig, run
+from cog_pl.results import read_rows
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["--seen", "10", "--per-level", "4", "--train-per-concept", "16", "--test-per-concept", "6",
+         "--pretrain-epochs", "2", "--trials", "4", "--epochs", "4", "--seeds", "22", "37", "--shots", "all", "2"]
+
+
+def _demo(out: Path, **popen):
+    cmd = [sys.executable, "-m", "cog_pl.cli.main", "demo", "--out", str(out), *SMALL]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    if popen:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True)
+
+
+def _table(rows):
+    return {(r["model"], r["domain"], r["shots"], r["seed"]): (r["test_top1"], r["lr"], r["wd"]) for r in rows}
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    proc = _demo(out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+@pytest.mark.slow
+def test_reduced_demo_end_to_end(demo_run):
+    out, stdout = demo_run
+    rows = read_rows(out / "results.sqlite")
+    assert len(rows) == 6 * 2 * 2  # domains x seeds x shot settings
+    assert {r["domain"] for r in rows} == {"in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"}
+    for r in rows:
+        assert 0 <= r["test_top1"] <= r["test_top5"] <= 100 and r["mode"] == "fast"
+        assert r["protocol"]["epochs"] == 4 and r["protocol"]["trials"] == 4
+    for name in ("report.md", "results.csv", "domains.png", "few_shot.png"):
+        assert (out / "report" / name).stat().st_size > 100
+    assert "| model | IN-1K | L1 | L2 | L3 | L4 | L5 |" in stdout and "cog-pl run finished" in stdout
+    assert len(list((out / "features" / "demo_cnn").glob("*/*/meta.json"))) == 12
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_results(demo_run, tmp_path):
+    ref_out, _ = demo_run
+    out = tmp_path / "killed"
+    shutil.copytree(ref_out / "data", out / "data")  # the prepared benchmark and backbone are reused
+    proc = _demo(out, popen=True)
+    results = out / "results.sqlite"
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        try:
+            if results.exists() and len(read_rows(results)) >= 3:
+                break
+        except (sqlite3.Error, ValueError):
+            pass
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _table(read_rows(results))
+    assert 3 <= len(before) < 24
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "features").rglob("features.npy")}
+    resumed = _demo(out)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = _table(read_rows(results))
+    assert {k: after[k] for k in before} == before  # finished rows kept as they were
+    assert after == _table(read_rows(ref_out / "results.sqlite"))  # and the run ends where an uninterrupted one does
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished feature stores not redone
+
+
+def test_bad_requests_fail_clearly(tmp_path, capsys):
+    with pytest.raises(ValueError, match="unknown model 'resnet51'"):
+        run(RunConfig(model="resnet51", in1k_root=str(tmp_path), in21k_root=str(tmp_path), check=False))
+    with pytest.raises(ValueError, match="unknown domain"):
+        RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), domains=("cog_l7",))
+    with pytest.raises(FileNotFoundError, match="--in21k-root .*nowhere is not a folder"):
+        RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="--in1k-root is required"):
+        RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path))
+    assert main(["run", "--model", "resnet50", "--in1k-root", str(tmp_path), "--in21k-root",
+                 str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--model", "resnet50", "--shots", "0"])
+    assert "shot value 0" in capsys.readouterr().err
+
+
+def test_incomplete_roots_fail_the_data_check(tmp_path, capsys):
+    (tmp_path / "in1k" / "train").mkdir(parents=True)
+    (tmp_path / "in1k" / "val").mkdir(parents=True)
+    (tmp_path / "in21k").mkdir()
+    assert main(["run", "--model", "resnet50", "--in1k-root", str(tmp_path / "in1k"), "--in21k-root",
+                 str(tmp_path / "in21k"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot run the benchmark" in err and "missing" in err
