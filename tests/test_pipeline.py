@@ -111,3 +111,16 @@ def test_incomplete_roots_fail_the_data_check(tmp_path, capsys):
                  str(tmp_path / "in21k"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "cannot run the benchmark" in err and "missing" in err
+
+
+@pytest.mark.slow
+def test_default_demo_shows_accuracy_falling_from_l1_to_l5(tmp_path):
+    """Default demo sizes through the real pipeline (minutes on 2 cores): the paper's effect."""
+    cmd = [sys.executable, "-m", "cog_pl.cli.main", "demo", "--out", str(tmp_path), "--seeds", "22",
+           "--shots", "all"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    top1 = {r["domain"]: r["test_top1"] for r in read_rows(tmp_path / "results.sqlite")}
+    assert top1["cog_l1"] - top1["cog_l5"] >= 15, top1
+    assert top1["cog_l1"] + top1["cog_l2"] > top1["cog_l4"] + top1["cog_l5"] + 10, top1
