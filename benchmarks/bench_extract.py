@@ -39,9 +39,10 @@ def main() -> None:
         model = FeatureExtractor(a.model)
         results = {}
         for precision in ("32-true", "bf16-mixed"):
-            dm = ExtractionDataModule(out=str(tmp / f"out-{precision}"), model_name="m",
-                                      in1k_root=str(tmp / "data/in1k"), domains=("in1k",), splits=("test",),
-                                      transform=model.transform_config, batch_size=a.batch_size, num_workers=a.workers, benchmark=str(bench))
+            dm = ExtractionDataModule(
+                out=str(tmp / f"out-{precision}"), model_name="m", in1k_root=str(tmp / "data/in1k"),
+                domains=("in1k",), splits=("test",), transform=model.transform_config,
+                batch_size=a.batch_size, num_workers=a.workers, benchmark=str(bench))
             dm.setup()
             n = dm.targets[0].rows
             batches = [next(iter(dm.predict_dataloader()[0]))["image"]]
