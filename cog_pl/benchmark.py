@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cog_pl import resources
-from cog_pl.io import write_json
+from cog_pl.io import read_json, write_json
 from cog_pl.protocol import FeatureProtocol
 
 FORMAT = "cog-pl-benchmark"
@@ -101,12 +101,7 @@ class Benchmark:
     def load(cls, path: str | os.PathLike) -> Benchmark:
         """Read and validate a benchmark file; errors name the file and what is wrong."""
         path = Path(path)
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"benchmark file {path} does not exist") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"benchmark file {path} is not readable JSON: {err}") from err
+        rec = read_json(path, "benchmark file")
         if not isinstance(rec, dict) or rec.get("format") != FORMAT or rec.get("version") != VERSION:
             got = (rec.get("format"), rec.get("version")) if isinstance(rec, dict) else (type(rec).__name__, None)
             raise ValueError(f"benchmark file {path} is {got[0]} v{got[1]}; expected {FORMAT} v{VERSION}")

@@ -34,3 +34,14 @@ def write_json(path: str | os.PathLike, data: Any, indent: int | None = 1) -> No
     with atomic_open(path) as fh:
         json.dump(data, fh, indent=indent)
         fh.write("\n")
+
+
+def read_json(path: str | os.PathLike, what: str) -> Any:
+    """Parse a JSON file; errors say which ``what`` (e.g. "level file") at which path could not be read."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{what} {path} is not readable JSON: {err}") from err

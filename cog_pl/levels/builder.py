@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import json
 import logging
 import platform
 import time
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from cog_pl import __version__
-from cog_pl.io import write_json
+from cog_pl.io import read_json, write_json
 from cog_pl.levels.counts import image_counts
 from cog_pl.levels.eligibility import eligible_concepts
 from cog_pl.levels.ranking import cut_levels, rank
@@ -113,12 +112,7 @@ def write_level_file(path: str | Path, content: Mapping[str, Any]) -> None:
 def load_level_file(path: str | Path) -> dict[str, Any]:
     """Read and validate a level file; errors name the file and what is wrong."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"level file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"level file {path} is not readable JSON: {err}") from err
+    data = read_json(path, "level file")
     if not isinstance(data, dict) or not isinstance(data.get("levels"), dict):
         raise ValueError(f"level file {path} has no 'levels' mapping")
     if data.get("format", FORMAT) != FORMAT or int(data.get("version", 1)) > FORMAT_VERSION:
