@@ -10,7 +10,7 @@ import sys
 from cog_pl import __version__
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
-COMMAND_MODULES = ("wordnet", "levels", "data", "features", "extract", "probe", "report", "run")
+COMMAND_MODULES = ("wordnet", "levels", "data", "features", "extract", "probe", "report", "run", "noise")
 #: Commands handed whole to a LightningCLI (their options are the Lightning ones).
 LIGHTNING_COMMANDS = {"extract": "cog_pl.cli.extract"}
 

@@ -1,0 +1,1 @@
+"""Analyses the paper runs on its benchmark: missing-label noise between domains."""
