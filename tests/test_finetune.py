@@ -47,3 +47,26 @@ def test_fine_tuning_learns_a_level(onto, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.net.parameters()))  # the backbone is trained
     metrics = trainer.test(model, datamodule=dm, verbose=False)[0]
     assert metrics["test/top1"] > 1 / 3 + 0.1  # above chance on 3 concepts
+
+
+def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, capsys):
+    from cog_pl.cli.main import main
+    from cog_pl.results import append_row, read_rows
+
+    bench = make_demo(tmp_path / "d", n_seen=4, n_per_level=3, train_per_concept=8, test_per_concept=4,
+                      image_size=32, onto=onto)
+    results = tmp_path / "results.sqlite"
+    common = ["--model.model", "timm:resnet10t", "--data", "cog_pl.datamodules.images.CoGLevelDataModule",
+              "--data.level", "cog_l2", "--data.root", str(tmp_path / "d" / "in21k"), "--data.benchmark", str(bench),
+              "--data.num_workers", "0", "--data.batch_size", "8", "--trainer.accelerator", "cpu",
+              "--trainer.max_epochs", "1", "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path)]
+    assert main(["finetune", "fit", *common]) == 0
+    ckpt = next(tmp_path.rglob("*.ckpt"))
+    assert main(["finetune", "test", *common, "--ckpt_path", str(ckpt), "--results", str(results)]) == 0
+    (row,) = read_rows(results)
+    assert row["model"] == "resnet10t@finetune" and row["domain"] == "cog_l2" and row["method"] == "finetune"
+    assert 0 <= row["test_top1"] <= 100 and row["recipe"]["optimizer"] == "sgd"
+    append_row(results, {"model": "resnet10t", "domain": "cog_l2", "shots": None, "seed": 22, "test_top1": 50.0,
+                         "test_top5": 100.0})
+    assert main(["report", "--results", str(results), "--out", str(tmp_path / "report")]) == 0
+    assert "Linear probe relative to fine-tuning" in capsys.readouterr().out

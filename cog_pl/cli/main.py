@@ -10,9 +10,9 @@ import sys
 from cog_pl import __version__
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
-COMMAND_MODULES = ("wordnet", "levels", "data", "features", "extract", "probe", "report", "run", "noise")
+COMMAND_MODULES = ("wordnet", "levels", "data", "features", "extract", "probe", "report", "run", "noise", "finetune")
 #: Commands handed whole to a LightningCLI (their options are the Lightning ones).
-LIGHTNING_COMMANDS = {"extract": "cog_pl.cli.extract"}
+LIGHTNING_COMMANDS = {"extract": "cog_pl.cli.extract", "finetune": "cog_pl.finetune.cli"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -107,6 +107,10 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None) -> str:
              "seeds", "", markdown_table(cells, None)]
     if baseline and any(c.relative is not None for c in cells):
         parts += ["", f"## Relative to {baseline} (top-1 points)", "", markdown_table(cells, None, relative=True)]
+    vs_ft = finetune_relative(cells)
+    if vs_ft:
+        parts += ["", "## Linear probe relative to fine-tuning (probe top-1 / fine-tuned top-1, %)", "",
+                  vs_ft]
     shots = sorted({c.shots for c in cells if c.shots is not None})
     if shots:
         parts += ["", "## Few-shot: test top-1 (%) per number of images per concept"]
@@ -122,3 +126,24 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None) -> str:
                 vals = [f"{by[m, s].top1:.2f}" if (m, s) in by else "–" for s in cols]
                 parts.append(f"| {m} | " + " | ".join(vals) + " |")
     return "\n".join(parts) + "\n"
+
+
+FINETUNE_SUFFIX = "@finetune"
+
+
+def finetune_relative(cells: Sequence[Cell]) -> str:
+    """Markdown table of ``100 * probe / fine-tuned`` top-1 per domain, for models with ``<name>@finetune`` rows."""
+    by = {(c.model, c.domain): c for c in cells if c.shots is None}
+    models = sorted({c.model[: -len(FINETUNE_SUFFIX)] for c in cells if c.model.endswith(FINETUNE_SUFFIX)})
+    models = [m for m in models if any((m, d) in by for d in DOMAINS)]
+    if not models:
+        return ""
+    domains = [d for d in DOMAINS if any((m, d) in by and (m + FINETUNE_SUFFIX, d) in by for m in models)]
+    lines = ["| model | " + " | ".join(DOMAIN_LABELS[d] for d in domains) + " |", "|---" * (len(domains) + 1) + "|"]
+    for m in models:
+        vals = []
+        for d in domains:
+            probe, ft = by.get((m, d)), by.get((m + FINETUNE_SUFFIX, d))
+            vals.append(f"{100 * probe.top1 / ft.top1:.1f}" if probe and ft and ft.top1 > 0 else "–")
+        lines.append(f"| {m} | " + " | ".join(vals) + " |")
+    return "\n".join(lines)
