@@ -70,3 +70,19 @@ def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, 
                          "test_top5": 100.0})
     assert main(["report", "--results", str(results), "--out", str(tmp_path / "report")]) == 0
     assert "Linear probe relative to fine-tuning" in capsys.readouterr().out
+
+
+def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
+    from cog_pl.data.transforms import TransformConfig
+    from cog_pl.finetune.compare import finetune_domains
+    from cog_pl.results import read_rows
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
+                      image_size=32, onto=onto)
+    kw = {"in1k_root": str(tmp_path / "d" / "in1k"), "in21k_root": str(tmp_path / "d" / "in21k"),
+          "benchmark": str(bench), "transform": TransformConfig(crop=32, resize=32), "epochs": 1}
+    rows = finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k", "cog_l4"], **kw)
+    assert [(r["model"], r["domain"]) for r in rows] == [("resnet10t@finetune", "in1k"),
+                                                         ("resnet10t@finetune", "cog_l4")]
+    assert finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k"], **kw) == []
+    assert len(read_rows(tmp_path / "r.sqlite")) == 2
