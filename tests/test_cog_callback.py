@@ -100,3 +100,40 @@ def test_two_process_ddp_example(tmp_path):
         rows = [r for r in csv.DictReader(fh) if r.get("cog/l5/top1")]
     assert [int(r["epoch"]) for r in rows] == [0, 1]  # logged once per epoch, not once per rank
     assert (tmp_path / "cog_curves.png").exists()
+
+
+def test_configurable_from_a_lightningcli_yaml(bench, tmp_path):
+    from lightning.pytorch.cli import LightningCLI
+
+    root, path = bench
+    cfg = tmp_path / "cog.yaml"
+    cfg.write_text(f"""
+trainer:
+  max_epochs: 1
+  accelerator: cpu
+  logger: false
+  enable_checkpointing: false
+  enable_progress_bar: false
+  callbacks:
+    - class_path: cog_pl.callbacks.CoGEvaluationCallback
+      init_args:
+        in1k_root: {root / "in1k"}
+        in21k_root: {root / "in21k"}
+        benchmark: {path}
+        domains: [in1k, cog_l1, cog_l5]
+        concepts: 3
+        train_images: 10
+        test_images: 4
+        epochs: 5
+model:
+  class_path: test_cog_callback.Net
+data:
+  class_path: cog_pl.datamodules.images.ImageNetDataModule
+  init_args:
+    root: {root / "in1k"}
+    benchmark: {path}
+    batch_size: 8
+    num_workers: 0
+""")
+    cli = LightningCLI(args=["fit", "--config", str(cfg)], save_config_callback=None)
+    assert {"cog/in1k/top1", "cog/l1/top1", "cog/l5/top1"} <= set(cli.trainer.callback_metrics)
