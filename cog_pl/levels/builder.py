@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import logging
 import platform
 import time
@@ -123,7 +122,3 @@ def load_level_file(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"level file {path} lacks level(s) {', '.join(missing)}")
     return data
 
-
-def file_sha256(path: str | Path) -> str:
-    """Content hash of a level file (recorded by feature stores and results)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

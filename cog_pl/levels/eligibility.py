@@ -19,8 +19,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from cog_pl.resources import is_wnid
 from cog_pl.wordnet.ontology import Ontology
 
@@ -99,10 +97,3 @@ def read_discard_list(path: str | Path, known: Iterable[str]) -> list[str]:
         raise ValueError(f"discard list has {len(problems)} bad line(s):\n" + "\n".join(problems[:20]))
     return out
 
-
-def leaves_mask(onto: Ontology, wnids: Sequence[str]) -> np.ndarray:
-    """True for each of ``wnids`` that is an ancestor of none of ``wnids``."""
-    inner: set[str] = set()
-    for w in wnids:
-        inner |= onto.ancestor_set(w)
-    return np.array([w not in inner for w in wnids])

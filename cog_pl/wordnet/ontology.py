@@ -142,18 +142,6 @@ class Ontology:
         i = self.index[wnid]
         return {self.wnids[a] for a in self.ancestors[i] if a != i}
 
-    def under_node(self, root: str) -> np.ndarray:
-        """Boolean mask of the nodes under ``root`` (``root`` included)."""
-        r = self.index[root]
-        return np.array([r in set(a.tolist()) if len(a) else False for a in self.ancestors])
-
-    def has_descendant(self) -> np.ndarray:
-        """Boolean mask of the nodes that are a proper ancestor of some node."""
-        out = np.zeros(len(self.wnids), dtype=bool)
-        for p in self.parent_idx:
-            out[p] = True
-        return out
-
     def nltk_ic(self) -> dict:
         """This IC in NLTK's ``ic`` format, so that NLTK's own similarity functions can use it."""
         noun = {int(w[1:]): float(c) for w, c in zip(self.wnids, self.under)}
