@@ -14,32 +14,41 @@ import logging
 import sys
 from typing import Any
 
-from lightning.pytorch.cli import LightningCLI
-
 logger = logging.getLogger(__name__)
 
 TRAINER_DEFAULTS: dict[str, Any] = {"logger": False, "enable_checkpointing": False, "enable_model_summary": False}
 
 
-class ExtractCLI(LightningCLI):
-    """LightningCLI with the extractor's name and input pipeline linked into the datamodule."""
+def _cli_class():
+    """The LightningCLI subclass, built on first use (importing Lightning costs seconds every ``cog-pl`` call)."""
+    from lightning.pytorch.cli import LightningCLI
 
-    def add_arguments_to_parser(self, parser) -> None:
-        parser.link_arguments("model.model_name", "data.model_name", apply_on="instantiate")
-        parser.link_arguments("model.transform_config", "data.transform", apply_on="instantiate")
+    class ExtractCLI(LightningCLI):
+        """LightningCLI with the extractor's name and input pipeline linked into the datamodule."""
 
-    def predict(self, model, datamodule=None, return_predictions=None, **kwargs: Any) -> None:
-        """Run prediction without keeping the features in memory: the writer callback stores them."""
-        datamodule.setup("predict")
-        if self.trainer.is_global_zero:
-            datamodule.finish_ready(model.store_meta(str(self.trainer.precision)), model.feature_dim)
-        if not datamodule.targets:
-            logger.info("nothing to extract: all %d stores under %s are complete", len(datamodule.skipped),
-                        datamodule.out / datamodule.model_name)
-        else:
-            self.trainer.predict(model, datamodule=datamodule, return_predictions=False, **kwargs)
-        if self.trainer.is_global_zero:
-            _summary(datamodule)
+        add_arguments_to_parser = _link
+        predict = _predict
+
+    return ExtractCLI
+
+
+def _link(self, parser) -> None:
+    parser.link_arguments("model.model_name", "data.model_name", apply_on="instantiate")
+    parser.link_arguments("model.transform_config", "data.transform", apply_on="instantiate")
+
+
+def _predict(self, model, datamodule=None, return_predictions=None, **kwargs: Any) -> None:
+    """Run prediction without keeping the features in memory: the writer callback stores them."""
+    datamodule.setup("predict")
+    if self.trainer.is_global_zero:
+        datamodule.finish_ready(model.store_meta(str(self.trainer.precision)), model.feature_dim)
+    if not datamodule.targets:
+        logger.info("nothing to extract: all %d stores under %s are complete", len(datamodule.skipped),
+                    datamodule.out / datamodule.model_name)
+    else:
+        self.trainer.predict(model, datamodule=datamodule, return_predictions=False, **kwargs)
+    if self.trainer.is_global_zero:
+        _summary(datamodule)
 
 
 def _summary(dm) -> None:
@@ -58,8 +67,8 @@ def run(argv: list[str]) -> int:
     from cog_pl.extract.datamodule import ExtractionDataModule
     from cog_pl.extract.module import FeatureExtractor
 
-    ExtractCLI(FeatureExtractor, ExtractionDataModule, args=["predict", *argv], trainer_defaults=TRAINER_DEFAULTS,
-               save_config_callback=None, seed_everything_default=False)
+    _cli_class()(FeatureExtractor, ExtractionDataModule, args=["predict", *argv], trainer_defaults=TRAINER_DEFAULTS,
+                 save_config_callback=None, seed_everything_default=False)
     return 0
 
 

@@ -6,7 +6,14 @@ import functools
 import logging
 from pathlib import Path
 
-from cog_pl.wordnet.provision import WordNetUnavailable, check_corpus, default_data_dir, install, open_reader
+from cog_pl.wordnet.provision import (
+    WordNetUnavailable,
+    check_corpus,
+    default_data_dir,
+    install,
+    open_reader,
+    verified_reader,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -19,12 +26,10 @@ def get_wordnet():
     import nltk
 
     try:
-        found = Path(nltk.data.find("corpora/wordnet"))
-        check_corpus(found)
+        return verified_reader(Path(nltk.data.find("corpora/wordnet")))[0]
     except (LookupError, WordNetUnavailable) as err:
         logger.warning("WordNet 3.0 is not available to NLTK (%s); installing it into %s "
                        "(run `cog-pl wordnet install` to choose where).", str(err).splitlines()[0][:120],
                        default_data_dir())
         install()
-        found = Path(nltk.data.find("corpora/wordnet"))
-    return open_reader(found)
+    return verified_reader(Path(nltk.data.find("corpora/wordnet")))[0]

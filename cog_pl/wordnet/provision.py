@@ -90,6 +90,11 @@ def open_reader(corpus_dir: Path):
 
 def check_corpus(corpus_dir: Path) -> str:
     """Open ``corpus_dir`` with NLTK's reader and check it is WordNet 3.0; returns a one-line description."""
+    return verified_reader(corpus_dir)[1]
+
+
+def verified_reader(corpus_dir: Path):
+    """NLTK's reader on ``corpus_dir`` once checked to be WordNet 3.0, and a one-line description."""
     missing = [f for f in REQUIRED_FILES if not (corpus_dir / f).is_file()]
     if missing:
         raise WordNetUnavailable(f"{corpus_dir} lacks {', '.join(missing)}")
@@ -103,7 +108,7 @@ def check_corpus(corpus_dir: Path) -> str:
         raise WordNetUnavailable(f"{corpus_dir} holds WordNet {version}, ImageNet needs 3.0")
     if name != TIGER_CAT[1]:
         raise WordNetUnavailable(f"{corpus_dir}: {TIGER_CAT[0]} is {name}, expected {TIGER_CAT[1]}")
-    return f"WordNet {version} at {corpus_dir}"
+    return reader, f"WordNet {version} at {corpus_dir}"
 
 
 def _on_nltk_path(data_dir: Path) -> None:
