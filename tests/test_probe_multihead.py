@@ -84,3 +84,39 @@ def test_head_diverging_later_keeps_its_last_evaluated_accuracy():
     assert out.diverged_epoch == [diverged]
     assert out.top1[0] == out.history[diverged - 1][0]
     assert out.history[diverged][0] == out.history[diverged - 1][0]
+
+
+def test_bf16_mixed_heads_follow_the_float32_heads():
+    """bfloat16 matrix products with float32 weights: same learning, within rounding of the products."""
+    x, y = data()
+    lrs, wds = [0.1, 1.0, 7.5, 40.0], [1e-12, 1e-4, 3e-6, 1e-8]
+    init = init_heads(D, C, len(lrs), torch.Generator().manual_seed(1))
+    full = run_heads(x, y, lrs, wds, init, perm_seed=5, precision="32-true")
+    mixed = run_heads(x, y, lrs, wds, init, perm_seed=5, precision="bf16-mixed")
+    assert mixed.weight.dtype == torch.float32
+    moved = (full.weight - init[0]).norm()
+    assert (mixed.weight - full.weight).norm() < 0.02 * moved  # every head moved the same way
+    assert (mixed.weight - full.weight).abs().max() > 0  # and the products did run in bfloat16
+    assert (mixed.top1 - full.top1).abs().max() <= 100 * 3 / N  # a few of the N points at most
+
+
+def test_bf16_mixed_k_heads_equal_separate_runs():
+    x, y = data()
+    lrs, wds = [0.5, 4.0, 20.0], [1e-5, 1e-9, 1e-6]
+    init = init_heads(D, C, len(lrs), torch.Generator().manual_seed(3))
+    together = run_heads(x, y, lrs, wds, init, perm_seed=2, precision="bf16-mixed")
+    for k in range(len(lrs)):
+        alone = run_heads(x, y, [lrs[k]], [wds[k]], (init[0][:, [k]], init[1][[k]]), perm_seed=2,
+                          precision="bf16-mixed")
+        torch.testing.assert_close(together.weight[:, [k]], alone.weight, rtol=1e-3, atol=1e-4)
+
+
+def test_precision_is_checked_and_auto_resolves_per_device():
+    import pytest
+
+    from cog_pl.probe.multihead import fast_bf16, resolve_precision
+
+    with pytest.raises(ValueError, match="precision"):
+        resolve_precision("16-mixed", "cpu")
+    assert resolve_precision("auto", "cpu") == ("bf16-mixed" if fast_bf16("cpu") else "32-true")
+    assert resolve_precision("32-true", "cpu") == "32-true"

@@ -56,6 +56,18 @@ def test_fast_mode_batches_trials_and_exact_mode_runs_them_one_by_one(splits, tm
         assert {t.user_attrs["batch_heads"] for t in trials} == sizes
         evaluated = {len(t.intermediate_values) for t in trials}
         assert evaluated == ({PROTOCOL.epochs} if plan.mode == "exact" else {0})
+        expected = "32-true" if plan.mode == "exact" else plan.precision_on("cpu")
+        assert {t.user_attrs["precision"] for t in trials} == {expected}
+
+
+def test_precision_is_recorded_and_chosen_explicitly(splits, tmp_path):
+    rows = {p: probe(splits, seed=22, shots=None, storage=tmp_path / f"{p}.db", protocol=PROTOCOL,
+                     plan=replace(PLAN, precision=p)) for p in ("32-true", "bf16-mixed")}
+    assert {p: r["precision"] for p, r in rows.items()} == {"32-true": "32-true", "bf16-mixed": "bf16-mixed"}
+    assert rows["32-true"]["study"] != rows["bf16-mixed"]["study"]  # a study never mixes precisions
+    assert abs(rows["32-true"]["test_top1"] - rows["bf16-mixed"]["test_top1"]) <= 10
+    with pytest.raises(ValueError, match="precision"):
+        SearchPlan(precision="fp8")
 
 
 def test_startup_batch_draws_what_a_sequential_search_would(tmp_path):

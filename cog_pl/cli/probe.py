@@ -26,7 +26,7 @@ def _plan(args: argparse.Namespace):
     from cog_pl.probe.tuner import SearchPlan
 
     return SearchPlan(mode="exact" if args.exact else "fast", trial_batch=args.trial_batch,
-                      stale_after=args.stale_after)
+                      stale_after=args.stale_after, precision=args.precision)
 
 
 def _device(name: str) -> str:
@@ -98,6 +98,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", default="cog_probe_runs", help="where the default SQLite storage lives")
     p.add_argument("--stale-after", type=float, default=600.0, help="seconds before a silent trial counts as dead")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--precision", choices=("auto", "32-true", "bf16-mixed"), default="auto",
+                   help="matrix products in bfloat16 (bf16-mixed) or float32; auto: bfloat16 in fast mode where the "
+                        "device runs it fast (GPUs, CPUs with AMX/AVX512-BF16), float32 in exact mode")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--keep-denormals", action="store_true", help="do not flush subnormal floats on the CPU")
 

@@ -56,6 +56,8 @@ def study_name(model: str, domain: str, shots: int | None, seed: int, protocol: 
     """Name of the study of one cell; the hash changes with any protocol value or the search mode."""
     values = {"protocol": as_record(protocol), "mode": plan.mode, "startup": plan.startup_trials,
               "batch": plan.trial_batch}
+    if plan.precision != "auto":  # "auto" keeps the names of studies made before the option existed
+        values["precision"] = plan.precision
     digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:10]
     return f"{model}/{domain}/shots-{shots or 'all'}/seed-{seed}/{digest}"
 
@@ -85,8 +87,9 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     final = ProbeData(splits.train_x[final_idx], splits.train_y[final_idx], splits.test_x, splits.test_y,
                       splits.num_classes).to(device)
     lr, wd = best.params["lr"], best.params["wd"]
+    precision = plan.precision_on(device)
     result = train_probe(final, [lr], [wd], protocol=protocol, seeds=[sub_seed(seed, 20)],
-                         perm_seed=sub_seed(seed, 21))
+                         perm_seed=sub_seed(seed, 21), precision=precision)
     end = time.perf_counter()
     log.info("%s: lr %.4g wd %.3g -> test top-1 %.2f", name, lr, wd, float(result.top1[0]))
     return {
@@ -95,7 +98,8 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
         "val_top5": best.user_attrs.get("val_top5"), "test_top1": float(result.top1[0]),
         "test_top5": float(result.top5[0]), "final_diverged_epoch": result.diverged_epoch[0],
         "train_rows": len(final_idx), "tuning_rows": len(train_idx), "val_rows": len(val_idx),
-        "mode": plan.mode, "search": plan.as_record(), "protocol": as_record(protocol), "study": name,
+        "mode": plan.mode, "precision": precision, "search": plan.as_record(), "protocol": as_record(protocol),
+        "study": name,
         "flush_denormal": flushed, "device": str(device), "seconds": round(end - start, 3),
         "tune_seconds": round(tuned - start, 3), "final_seconds": round(end - tuned, 3), "versions": versions(),
     }

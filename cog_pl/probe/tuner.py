@@ -6,6 +6,10 @@ after the last epoch, the only value the objective reads. This differs from the 
 a trial after the startup sees the results of trials up to the previous batch, not of every earlier trial; with
 batches of 5 out of 30 trials, 20 of them are proposed with 0-4 results fewer. ``exact`` mode proposes and trains
 trials strictly one after another and evaluates validation after every epoch, as published. Both record the mode.
+
+Precision (:mod:`cog_pl.probe.multihead`): ``auto`` runs the matrix products of fast mode in bfloat16 where the
+device does them fast and everything in float32 otherwise; exact mode stays in float32 unless told. The resolved
+precision is recorded with every trial and result.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cog_pl.probe.data import ProbeData, sub_seed
-from cog_pl.probe.multihead import HeadsResult, init_heads, train_heads
+from cog_pl.probe.multihead import HeadsResult, init_heads, resolve_precision, train_heads
 from cog_pl.probe.study import counts, fail_stale_trials, slot, stamp
 from cog_pl.protocol import ProbeProtocol
 
@@ -38,10 +42,19 @@ class SearchPlan:
     trial_batch: int = 5  # later trials per batch in fast mode
     heartbeat_every: float = 30.0  # seconds between lease renewals of running trials
     stale_after: float = 600.0  # seconds after which another worker's silent trial counts as dead
+    precision: str = "auto"  # "auto", "32-true" or "bf16-mixed" (matrix products only)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.precision != "auto":
+            resolve_precision(self.precision, "cpu")  # rejects an unknown value
+
+    def precision_on(self, device: torch.device | str) -> str:
+        """The precision trials and the final probe run with on ``device``."""
+        if self.precision == "auto" and self.mode == "exact":
+            return "32-true"
+        return resolve_precision(self.precision, device)
 
     def batch_size(self, started: int) -> int:
         """Trials to ask next, given how many the study has started (finished or running)."""
@@ -55,7 +68,7 @@ class SearchPlan:
 
 def train_probe(
     data: ProbeData, lrs: list[float], wds: list[float], *, protocol: ProbeProtocol, seeds: list[int],
-    perm_seed: int, eval_every_epoch: bool = False, on_epoch_end=None,
+    perm_seed: int, eval_every_epoch: bool = False, on_epoch_end=None, precision: str = "32-true",
 ) -> HeadsResult:
     """Train one head per (lr, wd), head ``i`` initialised from ``seeds[i]``, batches from ``perm_seed``."""
     dim = data.train_x.shape[1]
@@ -65,7 +78,7 @@ def train_probe(
         data.train_x, data.train_y, lrs, wds, num_classes=data.num_classes, epochs=protocol.epochs,
         batch_size=protocol.batch_size, momentum=protocol.momentum,
         generator=torch.Generator().manual_seed(perm_seed), init=init, eval_x=data.eval_x, eval_y=data.eval_y,
-        eval_every_epoch=eval_every_epoch, on_epoch_end=on_epoch_end,
+        eval_every_epoch=eval_every_epoch, on_epoch_end=on_epoch_end, precision=precision,
     )
 
 
@@ -100,12 +113,13 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
             for t in trials:
                 stamp(t)
 
+    precision = plan.precision_on(data.train_x.device)
     start = time.perf_counter()
     try:
         result = train_probe(
             data, [t.params["lr"] for t in trials], [t.params["wd"] for t in trials], protocol=protocol,
             seeds=[sub_seed(seed, 10, t.number) for t in trials], perm_seed=sub_seed(seed, 11, trials[0].number),
-            eval_every_epoch=plan.mode == "exact", on_epoch_end=beat,
+            eval_every_epoch=plan.mode == "exact", on_epoch_end=beat, precision=precision,
         )
     except BaseException:
         for t in trials:
@@ -118,6 +132,7 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
         t.set_user_attr("val_top5", float(result.top5[i]))
         t.set_user_attr("diverged_epoch", result.diverged_epoch[i])
         t.set_user_attr("mode", plan.mode)
+        t.set_user_attr("precision", precision)
         t.set_user_attr("batch_seconds", seconds)
         t.set_user_attr("batch_heads", len(trials))
         study.tell(t, float(result.top1[i]))
