@@ -1,5 +1,9 @@
 """A model's whole evaluation: data check, extraction of the six domains, every probe, the report.
 
+With ``variants`` (``wup``, ``jcn``, ``text``, ...), the level variants are probed too: their stores are regrouped
+from the five level stores (:mod:`cog_pl.features.regroup`, no extraction) and probed as domains ``cog_l<i>@<name>``
+with ``variant_seeds`` and ``variant_shots`` (all data by default), which the report compares with the official levels.
+
 Each stage resumes: complete feature stores are skipped and interrupted ones continued; result rows that exist are
 skipped and interrupted Optuna studies continued from their SQLite storage; the report is recomputed from rows.
 Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite``, ``optuna.db``, ``report/``.
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cog_pl.protocol import DOMAINS, ProbeProtocol
+from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, ProbeProtocol, variant_domain
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +50,15 @@ class RunConfig:
     check: bool = True
     baseline: str | None = None
     progress: bool = True
+    variants: tuple[str, ...] = ()  # level variants to probe besides the official levels, e.g. ("wup", "text")
+    variant_seeds: tuple[int, ...] | None = None  # None: the same seeds as the official levels
+    variant_shots: tuple[int | None, ...] = (None,)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def variant_domains(self) -> tuple[str, ...]:
+        """``cog_l1@wup`` .. ``cog_l5@wup`` for each variant."""
+        return tuple(variant_domain(d, m) for m in self.variants for d in LEVEL_OF_DOMAIN)
 
     def __post_init__(self) -> None:
         bad = [d for d in self.domains if d not in DOMAINS]
@@ -57,6 +69,17 @@ class RunConfig:
         if bad_shots:
             raise ValueError(f"invalid shot value(s) {bad_shots}: use 'all' or positive integers (protocol: "
                              f"{', '.join(map(str, ProbeProtocol().shots))})")
+        if self.variants:
+            from cog_pl.levels.variants import VARIANT_MEASURES
+
+            bad = [v for v in self.variants if v not in VARIANT_MEASURES]
+            if bad:
+                raise ValueError(f"unknown level variant(s) {', '.join(bad)}; choose from "
+                                 f"{', '.join(VARIANT_MEASURES)}")
+            lacking = [d for d in LEVEL_OF_DOMAIN if d not in self.domains]
+            if lacking:
+                raise ValueError(f"level variants regroup the features of all five levels; add {', '.join(lacking)} "
+                                 "to the domains")
         needs_in1k = "in1k" in self.domains
         needs_in21k = any(d != "in1k" for d in self.domains)
         for flag, need, root in (("--in1k-root", needs_in1k, self.in1k_root),
@@ -94,6 +117,10 @@ def run(cfg: RunConfig) -> RunSummary:
     t = time.perf_counter()
     stores, model_name = _extract(cfg, out)
     seconds["extract"] = time.perf_counter() - t
+    if cfg.variants:
+        t = time.perf_counter()
+        stores += _regroup(cfg, out, model_name)
+        seconds["regroup"] = time.perf_counter() - t
     t = time.perf_counter()
     written = _probe(cfg, out, model_name)
     seconds["probe"] = time.perf_counter() - t
@@ -139,6 +166,28 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str]:
     return [dm.store_path(d, s) for d in cfg.domains for s in ("train", "test")], model.model_name
 
 
+def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
+    """The stores of each level variant, regrouped from the level stores (finished ones skipped)."""
+    from cog_pl.features.regroup import SPLITS, regroup_variant
+    from cog_pl.features.store import is_complete
+
+    root = out / "features"
+    todo = [m for m in cfg.variants if not all(is_complete(root / model_name / variant_domain(d, m) / s)
+                                               for d in LEVEL_OF_DOMAIN for s in SPLITS)]
+    onto = None
+    if any(m != "text" for m in todo):  # one WordNet ontology for every WordNet measure
+        from cog_pl.levels.builder import build_ontology
+
+        onto = build_ontology()
+    paths = []
+    for measure in cfg.variants:
+        result = regroup_variant(root, model_name, measure=measure, onto=onto)
+        logger.info("level variant %s: %d stores written, %d already there (%s)", measure, len(result.written),
+                    len(result.skipped), result.level_file)
+        paths += [root / model_name / d / s for d in result.domains for s in SPLITS]
+    return paths
+
+
 def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
     from cog_pl.probe.protocol_run import run_protocol
     from cog_pl.probe.tuner import SearchPlan
@@ -150,13 +199,16 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    grid = [(d, tuple(cfg.seeds), tuple(cfg.shots)) for d in cfg.domains]
+    variant_seeds = tuple(cfg.seeds if cfg.variant_seeds is None else cfg.variant_seeds)
+    grid += [(d, variant_seeds, tuple(cfg.variant_shots)) for d in cfg.variant_domains]
     written = 0
-    for i, domain in enumerate(cfg.domains, 1):
-        logger.info("[%d/%d] probes on %s: %d seeds x %d shot settings", i, len(cfg.domains), domain,
-                    len(cfg.seeds), len(cfg.shots))
+    for i, (domain, seeds, shots) in enumerate(grid, 1):
+        logger.info("[%d/%d] probes on %s: %d seeds x %d shot settings", i, len(grid), domain, len(seeds),
+                    len(shots))
         rows = run_protocol(out / "features" / model_name / domain, out / "results.sqlite", model=model_name,
                             domain=domain, storage=out / "optuna.db", protocol=protocol, plan=plan,
-                            seeds=tuple(cfg.seeds), shots=tuple(cfg.shots), device=device, restart_unfinished=True)
+                            seeds=seeds, shots=shots, device=device, restart_unfinished=True)
         written += len(rows)
     return written
 

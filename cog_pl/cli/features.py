@@ -1,10 +1,13 @@
-"""``cog-pl features import|export|info``: feature stores and the released code's ``X_Y.pth`` files."""
+"""``cog-pl features import|export|info|regroup``: feature stores, the released code's ``X_Y.pth`` files, and the
+stores of level variants regrouped from the level stores."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+
+from cog_pl.levels.variants import VARIANT_MEASURES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +33,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     info = fsub.add_parser("info", help="print a store's meta and shape")
     info.add_argument("store", type=Path)
     info.set_defaults(func=_info)
+    reg = fsub.add_parser("regroup", help="stores of a level variant, regrouped from the level stores (no extraction)",
+                          description="A level variant re-ranks the same concepts by another similarity, so a model's "
+                                      "cog_l1..cog_l5 stores hold all its images: their rows (train from train, test "
+                                      "from test) are copied into <root>/<model>/cog_l<i>@<variant>/<split>. When the "
+                                      "stores hold a subset of the concepts (the demo), the variant levels are that "
+                                      "subset re-ranked and cut into five equal blocks. Finished stores are skipped.")
+    reg.add_argument("--features-root", type=Path, required=True, help="the folder holding <model>/cog_l1 .. cog_l5")
+    reg.add_argument("--model", required=True, help="the model folder under --features-root")
+    src = reg.add_mutually_exclusive_group(required=True)
+    src.add_argument("--measure", choices=VARIANT_MEASURES, help="re-rank the stores' concepts by this similarity")
+    src.add_argument("--levels", type=Path,
+                     help="a level file (e.g. `cog-pl levels build --measure wup --concepts official --out F`)")
+    reg.add_argument("--name", help="variant name in the domains cog_l<i>@<name> (default: the measure)")
+    reg.add_argument("--lcs", choices=("deepest", "max-ic"), default="deepest", help="subsumer rule for lin")
+    reg.add_argument("--overwrite", action="store_true", help="regroup again, replacing the variant's stores")
+    reg.set_defaults(func=_regroup)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -69,4 +88,25 @@ def _info(args: argparse.Namespace) -> int:
     meta = {k: v for k, v in s.meta.items() if k != "classes"}
     print(json.dumps({"path": str(s.path), "rows": len(s), "dim": int(s.features.shape[1]),
                       "dtype": str(s.features.dtype), **meta}, indent=1))
+    return 0
+
+
+def _regroup(args: argparse.Namespace) -> int:
+    from cog_pl.features.regroup import regroup_variant
+    from cog_pl.resources import LEVELS
+
+    result = regroup_variant(args.features_root, args.model, measure=args.measure, level_file=args.levels,
+                             name=args.name, lcs=args.lcs, overwrite=args.overwrite)
+    print(f"level variant {result.variant!r} of {args.model} (levels: {result.level_file})")
+    print("level of the stores (rows) -> level of the variant (columns), concepts:")
+    print("       " + "  ".join(f"{lvl:>5}" for lvl in LEVELS))
+    for lvl, row in zip(LEVELS, result.moves):
+        print(f"  {lvl}  " + "  ".join(f"{n:5d}" for n in row))
+    for path in result.written:
+        print(f"wrote   {path}")
+    for path in result.skipped:
+        print(f"skipped {path} (complete)")
+    root = args.features_root / args.model
+    print(f"probe them with e.g. `cog-pl probe protocol --features {root / result.domains[0]} --model {args.model} "
+          f"--domain {result.domains[0]} --results results.sqlite`")
     return 0

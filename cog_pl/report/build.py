@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cog_pl.io import atomic_open
-from cog_pl.report.plots import plot_domains, plot_few_shot
-from cog_pl.report.tables import csv_table, report_markdown, summarize
+from cog_pl.report.plots import plot_domains, plot_few_shot, plot_variants
+from cog_pl.report.tables import csv_table, is_variant, report_markdown, summarize
+from cog_pl.report.variants import variant_lines, variants_markdown
 from cog_pl.results import read_rows
 
 logger = logging.getLogger(__name__)
@@ -28,15 +29,19 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
         keep = set(models) | ({baseline} if baseline else set())
         rows = [r for r in rows if r["model"] in keep]
     cells = summarize(rows, baseline)
+    official = [c for c in cells if not is_variant(c.domain)]
+    variants = variant_lines(rows)
     out = Path(out)
     files = {"markdown": out / "report.md", "csv": out / "results.csv", "domains": out / "domains.png"}
     with atomic_open(files["markdown"]) as fh:
-        fh.write(report_markdown(cells, baseline))
+        fh.write(report_markdown(cells, baseline, variants_markdown(variants) if variants else ""))
     with atomic_open(files["csv"]) as fh:
         fh.write(csv_table(cells))
-    plot_domains(cells, files["domains"])
+    plot_domains(official, files["domains"])
     if baseline:
-        files["relative"] = plot_domains(cells, out / "domains_relative.png", relative=True, baseline=baseline)
-    if any(c.shots is not None for c in cells):
-        files["few_shot"] = plot_few_shot(cells, out / "few_shot.png")
+        files["relative"] = plot_domains(official, out / "domains_relative.png", relative=True, baseline=baseline)
+    if any(c.shots is not None for c in official):
+        files["few_shot"] = plot_few_shot(official, out / "few_shot.png")
+    if variants:
+        files["variants"] = plot_variants(variants, out / "variants.png")
     return files

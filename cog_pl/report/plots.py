@@ -1,4 +1,5 @@
-"""Figures in the style of the paper: top-1 across IN-1K and L1..L5 (absolute and relative), few-shot curves."""
+"""Figures in the style of the paper: top-1 across IN-1K and L1..L5 (absolute and relative), few-shot curves, and
+the level variants (top-1 per level for each similarity measure)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cog_pl.io import atomic_open
-from cog_pl.report.tables import DOMAIN_LABELS, Cell, domains_of
+from cog_pl.protocol import LEVEL_OF_DOMAIN
+from cog_pl.report.tables import Cell, domain_label, domains_of
+from cog_pl.report.variants import OFFICIAL, VariantLine
 
 
 def _plt():
@@ -41,7 +44,7 @@ def plot_domains(cells: Sequence[Cell], out: str | Path, relative: bool = False,
         ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=model, lw=1.5)
     if relative:
         ax.axhline(0, color="grey", lw=1, ls="--")
-    ax.set_xticks(range(len(domains)), [DOMAIN_LABELS.get(d, d) for d in domains])
+    ax.set_xticks(range(len(domains)), [domain_label(d) for d in domains])
     what = "all data" if shots is None else f"{shots} images per concept"
     ax.set_ylabel(f"top-1 relative to {baseline} (points)" if relative else "top-1 accuracy (%)")
     ax.set_title(("Relative" if relative else "Linear probe") + f" top-1 across concept generalization levels ({what})")
@@ -66,10 +69,32 @@ def plot_few_shot(cells: Sequence[Cell], out: str | Path) -> Path:
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model, lw=1.3)
         ax.set_xticks(range(len(cols)), ["All" if s is None else str(s) for s in cols], fontsize=7)
-        ax.set_title(DOMAIN_LABELS.get(d, d))
+        ax.set_title(domain_label(d))
         ax.set_xlabel("images per concept")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("top-1 accuracy (%)")
     axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_variants(lines: Sequence[VariantLine], out: str | Path) -> Path:
+    """Top-1 against the level, one line per measure (error bars: std over seeds), one panel per model."""
+    plt = _plt()
+    levels = list(LEVEL_OF_DOMAIN.values())
+    models = sorted({ln.model for ln in lines})
+    fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 3.8), dpi=120, squeeze=False, sharey=True)
+    for ax, model in zip(axes[0], models):
+        for ln in (ln for ln in lines if ln.model == model):
+            xs = [i for i, lvl in enumerate(levels) if lvl in ln.levels]
+            style = {"color": "black", "lw": 2.2, "zorder": 3} if ln.measure == OFFICIAL else {"lw": 1.4}
+            ax.errorbar(xs, [ln.levels[levels[i]].mean for i in xs], yerr=[ln.levels[levels[i]].std for i in xs],
+                        marker="o", capsize=3, label=ln.measure, **style)
+        ax.set_xticks(range(len(levels)), levels)
+        ax.set_title(f"{model}: levels by each similarity", fontsize=10)
+        ax.set_xlabel("level (L1 most similar to IN-1K)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("top-1 accuracy (%)")
     fig.tight_layout()
     return _save(fig, out)

@@ -2,7 +2,9 @@
 
 A row is a dict with at least ``model``, ``domain``, ``shots`` (``None`` = all data), ``seed``, ``test_top1`` and
 ``test_top5`` (percent). Relative accuracy is the difference in top-1 points to the baseline model on the same
-domain and shots (the paper's "relative to ResNet-50" plots).
+domain and shots (the paper's "relative to ResNet-50" plots). Domains of level variants (``cog_l3@wup``) come after
+the official ones, grouped by variant; the main tables show the official domains and the variants get their own
+table (:mod:`cog_pl.report.variants`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,26 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from cog_pl.protocol import DOMAINS
+from cog_pl.protocol import DOMAINS, split_domain
 
 DOMAIN_LABELS = {"in1k": "IN-1K", **{f"cog_l{i}": f"L{i}" for i in range(1, 6)}}
+
+
+def domain_label(domain: str) -> str:
+    """``IN-1K``, ``L3``, ``L3 (wup)`` for the level variant ``cog_l3@wup``."""
+    base, variant = split_domain(domain)
+    label = DOMAIN_LABELS.get(base, base)
+    return f"{label} ({variant})" if variant else label
+
+
+def domain_key(domain: str) -> tuple:
+    """Sort key: the official domains in protocol order, then each variant's levels, then any other domain."""
+    base, variant = split_domain(domain)
+    return (variant is not None, variant or "", DOMAINS.index(base) if base in DOMAINS else len(DOMAINS), domain)
+
+
+def is_variant(domain: str) -> bool:
+    return split_domain(domain)[1] is not None
 
 
 @dataclass(frozen=True)
@@ -37,7 +56,7 @@ class Cell:
         return "All" if self.shots is None else str(self.shots)
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
     m = sum(values) / len(values)
     if len(values) < 2:
         return m, 0.0
@@ -51,21 +70,19 @@ def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
         groups[r["model"], r["domain"], r.get("shots")].append(r)
     cells = {}
     for (model, domain, shots), rs in groups.items():
-        top1, std = _mean_std([float(r["test_top1"]) for r in rs])
-        top5, _ = _mean_std([float(r.get("test_top5", math.nan)) for r in rs])
+        top1, std = mean_std([float(r["test_top1"]) for r in rs])
+        top5, _ = mean_std([float(r.get("test_top5", math.nan)) for r in rs])
         cells[model, domain, shots] = Cell(model, domain, shots, top1, std, top5, len({r["seed"] for r in rs}))
     if baseline:
         for key, c in list(cells.items()):
             base = cells.get((baseline, key[1], key[2]))
             if base is not None:
                 cells[key] = Cell(**{**asdict(c), "relative": c.top1 - base.top1})
-    order = {d: i for i, d in enumerate(DOMAINS)}
-    return sorted(cells.values(), key=lambda c: (c.model, order.get(c.domain, 99), -1 if c.shots is None else c.shots))
+    return sorted(cells.values(), key=lambda c: (c.model, domain_key(c.domain), -1 if c.shots is None else c.shots))
 
 
 def domains_of(cells: Sequence[Cell]) -> list[str]:
-    present = {c.domain for c in cells}
-    return [d for d in DOMAINS if d in present] + sorted(present - set(DOMAINS))
+    return sorted({c.domain for c in cells}, key=domain_key)
 
 
 def markdown_table(cells: Sequence[Cell], shots: int | None = None, relative: bool = False) -> str:
@@ -74,7 +91,7 @@ def markdown_table(cells: Sequence[Cell], shots: int | None = None, relative: bo
     domains = domains_of(sel)
     models = sorted({c.model for c in sel})
     by = {(c.model, c.domain): c for c in sel}
-    head = "| model | " + " | ".join(DOMAIN_LABELS.get(d, d) for d in domains) + " |"
+    head = "| model | " + " | ".join(domain_label(d) for d in domains) + " |"
     lines = [head, "|---" * (len(domains) + 1) + "|"]
     for m in models:
         vals = []
@@ -101,25 +118,33 @@ def csv_table(cells: Sequence[Cell]) -> str:
     return buf.getvalue()
 
 
-def report_markdown(cells: Sequence[Cell], baseline: str | None = None) -> str:
-    """The whole report: all-data table, relative table, and one few-shot table per domain."""
+def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants: str = "") -> str:
+    """The whole report: all-data table, relative table, the level variants' table (``variants``, markdown, from
+    :func:`cog_pl.report.variants.variants_markdown`), and one few-shot table per domain."""
+    official = [c for c in cells if not is_variant(c.domain)]
     parts = ["# ImageNet-CoG results", "", "## Linear probes on all training data: test top-1 (%), mean ± std over "
-             "seeds", "", markdown_table(cells, None)]
-    if baseline and any(c.relative is not None for c in cells):
-        parts += ["", f"## Relative to {baseline} (top-1 points)", "", markdown_table(cells, None, relative=True)]
+             "seeds", "", markdown_table(official, None)]
+    if baseline and any(c.relative is not None for c in official):
+        parts += ["", f"## Relative to {baseline} (top-1 points)", "", markdown_table(official, None, relative=True)]
     vs_ft = finetune_relative(cells)
     if vs_ft:
         parts += ["", "## Linear probe relative to fine-tuning (probe top-1 / fine-tuned top-1, %)", "",
                   vs_ft]
+    if variants:
+        parts += ["", "## Level variants: top-1 (%) per level for each similarity measure (same model, all data, "
+                  "mean ± std over seeds)", "",
+                  "The same concepts cut into five levels by another similarity to IN-1K (`cog-pl features regroup`; "
+                  "the official levels are Lin's). The larger a measure's L1−L5 drop, the more its levels order the "
+                  "concepts by how hard they are for the model. The drop is paired by seed.", "", variants]
     shots = sorted({c.shots for c in cells if c.shots is not None})
     if shots:
         parts += ["", "## Few-shot: test top-1 (%) per number of images per concept"]
-        for d in domains_of(cells):
+        for d in domains_of([c for c in cells if c.shots is not None]):
             sel = [c for c in cells if c.domain == d]
             models = sorted({c.model for c in sel})
             by = {(c.model, c.shots): c for c in sel}
             cols = [*shots, None]
-            parts += ["", f"### {DOMAIN_LABELS.get(d, d)}", "",
+            parts += ["", f"### {domain_label(d)}", "",
                       "| model | " + " | ".join("All" if s is None else f"N={s}" for s in cols) + " |",
                       "|---" * (len(cols) + 1) + "|"]
             for m in models:
