@@ -53,11 +53,11 @@ def test_fast_mode_batches_trials_and_exact_mode_runs_them_one_by_one(splits, tm
         study = optuna.load_study(study_name=plan.mode, storage=f"sqlite:///{tmp_path / f'{plan.mode}.db'}")
         trials = study.get_trials(states=(TrialState.COMPLETE,))
         assert len(trials) == PROTOCOL.trials
-        assert {t.user_attrs["batch_heads"] for t in trials} == sizes
+        assert {t.user_attrs["result"]["batch_heads"] for t in trials} == sizes
         evaluated = {len(t.intermediate_values) for t in trials}
         assert evaluated == ({PROTOCOL.epochs} if plan.mode == "exact" else {0})
         expected = "32-true" if plan.mode == "exact" else plan.precision_on("cpu")
-        assert {t.user_attrs["precision"] for t in trials} == {expected}
+        assert {t.user_attrs["result"]["precision"] for t in trials} == {expected}
 
 
 def test_precision_is_recorded_and_chosen_explicitly(splits, tmp_path):
@@ -88,9 +88,9 @@ def test_a_diverging_trial_does_not_stop_the_search(splits, tmp_path):
     row = probe(splits, seed=22, shots=None, storage=tmp_path / "d.db", protocol=protocol, plan=PLAN, name="d")
     study = optuna.load_study(study_name="d", storage=f"sqlite:///{tmp_path / 'd.db'}")
     trials = study.get_trials(states=(TrialState.COMPLETE,))
-    diverged = [t for t in trials if t.user_attrs["diverged_epoch"] is not None]
+    diverged = [t for t in trials if t.user_attrs["result"]["diverged_epoch"] is not None]
     assert len(trials) == protocol.trials and diverged and len(diverged) < len(trials)
-    assert all(t.value == 0.0 for t in diverged if t.user_attrs["diverged_epoch"] == 0)
+    assert all(t.value == 0.0 for t in diverged if t.user_attrs["result"]["diverged_epoch"] == 0)
     assert row["val_top1"] > 0 and row["lr"] < 1e38 and row["final_diverged_epoch"] is None
 
 

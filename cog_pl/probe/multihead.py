@@ -163,31 +163,35 @@ def train_heads(
     rows = torch.arange(batch_size, device=device)
     factors = [cosine_factor(epoch, epochs) for epoch in range(epochs)]
     for epoch in range(epochs):
-        lr = base_lr * factors[epoch]
+        # frozen heads get a zero gradient and a zero learning rate; both change only between epochs
+        step_lr = base_lr * factors[epoch] * active.repeat_interleave(c)
+        scale = active.float() / batch_size  # d(mean loss)/d(logits) = (softmax - onehot) / batch
+        bad = torch.zeros(k, dtype=torch.bool, device=device)  # loss turned non-finite in this epoch
         order = torch.randperm(n, generator=generator).to(device)
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
             yb, nb = y[idx], len(idx)
+            if nb != batch_size:
+                scale = active.float() / nb
             xb, logits = ws.logits(idx, w2, b1)
             logits = logits.view(nb, k, c)
             logits.sub_(logits.amax(dim=2, keepdim=True))  # shifted: every softmax pass below is stable
             target_logit = logits.gather(2, yb.view(nb, 1, 1).expand(nb, k, 1))
             probs = logits.exp_()
             total = probs.sum(dim=2, keepdim=True)
-            loss = (total.log() - target_logit).mean(0).view(k)  # cross-entropy of each head
-            newly = active & ~torch.isfinite(loss)
-            diverged_at = torch.where(newly, epoch, diverged_at)
-            active &= ~newly
-            # d(mean loss)/d(logits) = (softmax - onehot) / nb; frozen heads get zero (NaN only while diverging)
-            scale = active.float() / nb
+            bad |= ~torch.isfinite((total.log() - target_logit).sum(0).view(k))  # cross-entropy of each head
+            # a head whose loss turned non-finite goes on with non-finite values, alone in its columns, until the
+            # epoch ends and it is rolled back; no host synchronisation inside the epoch
             probs.mul_(scale.view(1, k, 1) / total)
             probs[rows[:nb], :, yb] -= scale
             grad = probs.view(nb, k * c)
-            step_lr = lr * active.repeat_interleave(c)
             buf_w.mul_(momentum).add_(ws.weight_grad(xb, grad)).addcmul_(w2, wd)
             w2.addcmul_(buf_w, step_lr, value=-1.0)
             buf_b.mul_(momentum).add_(torch.sum(grad, 0, out=ws.bias_grad)).addcmul_(b1, wd)
             b1.addcmul_(buf_b, step_lr, value=-1.0)
+        newly = active & bad
+        diverged_at = torch.where(newly, epoch, diverged_at)
+        active &= ~newly
         # a head that diverged this epoch returns to the state the published loop last evaluated, and stays there
         keep = active.repeat_interleave(c)
         for param, snap, buf in ((w2, snap_w, buf_w), (b1, snap_b, buf_b)):

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_split, sub_seed, tuning_indices
 from cog_pl.probe.study import open_study
-from cog_pl.probe.tuner import SearchPlan, best_trial, run_search, train_probe
+from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, train_probe
 from cog_pl.protocol import ProbeProtocol, as_record
 from cog_pl.results import FORMAT_VERSION, append_row, read_rows, row_key, versions
 
@@ -95,7 +95,7 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     return {
         "format_version": FORMAT_VERSION, "model": model, "domain": domain, "shots": shots, "seed": seed,
         "lr": lr, "wd": wd, "best_trial": best.number, "val_top1": best.value,
-        "val_top5": best.user_attrs.get("val_top5"), "test_top1": float(result.top1[0]),
+        "val_top5": best.user_attrs.get(RESULT_ATTR, {}).get("val_top5"), "test_top1": float(result.top1[0]),
         "test_top5": float(result.top5[0]), "final_diverged_epoch": result.diverged_epoch[0],
         "train_rows": len(final_idx), "tuning_rows": len(train_idx), "val_rows": len(val_idx),
         "mode": plan.mode, "precision": precision, "search": plan.as_record(), "protocol": as_record(protocol),

@@ -31,6 +31,7 @@ from cog_pl.protocol import ProbeProtocol
 log = logging.getLogger(__name__)
 
 MODES = ("fast", "exact")
+RESULT_ATTR = "result"  # user attribute of a finished trial: val_top5, diverged_epoch, mode, precision, batch info
 
 
 @dataclass(frozen=True)
@@ -129,12 +130,9 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
     for i, t in enumerate(trials):
         for epoch, acc in enumerate(result.history if plan.mode == "exact" else []):
             t.report(float(acc[i]), epoch)
-        t.set_user_attr("val_top5", float(result.top5[i]))
-        t.set_user_attr("diverged_epoch", result.diverged_epoch[i])
-        t.set_user_attr("mode", plan.mode)
-        t.set_user_attr("precision", precision)
-        t.set_user_attr("batch_seconds", seconds)
-        t.set_user_attr("batch_heads", len(trials))
+        t.set_user_attr(RESULT_ATTR, {  # one attribute: every storage write is a database transaction
+            "val_top5": float(result.top5[i]), "diverged_epoch": result.diverged_epoch[i], "mode": plan.mode,
+            "precision": precision, "batch_seconds": seconds, "batch_heads": len(trials)})
         study.tell(t, float(result.top1[i]))
     log.info("trials %s: val top-1 %s (%.1fs)", [t.number for t in trials],
              [round(float(a), 2) for a in result.top1], seconds)
