@@ -2,9 +2,10 @@
 """Reference protocol vs ``cog-pl probe tune``, side by side on the same generated features and machine.
 
 Generates features with ``../shared/bench/make_features.py`` (its defaults) in a temporary directory, then runs
-``../shared/bench/reference_protocol.py`` and ``cog-pl probe tune`` (fast mode; ``--exact`` adds exact mode) as
-subprocesses one after the other with the same trials, epochs and seed, and prints wall seconds, the ratio
-(ours / reference) and the test top-1 difference (ours - reference). Goal: ratio <= 0.2, difference >= -0.5.
+``../shared/bench/reference_protocol.py`` and ``cog-pl probe tune`` (fast mode; ``--fp32`` adds fast mode with
+float32 products, ``--exact`` adds exact mode) as subprocesses one after the other with the same trials, epochs and
+seed, and prints wall seconds, the ratio (ours / reference) and the test top-1 difference (ours - reference).
+Goal: ratio <= 0.2, difference >= -0.5.
 
     python benchmarks/bench_probe.py --trials 30 --epochs 30
 """
@@ -39,6 +40,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0: torch's default)")
     p.add_argument("--bench-dir", type=Path, default=BENCH)
     p.add_argument("--exact", action="store_true", help="also time cog-pl's exact mode")
+    p.add_argument("--fp32", action="store_true", help="also time fast mode with float32 matrix products")
     p.add_argument("--json", type=Path, help="write the figures here")
     a = p.parse_args()
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -51,6 +53,8 @@ def main() -> int:
         ours = [sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(feats), *common,
                 "--workdir", tmp]
         sides["cog-pl fast"] = [*ours, "--study-name", "fast"]
+        if a.fp32:
+            sides["cog-pl fast fp32"] = [*ours, "--precision", "32-true", "--study-name", "fast-fp32"]
         if a.exact:
             sides["cog-pl exact"] = [*ours, "--exact", "--study-name", "exact"]
         results = {}
@@ -58,15 +62,19 @@ def main() -> int:
             print(f"running {name} ...", file=sys.stderr, flush=True)
             row, wall = run(cmd, env)
             results[name] = {"wall_s": round(wall, 2), "test_top1": round(row["test_top1"], 3),
-                             "lr": row["lr"], "wd": row["wd"]}
+                             "lr": row["lr"], "wd": row["wd"], "precision": row.get("precision", "32-true"),
+                             "tune_s": row.get("tune_seconds"), "final_s": row.get("final_seconds")}
     ref = results["reference"]
-    print(f"trials {a.trials}, epochs {a.epochs}, seed {a.seed}, load average {os.getloadavg()[0]:.2f}")
-    print(f"{'side':14s} {'wall s':>8s} {'ratio':>6s} {'test top-1':>10s} {'diff':>6s}  lr / wd")
+    print(f"trials {a.trials}, epochs {a.epochs}, seed {a.seed}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"{'side':14s} {'wall s':>8s} {'ratio':>6s} {'test top-1':>10s} {'diff':>6s}  {'precision':10s} "
+          f"{'tune s':>7s} {'final s':>7s}  lr / wd")
     for name, r in results.items():
         r["ratio"] = round(r["wall_s"] / ref["wall_s"], 3)
         r["top1_diff"] = round(r["test_top1"] - ref["test_top1"], 3)
+        split = (f"{r['tune_s']:7.1f} {r['final_s']:7.1f}" if r["tune_s"] is not None else f"{'':7s} {'':7s}")
         print(f"{name:14s} {r['wall_s']:8.1f} {r['ratio']:6.3f} {r['test_top1']:10.2f} {r['top1_diff']:+6.2f}"
-              f"  {r['lr']:.3g} / {r['wd']:.2g}")
+              f"  {r['precision']:10s} {split}  {r['lr']:.3g} / {r['wd']:.2g}")
     if a.json:
         a.json.write_text(json.dumps({"trials": a.trials, "epochs": a.epochs, "results": results}, indent=1))
     return 0
