@@ -41,6 +41,7 @@ def test_fine_tuning_learns_a_level(onto, tmp_path):
     torch.manual_seed(0)
     model = FineTuneClassifier("timm:resnet10t", num_classes=3, lr=0.05, warmup_epochs=0.5, augment=True)
     before = [p.detach().clone() for p in model.net.parameters()][:3]
+    stats = [m.running_mean.clone() for m in model.net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     losses = []
 
     class EpochLoss(L.Callback):
@@ -51,6 +52,8 @@ def test_fine_tuning_learns_a_level(onto, tmp_path):
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[EpochLoss()])
     trainer.fit(model, datamodule=dm)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.net.parameters()))  # the backbone is trained
+    bns = [m.running_mean for m in model.net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert stats and not any(torch.equal(a, b) for a, b in zip(stats, bns))  # BatchNorm statistics too
     assert min(losses[-2:]) < losses[0]  # and it learns
     metrics = trainer.test(model, datamodule=dm, verbose=False)[0]
     assert 0 <= metrics["test/top1"] <= 1
