@@ -4,6 +4,10 @@ With ``variants`` (``wup``, ``jcn``, ``text``, ...), the level variants are prob
 from the five level stores (:mod:`cog_pl.features.regroup`, no extraction) and probed as domains ``cog_l<i>@<name>``
 with ``variant_seeds`` and ``variant_shots`` (all data by default), which the report compares with the official levels.
 
+With ``finetune`` (keyword arguments of :func:`cog_pl.finetune.compare.finetune_domains`: recipe, epochs, precision,
+...), the backbone is also fine-tuned on every domain (paper App. C.2; rows ``<model>@finetune``, ``finetune_seeds``)
+and the report sets the probes against it.
+
 Each stage resumes: complete feature stores are skipped and interrupted ones continued; result rows that exist are
 skipped and interrupted Optuna studies continued from their SQLite storage; the report is recomputed from rows.
 Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite``, ``optuna.db``, ``report/``.
@@ -53,6 +57,8 @@ class RunConfig:
     variants: tuple[str, ...] = ()  # level variants to probe besides the official levels, e.g. ("wup", "text")
     variant_seeds: tuple[int, ...] | None = None  # None: the same seeds as the official levels
     variant_shots: tuple[int | None, ...] = (None,)
+    finetune: dict[str, Any] | None = None  # finetune_domains keyword arguments; None: no fine-tuning
+    finetune_seeds: tuple[int, ...] | None = None  # None: the first of the seeds
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -124,6 +130,10 @@ def run(cfg: RunConfig) -> RunSummary:
     t = time.perf_counter()
     written = _probe(cfg, out, model_name)
     seconds["probe"] = time.perf_counter() - t
+    if cfg.finetune is not None:
+        t = time.perf_counter()
+        written += _finetune(cfg, out)
+        seconds["finetune"] = time.perf_counter() - t
     from cog_pl.report.build import write_report
     from cog_pl.results import read_rows
 
@@ -209,6 +219,22 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
         rows = run_protocol(out / "features" / model_name / domain, out / "results.sqlite", model=model_name,
                             domain=domain, storage=out / "optuna.db", protocol=protocol, plan=plan,
                             seeds=seeds, shots=shots, device=device, restart_unfinished=True)
+        written += len(rows)
+    return written
+
+
+def _finetune(cfg: RunConfig, out: Path) -> int:
+    """Fine-tune the backbone on every domain (rows that exist are skipped); returns the rows written."""
+    from cog_pl.data.transforms import model_transform
+    from cog_pl.finetune.compare import finetune_domains
+
+    written = 0
+    for seed in cfg.finetune_seeds or cfg.seeds[:1]:
+        logger.info("fine-tuning %s on %d domains, seed %d", cfg.model, len(cfg.domains), seed)
+        rows = finetune_domains(cfg.model, cfg.checkpoint, str(out / "results.sqlite"), cfg.domains,
+                                in1k_root=cfg.in1k_root, in21k_root=cfg.in21k_root, benchmark=cfg.benchmark,
+                                transform=cfg.transform or model_transform(cfg.model), seed=seed,
+                                progress=cfg.progress, **cfg.finetune)
         written += len(rows)
     return written
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest_data import TINY_PROTOCOL, tiny  # noqa: F401 - fixture
 
-from cog_pl.data.imagenet import UnreadableImageError, read_error_log
+from cog_pl.data.imagenet import DecodedImages, SynsetSource, UnreadableImageError, read_error_log
 from cog_pl.data.splits import save_split
 from cog_pl.data.transforms import TransformConfig
 from cog_pl.datamodules import CoGLevelDataModule, ImageNetDataModule
@@ -88,3 +88,30 @@ def test_in1k_datamodule_reads_train_and_val(tiny, tmp_path):  # noqa: F811
     (root / "val" / tiny.in1k[1]).rmdir()
     with pytest.raises(FileNotFoundError, match=f"1 IN-1K val synset\\(s\\) missing under .*: {tiny.in1k[1]}"):
         ImageNetDataModule(str(root), num_workers=0).setup()
+
+
+def test_cached_images_are_the_rows_read_from_disk_decoded_once(tiny, tmp_path, monkeypatch):  # noqa: F811
+    bad = tiny.test["L2"][3]
+    root = tiny.make_in21k(tmp_path / "in21k", "tar", bad={bad: "corrupt"})
+    reads = []
+    real_read = SynsetSource.read
+    monkeypatch.setattr(SynsetSource, "read", lambda self, w, f: reads.append((w, f)) or real_read(self, w, f))
+    plain = _dm(tiny, root, on_error="skip", shuffle_train=False)
+    cached = _dm(tiny, root, on_error="skip", shuffle_train=False, cache_images=True)
+    torch.manual_seed(0)
+    expected = torch.rand(2)
+    torch.manual_seed(0)
+    cached.setup()
+    assert torch.equal(torch.rand(2), expected)  # decoding at setup leaves the random stream as it was
+    test = cached.datasets["test"]
+    rows = len(cached.datasets["train"]) + len(test)
+    assert isinstance(test, DecodedImages) and len(reads) == rows  # each image decoded once
+    assert test[next(i for i in range(len(test)) if test.key(i) == bad)] is None  # skipped images stay skipped
+    for split in ("train", "test"):
+        a = list(getattr(plain, f"{split}_dataloader")())
+        for _ in range(2):  # two epochs
+            b = list(getattr(cached, f"{split}_dataloader")())
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+    assert len(reads) == 2 * rows  # the plain module's one pass; the cached one read nothing more

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import logging
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -11,6 +13,8 @@ import torch
 from cog_pl.datamodules.images import CoGLevelDataModule
 from cog_pl.demo.synthetic import make_demo
 from cog_pl.finetune.module import FineTuneClassifier, augment, warmup_cosine
+
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "finetune" / "demo.yaml"
 
 
 def test_warmup_then_cosine():
@@ -41,6 +45,7 @@ def test_fine_tuning_learns_a_level(onto, tmp_path):
     torch.manual_seed(0)
     model = FineTuneClassifier("timm:resnet10t", num_classes=3, lr=0.05, warmup_epochs=0.5, augment=True)
     before = [p.detach().clone() for p in model.net.parameters()][:3]
+    stats = [m.running_mean.clone() for m in model.net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     losses = []
 
     class EpochLoss(L.Callback):
@@ -51,6 +56,8 @@ def test_fine_tuning_learns_a_level(onto, tmp_path):
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[EpochLoss()])
     trainer.fit(model, datamodule=dm)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.net.parameters()))  # the backbone is trained
+    bns = [m.running_mean for m in model.net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert stats and not any(torch.equal(a, b) for a, b in zip(stats, bns))  # BatchNorm statistics too
     assert min(losses[-2:]) < losses[0]  # and it learns
     metrics = trainer.test(model, datamodule=dm, verbose=False)[0]
     assert 0 <= metrics["test/top1"] <= 1
@@ -93,3 +100,36 @@ def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
                                                          ("resnet10t@finetune", "cog_l4")]
     assert finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k"], **kw) == []
     assert len(read_rows(tmp_path / "r.sqlite")) == 2
+
+
+def test_demo_config_is_the_demo_recipe():
+    """configs/finetune/demo.yaml spells out what `cog-pl demo --finetune` runs (cog_pl.demo.finetune)."""
+    import yaml
+
+    from cog_pl.demo.finetune import DemoFineTune
+
+    cfg, recipe = yaml.safe_load(DEMO_CONFIG.read_text()), DemoFineTune()
+    model = {k: v for k, v in cfg["model"].items() if k not in ("model", "checkpoint")}
+    assert model == recipe.model_kwargs() and cfg["model"]["model"] == "external:demo_cnn"
+    assert cfg["trainer"]["max_epochs"] == recipe.epochs and cfg["trainer"]["precision"] == "bf16-mixed"
+    data = cfg["data"]["init_args"]
+    assert data["batch_size"] == recipe.batch_size and data["cache_images"] is recipe.cache_images
+    assert data["transform"] == {"crop": 32, "resize": 32}
+
+
+def test_demo_config_fits_and_tests_with_the_finetune_cli(onto, tmp_path, caplog):
+    from cog_pl.cli.main import main
+    from cog_pl.results import read_rows
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=8, test_per_concept=4, onto=onto)
+    common = ["--config", str(DEMO_CONFIG), "--model.checkpoint", "null", "--trainer.max_epochs", "2",
+              "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path / "ft"),
+              "--data.init_args.level", "cog_l5", "--data.init_args.root", str(tmp_path / "d" / "in21k"),
+              "--data.init_args.benchmark", str(bench)]
+    assert main(["finetune", "fit", *common]) == 0
+    caplog.set_level(logging.INFO)
+    assert main(["finetune", "test", *common, "--ckpt_path", "last", "--results", str(tmp_path / "r.sqlite")]) == 0
+    (row,) = read_rows(tmp_path / "r.sqlite")
+    assert row["model"] == "demo_cnn@finetune" and row["domain"] == "cog_l5" and row["precision"] == "bf16-mixed"
+    assert row["recipe"]["channels_last"] is True and row["recipe"]["lr"] == 0.1 and row["seed"] == 22
+    assert "Restoring states from the checkpoint path at" in caplog.text and "last.ckpt" in caplog.text

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -92,6 +97,15 @@ def test_external_architectures_need_a_registered_builder():
                                                                 nn.Linear(3, 384)))
     b = build_backbone("t2t_vit_t_14")
     assert b.model(torch.zeros(2, 3, 224, 224)).shape == (2, 384)
+
+
+def test_the_demo_backbone_builds_by_name_in_a_fresh_process():
+    """``external:demo_cnn`` is this package's own: configs name it without importing ``cog_pl.demo`` first."""
+    code = ("from cog_pl.models import build_backbone; b = build_backbone('external:demo_cnn'); "
+            "print(b.spec.feature_dim, type(b.model).__name__)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["96", "DemoCNN"]
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 Batches are ``{"image": [B,3,S,S], "label": [B], "index": [B]}`` with ``index`` the dataset row. The
 ``predict`` loaders serve feature extraction (``predict_split``: ``"train"`` or ``"test"``, no shuffling);
 under DDP Lightning shards them with a DistributedSampler, and the row index places each feature.
+With ``cache_images``, each split is decoded once at ``setup`` and served from memory (:class:`DecodedImages`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from cog_pl import resources
 from cog_pl.benchmark import Benchmark, load_benchmark
-from cog_pl.data.imagenet import ImageDataset, SynsetSource, collate_images
+from cog_pl.data.imagenet import DecodedImages, ImageDataset, SynsetSource, collate_images
 from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
 from cog_pl.data.transforms import TransformConfig, build_transform, resolve_transform
 from cog_pl.features.convert import level_file_sha256
@@ -30,6 +31,8 @@ class ImageDataModule(L.LightningDataModule):
     """Shared loaders; subclasses define :meth:`_rows` (``(source, samples, labels)`` per split) and ``classes``.
 
     ``benchmark``: a benchmark file (:mod:`cog_pl.benchmark`) giving the concepts and test images; None = official.
+    ``cache_images``: decode each split once at ``setup`` (with ``num_workers`` workers) and serve it from memory,
+    for small datasets read for many epochs (fine-tuning on the demo); the loaders then run in the main process.
     """
 
     domain: str = ""
@@ -37,7 +40,7 @@ class ImageDataModule(L.LightningDataModule):
     def __init__(self, transform: str | TransformConfig | None = "protocol", batch_size: int = 128,
                  num_workers: int = 4, on_error: str = "fail", error_log: str | None = None,
                  shuffle_train: bool = True, predict_split: str = "test", pin_memory: bool = True,
-                 cache_dir: str | None = None, benchmark: str | None = None) -> None:
+                 cache_dir: str | None = None, benchmark: str | None = None, cache_images: bool = False) -> None:
         super().__init__()
         self.benchmark = benchmark
         self._definition: Benchmark | None = None
@@ -47,7 +50,8 @@ class ImageDataModule(L.LightningDataModule):
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
         self.on_error, self.error_log, self.cache_dir = on_error, error_log, cache_dir
         self.shuffle_train, self.predict_split = shuffle_train, predict_split
-        self.datasets: dict[str, ImageDataset] = {}
+        self.cache_images = cache_images
+        self.datasets: dict[str, ImageDataset | DecodedImages] = {}
 
     @property
     def definition(self) -> Benchmark:
@@ -77,14 +81,19 @@ class ImageDataModule(L.LightningDataModule):
         for split in SPLITS:
             if split not in self.datasets:
                 source, samples, labels = self._rows(split)
-                self.datasets[split] = ImageDataset(source, samples, labels, transform, self.on_error, self.error_log)
+                dataset = ImageDataset(source, samples, labels, transform, self.on_error, self.error_log)
+                if self.cache_images:
+                    dataset = DecodedImages(dataset, max(self.batch_size, 256), self.num_workers)
+                    log.info("%s %s: decoded into memory (%.1f MiB)", self.domain, split, dataset.nbytes / 2**20)
+                self.datasets[split] = dataset
                 log.info("%s %s: %d images of %d classes", self.domain, split, len(samples), self.num_classes)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
             self.setup()
         return DataLoader(self.datasets[split], batch_size=self.batch_size, shuffle=shuffle,
-                          num_workers=self.num_workers, collate_fn=collate_images, pin_memory=self.pin_memory,
+                          num_workers=0 if self.cache_images else self.num_workers, collate_fn=collate_images,
+                          pin_memory=self.pin_memory,
                           persistent_workers=False)
 
     def train_dataloader(self) -> DataLoader:

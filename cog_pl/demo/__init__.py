@@ -2,11 +2,13 @@
 
 ``prepare(root)`` makes both (idempotent) and returns :class:`DemoAssets`: the IN-1K and IN-21K roots, the
 benchmark file, the checkpoint of ``external:demo_cnn`` (registered on import) and the transform to use.
+:class:`DemoFineTune` is how the demo fine-tunes that backbone on each domain (paper App. C.2).
 """
 
 from cog_pl.demo.backbone import MODEL_NAME, DemoCNN
+from cog_pl.demo.finetune import DemoFineTune
 from cog_pl.demo.prepare import DemoAssets, prepare
 from cog_pl.demo.pretrain import pretrain_demo_backbone
 from cog_pl.demo.synthetic import make_demo
 
-__all__ = ["MODEL_NAME", "DemoAssets", "DemoCNN", "make_demo", "prepare", "pretrain_demo_backbone"]
+__all__ = ["MODEL_NAME", "DemoAssets", "DemoCNN", "DemoFineTune", "make_demo", "prepare", "pretrain_demo_backbone"]

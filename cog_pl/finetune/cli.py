@@ -39,6 +39,7 @@ class ResultRowCallback(L.Callback):
                "test_top5": 100 * float(metrics.get("test/top5", metrics["test/top1"])),
                "recipe": {k: v for k, v in pl_module.hparams.items() if k != "checkpoint"},
                "checkpoint": pl_module.hparams.get("checkpoint"), "epochs": trainer.max_epochs,
+               "batch_size": dm.batch_size, "precision": str(trainer.precision),
                "seconds": round(time.perf_counter() - self.start, 2), "versions": versions()}
         append_row(self.results, row)
 

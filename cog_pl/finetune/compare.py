@@ -17,36 +17,65 @@ from cog_pl.results import append_row, has_row, versions
 logger = logging.getLogger(__name__)
 
 
+def native_bf16() -> bool:
+    """Whether this machine computes in bf16 natively: a CUDA device with bf16, or a CPU with AVX512-BF16 or AMX.
+
+    Elsewhere bf16 autocast is emulated and slower than float32.
+    """
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    checks = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+    return any(check is not None and check() for check in checks)
+
+
+def resolve_precision(precision: str) -> str:
+    """A Lightning precision; ``"auto"``: ``bf16-mixed`` where :func:`native_bf16`, else ``32-true``."""
+    if precision == "auto":
+        return "bf16-mixed" if native_bf16() else "32-true"
+    return precision
+
+
 def finetune_domains(model: str, checkpoint: str | None, results: str, domains: Sequence[str], *,
                      in1k_root: str | None, in21k_root: str | None, benchmark: str | None = None,
                      transform: Any = None, epochs: int = 10, seed: int = 22, batch_size: int = 128,
-                     recipe: dict[str, Any] | None = None, progress: bool = False) -> list[dict[str, Any]]:
-    """One fine-tuning run per domain (train split -> test split); rows that exist are skipped."""
-    from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
+                     recipe: dict[str, Any] | None = None, precision: str = "32-true", cache_images: bool = False,
+                     num_workers: int = 0, progress: bool = False) -> list[dict[str, Any]]:
+    """One fine-tuning run per domain (train split -> test split); rows that exist are skipped.
 
+    ``recipe``: keyword arguments of :class:`FineTuneClassifier`. ``precision``: the Trainer's, or ``"auto"``
+    (:func:`resolve_precision`). ``cache_images``: decode each domain's images once and serve them from memory
+    (:class:`~cog_pl.data.imagenet.DecodedImages`), for small domains read for many epochs such as the demo's.
+    Each row records the recipe, epochs, precision and seconds it took.
+    """
+    from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
+    from cog_pl.models import resolve_spec
+
+    precision = resolve_precision(precision)
     rows = []
     for domain in domains:
-        name = FineTuneClassifier(model, 2, checkpoint).backbone.spec.name
+        name = resolve_spec(model).name
         key = (name + FINETUNE_SUFFIX, domain, None, seed)
         if has_row(results, key):
             logger.info("skip fine-tuning %s on %s: row exists", name, domain)
             continue
-        common = {"transform": transform, "batch_size": batch_size, "num_workers": 0, "benchmark": benchmark}
+        common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers, "benchmark": benchmark,
+                  "cache_images": cache_images, "pin_memory": torch.cuda.is_available()}
         dm = (ImageNetDataModule(root=in1k_root, **common) if domain == "in1k"
               else CoGLevelDataModule(level=domain, root=in21k_root, **common))
         L.seed_everything(seed, verbose=False)
         net = FineTuneClassifier(model, dm.num_classes, checkpoint, **(recipe or {}))
         start = time.perf_counter()
         trainer = L.Trainer(max_epochs=epochs, accelerator="cpu" if not torch.cuda.is_available() else "auto",
-                            devices=1, logger=False, enable_checkpointing=False, enable_model_summary=False,
-                            enable_progress_bar=progress)
+                            devices=1, precision=precision, logger=False, enable_checkpointing=False,
+                            enable_model_summary=False, enable_progress_bar=progress)
         trainer.fit(net, datamodule=dm)
         metrics = trainer.test(net, datamodule=dm, verbose=False)[0]
         row = {"model": key[0], "domain": domain, "shots": None, "seed": seed, "method": "finetune",
                "test_top1": 100 * metrics["test/top1"], "test_top5": 100 * metrics.get("test/top5", 0.0),
                "recipe": {k: v for k, v in net.hparams.items() if k != "checkpoint"}, "epochs": epochs,
-               "checkpoint": checkpoint, "seconds": round(time.perf_counter() - start, 2), "versions": versions()}
+               "batch_size": batch_size, "precision": precision, "checkpoint": checkpoint,
+               "seconds": round(time.perf_counter() - start, 2), "versions": versions()}
         append_row(results, row)
         rows.append(row)
-        logger.info("fine-tuned %s on %s: test top-1 %.2f", name, domain, row["test_top1"])
+        logger.info("fine-tuned %s on %s: test top-1 %.2f (%.0f s)", name, domain, row["test_top1"], row["seconds"])
     return rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -16,6 +17,8 @@ from cog_pl.models.zoo import EFFICIENTNET_LITE0, PAPER_MODELS, BackboneSpec
 logger = logging.getLogger(__name__)
 
 _EXTERNAL: dict[str, Callable[[], nn.Module]] = {}
+#: ``external:`` architectures this package provides, registered by importing their module on first use.
+_BUILTIN_EXTERNAL = {"demo_cnn": "cog_pl.demo.backbone"}
 
 
 def register_architecture(name: str, builder: Callable[[], nn.Module]) -> None:
@@ -83,6 +86,8 @@ def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
         except ValueError as err:
             raise ValueError(f"torchvision has no model {arch!r}") from err
         return model
+    if arch not in _EXTERNAL and arch in _BUILTIN_EXTERNAL:
+        importlib.import_module(_BUILTIN_EXTERNAL[arch])
     if arch not in _EXTERNAL:
         raise ValueError(f"architecture {arch!r} is not in timm or torchvision: its authors' code must provide it; "
                          f"call cog_pl.models.register_architecture({arch!r}, builder) first")

@@ -4,7 +4,8 @@ A row is a dict with at least ``model``, ``domain``, ``shots`` (``None`` = all d
 ``test_top5`` (percent). Relative accuracy is the difference in top-1 points to the baseline model on the same
 domain and shots (the paper's "relative to ResNet-50" plots). Domains of level variants (``cog_l3@wup``) come after
 the official ones, grouped by variant; the main tables show the official domains and the variants get their own
-table (:mod:`cog_pl.report.variants`).
+table (:mod:`cog_pl.report.variants`). Fine-tuned models (``<name>@finetune``, paper App. C.2) are set against their
+linear probes in a section of their own rather than listed among the probes.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def csv_table(cells: Sequence[Cell]) -> str:
 def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants: str = "") -> str:
     """The whole report: all-data table, relative table, the level variants' table (``variants``, markdown, from
     :func:`cog_pl.report.variants.variants_markdown`), and one few-shot table per domain."""
-    official = [c for c in cells if not is_variant(c.domain)]
+    official = [c for c in cells if not is_variant(c.domain) and not is_finetuned(c.model)]
     parts = ["# ImageNet-CoG results", "", "## Linear probes on all training data: test top-1 (%), mean ± std over "
              "seeds", "", markdown_table(official, None)]
     if baseline and any(c.relative is not None for c in official):
@@ -129,7 +130,7 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
     vs_ft = finetune_relative(cells)
     if vs_ft:
         parts += ["", "## Linear probe relative to fine-tuning (probe top-1 / fine-tuned top-1, %)", "",
-                  vs_ft]
+                  vs_ft, "", "Test top-1 (%) on all data, mean over seeds:", "", finetune_markdown(cells)]
     if variants:
         parts += ["", "## Level variants: top-1 (%) per level for each similarity measure (same model, all data, "
                   "mean ± std over seeds)", "",
@@ -140,7 +141,7 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
     if shots:
         parts += ["", "## Few-shot: test top-1 (%) per number of images per concept"]
         for d in domains_of([c for c in cells if c.shots is not None]):
-            sel = [c for c in cells if c.domain == d]
+            sel = [c for c in cells if c.domain == d and not is_finetuned(c.model)]
             models = sorted({c.model for c in sel})
             by = {(c.model, c.shots): c for c in sel}
             cols = [*shots, None]
@@ -154,6 +155,26 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
 
 
 FINETUNE_SUFFIX = "@finetune"
+
+
+def is_finetuned(model: str) -> bool:
+    return model.endswith(FINETUNE_SUFFIX)
+
+
+def finetune_markdown(cells: Sequence[Cell]) -> str:
+    """Markdown table of the linear probe's and the fine-tuned model's top-1 per domain (all data), per model."""
+    by = {(c.model, c.domain): c for c in cells if c.shots is None}
+    models = sorted({c.model[: -len(FINETUNE_SUFFIX)] for c in cells if is_finetuned(c.model)})
+    domains = [d for d in DOMAINS if any((m + FINETUNE_SUFFIX, d) in by for m in models)]
+    lines = ["| model | method | " + " | ".join(DOMAIN_LABELS[d] for d in domains) + " | seeds |",
+             "|---" * (len(domains) + 3) + "|"]
+    for m in models:
+        for name, method in ((m, "linear probe"), (m + FINETUNE_SUFFIX, "fine-tuned")):
+            got = [by.get((name, d)) for d in domains]
+            seeds = sorted({c.seeds for c in got if c is not None})
+            lines.append(f"| {m} | {method} | " + " | ".join("–" if c is None else f"{c.top1:.2f}" for c in got)
+                         + " | " + ("/".join(map(str, seeds)) or "–") + " |")
+    return "\n".join(lines)
 
 
 def finetune_relative(cells: Sequence[Cell]) -> str:
