@@ -63,9 +63,10 @@ def _rows(store_path, everyone):
     """(wnid, split flag, dataset index) of every row, checking the label names the row's concept."""
     s = open_store(store_path)
     out = []
-    for x, y in zip(np.asarray(s.features, np.float32), s.labels):
+    for k, (x, y) in enumerate(zip(np.asarray(s.features, np.float32), s.labels)):
         wnid = everyone[int(x[0])]
         assert s.meta["classes"][y] == wnid
+        assert int(s.index[k]) == int(x[2])  # every row still names its image
         out.append((wnid, float(x[1]), int(x[2])))
     return out
 
@@ -150,8 +151,12 @@ def test_finished_stores_are_skipped_and_a_killed_regroup_resumes(stores, tmp_pa
     assert (root / "m" / "cog_l1@toy" / "test" / "features.npy").stat().st_mtime_ns == stamp
     assert len(regroup.regroup_variant(root, "m", level_file=levels_file).skipped) == 10
     other = write_level_file(tmp_path / "other.json", _permuted(everyone, step=3))
+    saved = root / "m" / "variants" / "toy.json"
+    before = saved.read_bytes()
     with pytest.raises(StoreError, match="regrouped from another level file"):
         regroup.regroup_variant(root, "m", level_file=other)
+    assert saved.read_bytes() == before  # the refused run leaves the variant as it was: it still resumes
+    assert len(regroup.regroup_variant(root, "m", level_file=levels_file).skipped) == 10
     redone = regroup.regroup_variant(root, "m", level_file=other, overwrite=True)
     assert len(redone.written) == 10
     assert open_store(root / "m" / "cog_l1@toy" / "train").meta["classes"] == sorted(_permuted(everyone, 3)[:4])

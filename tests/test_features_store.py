@@ -122,3 +122,11 @@ def test_damaged_store_is_refused(tmp_path):
     (path / "meta.json").write_text(json.dumps({**meta, "num_rows": 49}))
     with pytest.raises(StoreError, match=r"meta\.json says 49 x 8"):
         open_store(path)
+
+
+def test_labels_outside_the_classes_are_refused_with_the_store_named(tmp_path):
+    x, y, idx = _data()
+    path = write_store(tmp_path / "s", x, y, idx, _meta())
+    np.save(path / "labels.npy", np.where(y == 2, 3, y))  # a label past the three classes of meta.json
+    with pytest.raises(StoreError, match=r"s: labels\.npy holds labels 0\.\.3, outside 0\.\.2"):
+        open_store(path)

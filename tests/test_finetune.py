@@ -33,6 +33,8 @@ def test_augment_keeps_shape_and_changes_images():
 def test_bad_optimizer_is_named():
     with pytest.raises(ValueError, match="optimizer='adam'"):
         FineTuneClassifier("timm:resnet10t", num_classes=3, optimizer="adam")
+    with pytest.raises(ValueError, match=r"crop_scale=\(1\.0, 0\.35\)"):
+        FineTuneClassifier("timm:resnet10t", num_classes=3, crop_scale=(1.0, 0.35))
 
 
 def test_fine_tuning_learns_a_level(onto, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cog_pl.probe.multihead import init_heads, train_heads
+from cog_pl.probe.multihead import train_heads
 from cog_pl.probe.schedule import cosine_factor, lr_sequence
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "reference_protocol.py"
@@ -39,16 +39,22 @@ def test_factor_rejects_bad_epochs():
 
 
 def test_exact_trainer_uses_the_reference_scripts_lr_sequence(monkeypatch):
-    """Run the reference script's own training loop with a recording SGD and compare every step's lr."""
+    """Run the reference script's own training loop with a recording SGD; the fused trainer, started from the same
+    weights and shuffles, applies the same lr every epoch and ends at the same weights."""
     if not REFERENCE.exists():
         pytest.skip(f"{REFERENCE} not present")
     spec = importlib.util.spec_from_file_location("reference_protocol", REFERENCE)
     ref = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ref)
     seen: list[float] = []
+    start: list[torch.Tensor] = []
+    params: list[torch.Tensor] = []
 
     class RecordingSGD(torch.optim.SGD):
         def step(self, closure=None):
+            if not seen:
+                params.extend(self.param_groups[0]["params"])
+                start.extend(q.detach().clone() for q in params)
             seen.append(self.param_groups[0]["lr"])
             return super().step(closure)
 
@@ -59,8 +65,11 @@ def test_exact_trainer_uses_the_reference_scripts_lr_sequence(monkeypatch):
     ref.train_eval((x, y), (x, y), 3, base, 1e-6, epochs, 16, torch.Generator().manual_seed(1))
     steps = math.ceil(50 / 16)
     published = [seen[e * steps] for e in range(epochs)]
+    assert published == pytest.approx(lr_sequence(base, epochs), rel=1e-12)
+    weight, bias = start
     out = train_heads(x, y, [base], [1e-6], num_classes=3, epochs=epochs, batch_size=16, momentum=0.9,
-                      generator=torch.Generator().manual_seed(1), init=init_heads(8, 3, 1, g), eval_x=x, eval_y=y,
-                      eval_every_epoch=True)
-    assert [base * f for f in out.lr_factors] == pytest.approx(published, rel=1e-12)
+                      generator=torch.Generator().manual_seed(1), init=(weight.T.unsqueeze(1), bias.unsqueeze(0)),
+                      eval_x=x, eval_y=y, eval_every_epoch=True)
+    torch.testing.assert_close(out.weight[:, 0].T, params[0].detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.bias[0], params[1].detach(), rtol=1e-4, atol=1e-5)
     assert len(out.history) == epochs

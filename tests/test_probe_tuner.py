@@ -60,9 +60,23 @@ def test_fast_mode_batches_trials_and_exact_mode_runs_them_one_by_one(splits, tm
         assert {t.user_attrs["result"]["precision"] for t in trials} == {expected}
 
 
-def test_precision_is_recorded_and_chosen_explicitly(splits, tmp_path):
-    rows = {p: probe(splits, seed=22, shots=None, storage=tmp_path / f"{p}.db", protocol=PROTOCOL,
-                     plan=replace(PLAN, precision=p)) for p in ("32-true", "bf16-mixed")}
+def test_precision_is_recorded_and_chosen_explicitly(splits, tmp_path, monkeypatch):
+    import cog_pl.probe.tuner as tuner
+
+    used = []
+
+    def recording(*args, **kw):
+        used.append(kw["precision"])
+        return train_heads(*args, **kw)
+
+    train_heads = tuner.train_heads
+    monkeypatch.setattr(tuner, "train_heads", recording)
+    rows = {}
+    for p in ("32-true", "bf16-mixed"):
+        used.clear()
+        rows[p] = probe(splits, seed=22, shots=None, storage=tmp_path / f"{p}.db", protocol=PROTOCOL,
+                        plan=replace(PLAN, precision=p))
+        assert set(used) == {p} and len(used) == 4  # what every batch and the final probe trained with
     assert {p: r["precision"] for p, r in rows.items()} == {"32-true": "32-true", "bf16-mixed": "bf16-mixed"}
     assert rows["32-true"]["study"] != rows["bf16-mixed"]["study"]  # a study never mixes precisions
     assert abs(rows["32-true"]["test_top1"] - rows["bf16-mixed"]["test_top1"]) <= 10

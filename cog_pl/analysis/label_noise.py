@@ -53,7 +53,7 @@ def confident_predictions(features: str | Path, source: str, target: str, lr: fl
     tx, ty, t_index, tgt_classes = _load(root / target / "test")
     if sx.shape[1] != tx.shape[1]:
         raise ValueError(f"{source} has {sx.shape[1]}-d features but {target} {tx.shape[1]}-d: not the same model")
-    data = ProbeData(sx, sy, tx, ty, len(src_classes))
+    data = ProbeData(sx, sy, tx[:0], ty[:0], len(src_classes))  # the target's labels name other classes
     head = train_probe(data, [lr], [wd], protocol=protocol, seeds=[seed], perm_seed=seed)
     with torch.inference_mode():
         prob = torch.softmax(tx @ head.weight[:, 0, :] + head.bias[0], dim=1)

@@ -101,7 +101,7 @@ class CoGEvaluationCallback(L.Callback):
         classes = int(max(ytr.max(), yte.max())) + 1
         protocol = dataclasses.replace(ProbeProtocol(), epochs=self.epochs, batch_size=256)
         k = len(self.lrs)
-        fit, val = val_split(ytr.numpy(), 0.2, self.seed)
+        fit, val = val_split(ytr.numpy(), protocol.val_fraction, self.seed)
         kw = {"protocol": protocol, "seeds": [self.seed + i for i in range(k)], "perm_seed": self.seed}
         tuned = train_probe(ProbeData(xtr[fit], ytr[fit], xtr[val], ytr[val], classes), list(self.lrs),
                             [self.weight_decay] * k, **kw)

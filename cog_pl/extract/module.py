@@ -6,15 +6,15 @@ import datetime as dt
 import platform
 from typing import Any
 
-import lightning as L
 import torch
 
 from cog_pl import __version__
 from cog_pl.callbacks.feature_writer import FeatureStoreWriter
 from cog_pl.models import build_backbone
+from cog_pl.models.module import BackboneModule
 
 
-class FeatureExtractor(L.LightningModule):
+class FeatureExtractor(BackboneModule):
     """Penultimate-layer features (or the layer the registry names) of a frozen backbone.
 
     Args:
@@ -32,28 +32,10 @@ class FeatureExtractor(L.LightningModule):
                  write_stores: bool = True) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.backbone = build_backbone(model, checkpoint, prefix, key_map, in_order)
-        self.net = self.backbone.model
-        if channels_last:
-            self.net = self.net.to(memory_format=torch.channels_last)
-
-    @property
-    def model_name(self) -> str:
-        return self.backbone.spec.name
-
-    @property
-    def feature_dim(self) -> int:
-        return self.backbone.spec.feature_dim
-
-    @property
-    def transform_config(self):
-        """The backbone's input pipeline (:class:`~cog_pl.data.transforms.TransformConfig`)."""
-        return self.backbone.transform_config
+        self.set_backbone(build_backbone(model, checkpoint, prefix, key_map, in_order), channels_last)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        if self.hparams.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        return self.net(images)
+        return self.features(images)
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> dict:
         return {"features": self(batch["image"]).float(), "label": batch["label"], "index": batch["index"]}

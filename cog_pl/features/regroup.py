@@ -134,6 +134,8 @@ def regroup_variant(features_root: str | os.PathLike, model: str, measure: str |
         if old is None or old.get("levels") != content["levels"] or _settings(old) != _settings(content):
             from cog_pl.levels.builder import write_level_file
 
+            if not overwrite:  # the saved file is what the finished stores were made from: refuse before touching it
+                _refuse_finished(sources.root, name, saved)
             write_level_file(saved, content)
     sha = _sha256(saved)
     result = RegroupResult(name, saved, moves=variants.level_moves(content, sources.level_of))
@@ -173,6 +175,16 @@ def _reusable(saved: Path, concepts: list[str], measure: str | None, lcs: str) -
     same = (sorted(w for lvl in LEVELS for w in old["levels"][lvl]) == concepts
             and _settings(old) == (measure, lcs, None))
     return old if same else None
+
+
+def _refuse_finished(root: Path, name: str, saved: Path) -> None:
+    """Refuse to replace the level file of a variant that has finished stores (they record its sha256)."""
+    for domain in LEVEL_OF_DOMAIN:
+        for split in SPLITS:
+            out = root / variant_domain(domain, name) / split
+            if is_complete(out):
+                raise StoreError(f"{out} was regrouped from another level file ({saved}); pass overwrite=True "
+                                 f"(--overwrite) to regroup it again, or name this variant otherwise (--name)")
 
 
 def _check_existing(out: Path, sha: str, sources: Sources) -> None:

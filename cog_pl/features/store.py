@@ -128,6 +128,11 @@ def _validate(path: Path, features: np.ndarray, labels: np.ndarray, index: np.nd
     if meta.get("format") == STORE_FORMAT and (meta["num_rows"], meta["dim"]) != features.shape:
         raise StoreError(f"{path}: meta.json says {meta['num_rows']} x {meta['dim']}, features.npy is "
                          f"{features.shape[0]} x {features.shape[1]}")
+    if meta.get("format") == STORE_FORMAT and len(labels):
+        low, high = int(labels.min()), int(labels.max())
+        if low < 0 or high >= meta["num_classes"]:
+            raise StoreError(f"{path}: labels.npy holds labels {low}..{high}, outside 0..{meta['num_classes'] - 1} "
+                             "(the classes of meta.json)")
 
 
 def _compare(path: Path, meta: dict, expect: dict) -> None:

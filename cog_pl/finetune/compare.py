@@ -17,22 +17,14 @@ from cog_pl.results import append_row, has_row, versions
 logger = logging.getLogger(__name__)
 
 
-def native_bf16() -> bool:
-    """Whether this machine computes in bf16 natively: a CUDA device with bf16, or a CPU with AVX512-BF16 or AMX.
-
-    Elsewhere bf16 autocast is emulated and slower than float32.
-    """
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    checks = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
-    return any(check is not None and check() for check in checks)
-
-
 def resolve_precision(precision: str) -> str:
-    """A Lightning precision; ``"auto"``: ``bf16-mixed`` where :func:`native_bf16`, else ``32-true``."""
-    if precision == "auto":
-        return "bf16-mixed" if native_bf16() else "32-true"
-    return precision
+    """A Lightning precision; ``"auto"``: ``bf16-mixed`` where this machine computes in bf16 natively (the probe's
+    rule, :func:`cog_pl.probe.multihead.fast_bf16`), else ``32-true``. Other values go to the Trainer as they are."""
+    if precision != "auto":
+        return precision
+    from cog_pl.probe.multihead import fast_bf16
+
+    return "bf16-mixed" if fast_bf16("cuda" if torch.cuda.is_available() else "cpu") else "32-true"
 
 
 def finetune_domains(model: str, checkpoint: str | None, results: str, domains: Sequence[str], *,

@@ -14,13 +14,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from cog_pl.models import build_backbone
+from cog_pl.models.module import BackboneModule
 
 
 def warmup_cosine(step: int, total: int, warmup: int) -> float:
@@ -51,7 +51,7 @@ def augment(images: torch.Tensor, scale: tuple[float, float] = (0.35, 1.0), flip
     return out
 
 
-class FineTuneClassifier(L.LightningModule):
+class FineTuneClassifier(BackboneModule):
     """Fine-tune a registry backbone (``model``, optionally from ``checkpoint``) with a new head of ``num_classes``."""
 
     def __init__(self, model: str = "resnet50", num_classes: int = 1000, checkpoint: str | None = None,
@@ -62,25 +62,19 @@ class FineTuneClassifier(L.LightningModule):
         super().__init__()
         if optimizer not in ("sgd", "adamw"):
             raise ValueError(f"optimizer={optimizer!r}; expected 'sgd' or 'adamw'")
+        if not 0 < crop_scale[0] <= crop_scale[1] <= 1:
+            raise ValueError(f"crop_scale={tuple(crop_scale)!r}; expected 0 < min <= max <= 1")
         self.save_hyperparameters()
-        self.backbone = build_backbone(model, checkpoint, prefix)
-        self.net = self.backbone.model.requires_grad_(True).train()  # built for extraction: frozen, in eval mode
-        if channels_last:
-            self.net = self.net.to(memory_format=torch.channels_last)
+        self.set_backbone(build_backbone(model, checkpoint, prefix), channels_last)
+        self.net.requires_grad_(True).train()  # built for extraction: frozen, in eval mode
         self.head = nn.Linear(self.backbone.spec.feature_dim, num_classes)
         nn.init.zeros_(self.head.bias)
         metrics = {f"{s}_{k}": MulticlassAccuracy(num_classes, top_k=k, average="micro")
                    for s in ("val", "test") for k in (1, 5) if k <= num_classes}
         self.metrics = nn.ModuleDict(metrics)
 
-    @property
-    def transform_config(self):
-        return self.backbone.transform_config
-
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        if self.hparams.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        return self.head(self.net(images))
+        return self.head(self.features(images))
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x = augment(batch["image"], tuple(self.hparams.crop_scale)) if self.hparams.augment else batch["image"]

@@ -34,14 +34,6 @@ def load_split(directory: str | os.PathLike) -> tuple[Tensor, Tensor]:
     return torch.from_numpy(np.asarray(x, dtype=np.float32)), torch.from_numpy(y.astype(np.int64))
 
 
-def split_shape(directory: str | os.PathLike) -> tuple[int, int, int]:
-    """(rows, feature dimension, classes) of a split, read without loading the features."""
-    directory = Path(directory)
-    x = np.load(directory / "features.npy", mmap_mode="r")
-    y = np.load(directory / "labels.npy", mmap_mode="r")
-    return int(x.shape[0]), int(x.shape[1]), int(y.max()) + 1
-
-
 def l2_normalize(x: Tensor) -> Tensor:
     """Rows scaled to unit L2 norm (the probe protocol's input)."""
     return F.normalize(x, dim=1)

@@ -77,7 +77,6 @@ class HeadsResult:
     diverged_epoch: list[int | None]  # epoch in which the loss became non-finite, per head
     weight: Tensor  # (D, K, C)
     bias: Tensor  # (K, C)
-    lr_factors: list[float]  # multiplier of every head's base lr, per epoch
 
 
 @torch.no_grad()
@@ -163,7 +162,6 @@ def train_heads(
     diverged_at = torch.full((k,), -1, dtype=torch.long, device=device)
     history: list[Tensor] = []
     last = torch.zeros(k, 2)
-    rows = torch.arange(batch_size, device=device)
     factors = [cosine_factor(epoch, epochs) for epoch in range(epochs)]
     for epoch in range(epochs):
         # frozen heads get a zero gradient and a zero learning rate; both change only between epochs
@@ -179,14 +177,15 @@ def train_heads(
             xb, logits = ws.logits(idx, w2, b1)
             logits = logits.view(nb, k, c)
             logits.sub_(logits.amax(dim=2, keepdim=True))  # shifted: every softmax pass below is stable
-            target_logit = logits.gather(2, yb.view(nb, 1, 1).expand(nb, k, 1))
+            target = yb.view(nb, 1, 1).expand(nb, k, 1)
+            target_logit = logits.gather(2, target)
             probs = logits.exp_()
             total = probs.sum(dim=2, keepdim=True)
             bad |= ~torch.isfinite((total.log() - target_logit).sum(0).view(k))  # cross-entropy of each head
             # a head whose loss turned non-finite goes on with non-finite values, alone in its columns, until the
             # epoch ends and it is rolled back; no host synchronisation inside the epoch
             probs.mul_(scale.view(1, k, 1) / total)
-            probs[rows[:nb], :, yb] -= scale
+            probs.scatter_add_(2, target, (-scale).view(1, k, 1).expand(nb, k, 1))  # - onehot / batch
             grad = probs.view(nb, k * c)
             buf_w.mul_(momentum).add_(ws.weight_grad(xb, grad)).addcmul_(w2, wd)
             w2.addcmul_(buf_w, step_lr, value=-1.0)
@@ -214,5 +213,4 @@ def train_heads(
         diverged_epoch=[None if e < 0 else int(e) for e in diverged_at.tolist()],
         weight=weight,
         bias=bias,
-        lr_factors=factors,
     )

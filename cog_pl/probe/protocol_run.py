@@ -52,12 +52,14 @@ class Splits:
 
 
 def study_name(model: str, domain: str, shots: int | None, seed: int, protocol: ProbeProtocol,
-               plan: SearchPlan) -> str:
-    """Name of the study of one cell; the hash changes with any protocol value or the search mode."""
+               plan: SearchPlan, device: str | torch.device = "cpu") -> str:
+    """Name of the study of one cell; the hash changes with any protocol value, the search mode or the precision the
+    trials run with on ``device``, so a study never mixes precisions."""
     values = {"protocol": as_record(protocol), "mode": plan.mode, "startup": plan.startup_trials,
               "batch": plan.trial_batch}
-    if plan.precision != "auto":  # "auto" keeps the names of studies made before the option existed
-        values["precision"] = plan.precision
+    precision = plan.precision_on(device)
+    if precision != "32-true":  # float32 studies keep the names they had before the option existed
+        values["precision"] = precision
     digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:10]
     return f"{model}/{domain}/shots-{shots or 'all'}/seed-{seed}/{digest}"
 
@@ -77,7 +79,7 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     train_idx, val_idx = tuning_indices(splits.train_y, protocol.val_fraction, seed, shots)
     tuning = ProbeData(splits.train_x[train_idx], splits.train_y[train_idx], splits.train_x[val_idx],
                        splits.train_y[val_idx], splits.num_classes).to(device)
-    name = name or study_name(model, domain, shots, seed, protocol, plan)
+    name = name or study_name(model, domain, shots, seed, protocol, plan, device)
     study = open_study(storage, name, seed, plan.startup_trials)
     run_search(study, tuning, protocol, plan, seed)
     best = best_trial(study)
@@ -127,8 +129,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                 log.info("skip %s %s shots=%s seed=%s: row exists", model, domain, n, seed)
                 continue
             if restart_unfinished:
-                _drop_study(storage, study_name(model, domain, n, seed, protocol or ProbeProtocol(),
-                                                plan or SearchPlan()))
+                _drop_study(storage, study_name(model, domain, n, seed, protocol, plan or SearchPlan(), device))
             row = probe(splits, seed=seed, shots=n, storage=storage, model=model, domain=domain,
                         protocol=protocol, plan=plan, device=device)
             append_row(results, row)

@@ -42,10 +42,6 @@ class VariantLine:
     drop: Stat | None
 
 
-def has_variants(rows: Iterable[dict]) -> bool:
-    return any(split_domain(r["domain"])[1] is not None for r in rows)
-
-
 def variant_lines(rows: Iterable[dict], shots: int | None = None) -> list[VariantLine]:
     """One line per (model, measure) of the models that have variant rows, the official levels first."""
     top1: dict[tuple[str, str], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
