@@ -17,6 +17,30 @@ from cog_pl.finetune.module import FineTuneClassifier, augment, warmup_cosine
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "finetune" / "demo.yaml"
 
 
+class _Images(torch.utils.data.Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        return {"image": torch.randn(3, 16, 16), "label": i % 3}
+
+
+def test_warmup_is_one_epoch_of_steps_also_when_max_steps_sets_the_run():
+    lrs = []
+
+    class Spy(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    net = FineTuneClassifier("external:demo_cnn", num_classes=3, lr=0.1, warmup_epochs=1.0, augment=False)
+    trainer = L.Trainer(max_steps=12, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[Spy()])
+    trainer.fit(net, torch.utils.data.DataLoader(_Images(), batch_size=8))  # 4 steps per epoch, 12 in all
+    peak = 0.1 * net.hparams.backbone_lr_scale  # the first parameter group is the backbone's
+    assert lrs[:4] == pytest.approx([peak / 4, peak / 2, 3 * peak / 4, peak])  # warm-up over the first epoch's 4 steps
+    assert lrs[5] < lrs[4] and lrs[-1] < lrs[5]  # then the cosine decays
+
+
 def test_warmup_then_cosine():
     lrs = [warmup_cosine(s, total=20, warmup=4) for s in range(20)]
     assert lrs[:4] == [0.25, 0.5, 0.75, 1.0] and lrs[4] == 1.0

@@ -107,7 +107,11 @@ class FineTuneClassifier(BackboneModule):
         else:
             opt = torch.optim.AdamW(groups, lr=hp.lr, weight_decay=hp.weight_decay)
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        steps_per_epoch = total / max(1, self.trainer.max_epochs or 1)
+        if not math.isfinite(self.trainer.num_training_batches):  # a run set by max_steps: the loader is not set up
+            self.trainer.fit_loop.setup_data()  # what estimated_stepping_batches does for a run set by max_epochs
+        batches = self.trainer.num_training_batches
+        per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total
+        steps_per_epoch = max(1, per_epoch)  # right also when the run is set by max_steps (max_epochs is -1 then)
         warmup = int(hp.warmup_epochs * steps_per_epoch)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: warmup_cosine(step, total, warmup))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
