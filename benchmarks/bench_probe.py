@@ -3,7 +3,8 @@
 
 Generates features with ``../shared/bench/make_features.py`` (its defaults) in a temporary directory, then runs
 ``../shared/bench/reference_protocol.py`` and ``cog-pl probe tune`` (fast mode; ``--fp32`` adds fast mode with
-float32 products, ``--exact`` adds exact mode) as subprocesses one after the other with the same trials, epochs and
+float32 products, ``--journal`` fast mode with a journal-file study storage instead of the default SQLite,
+``--exact`` adds exact mode) as subprocesses one after the other with the same trials, epochs and
 seed, and prints wall seconds, the ratio (ours / reference) and the test top-1 difference (ours - reference).
 Goal: ratio <= 0.2, difference >= -0.5.
 
@@ -41,6 +42,7 @@ def main() -> int:
     p.add_argument("--bench-dir", type=Path, default=BENCH)
     p.add_argument("--exact", action="store_true", help="also time cog-pl's exact mode")
     p.add_argument("--fp32", action="store_true", help="also time fast mode with float32 matrix products")
+    p.add_argument("--journal", action="store_true", help="also time fast mode with a journal-file study storage")
     p.add_argument("--json", type=Path, help="write the figures here")
     a = p.parse_args()
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -55,6 +57,8 @@ def main() -> int:
         sides["cog-pl fast"] = [*ours, "--study-name", "fast"]
         if a.fp32:
             sides["cog-pl fast fp32"] = [*ours, "--precision", "32-true", "--study-name", "fast-fp32"]
+        if a.journal:
+            sides["cog-pl journal"] = [*ours, "--storage", str(Path(tmp) / "optuna.log"), "--study-name", "journal"]
         if a.exact:
             sides["cog-pl exact"] = [*ours, "--exact", "--study-name", "exact"]
         results = {}

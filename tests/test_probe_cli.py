@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 from test_probe_fixtures import write_features
 
 from cog_pl.cli.probe import main
@@ -42,3 +43,6 @@ def test_tune_as_a_process_repeats_with_the_same_seed(tmp_path):
     assert rows[0]["mode"] == "exact"
     assert [r["test_top1"] for r in rows] == [rows[0]["test_top1"]] * 2 and rows[0]["lr"] == rows[1]["lr"]
     assert len(read_rows(tmp_path / "rows.sqlite")) == 1  # same key: replaced, not duplicated
+    # the process skips the interpreter's teardown; everything it wrote is there
+    study = optuna.load_study(study_name=rows[0]["study"], storage=f"sqlite:///{tmp_path / 'w0' / 'optuna.db'}")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import replace
 
 import optuna
@@ -126,8 +127,9 @@ def test_trials_of_dead_workers_are_failed_and_live_ones_kept(tmp_path):
     study = open_study(tmp_path / "s.db", "s", seed=1)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead, live = study.ask(space), study.ask(space)
-    assert study._storage.get_trial(live._trial_id).user_attrs["worker"] == worker_id()  # leased inside ask
-    study._storage.set_trial_user_attr(dead._trial_id, "worker", f"{socket.gethostname()}:{gone.stdout.strip()}")
+    assert study._storage.get_trial(live._trial_id).user_attrs["lease"]["worker"] == worker_id()  # leased inside ask
+    study._storage.set_trial_user_attr(dead._trial_id, "lease", {  # a process that has exited
+        "worker": f"{socket.gethostname()}:{gone.stdout.strip()}", "heartbeat": time.time()})
     unleased = study._storage.create_new_trial(study._study_id)  # as if killed inside ask, before the lease
     assert fail_stale_trials(study, stale_after=600) == 1
     states = {t._trial_id: t.state for t in study.get_trials()}

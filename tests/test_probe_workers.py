@@ -81,7 +81,7 @@ def test_two_workers_share_one_study_through_a_journal_file(tmp_path):
     done = complete(study)
     assert len(done) == TRIALS
     assert len({(t.params["lr"], t.params["wd"]) for t in done}) == TRIALS  # no point proposed twice
-    workers = {t.user_attrs["worker"] for t in done}
+    workers = {t.user_attrs["lease"]["worker"] for t in done}
     assert len(workers) == 2, "both workers should have trained trials"
     extra = [t for t in study.trials if t.state != TrialState.COMPLETE]
     assert all(t.user_attrs.get("surplus") for t in extra)  # only budget overflow, failed at once, never trained

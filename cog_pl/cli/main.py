@@ -8,6 +8,7 @@ import logging
 import sys
 
 from cog_pl import __version__
+from cog_pl.cli.exit import finish
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
 COMMAND_MODULES = ("wordnet", "levels", "data", "features", "extract", "probe", "report", "run", "noise", "finetune")
@@ -33,25 +34,36 @@ class CommandError(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``cog-pl`` command; returns its exit status."""
+    return _run(argv)[0]
+
+
+def entry() -> None:
+    """The ``cog-pl`` console script: :func:`main`, then a quick exit for commands that allow it."""
+    finish(*_run(None))
+
+
+def _run(argv: list[str] | None) -> tuple[int, bool]:
+    """Exit status, and whether the command allows a quick exit (:mod:`cog_pl.cli.exit`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in LIGHTNING_COMMANDS:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-        return importlib.import_module(LIGHTNING_COMMANDS[argv[0]]).run(argv[1:])
+        return importlib.import_module(LIGHTNING_COMMANDS[argv[0]]).run(argv[1:]), False
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     if not getattr(args, "func", None):
         parser.print_help()
-        return 1
+        return 1, False
     try:
-        return int(args.func(args) or 0)
+        return int(args.func(args) or 0), getattr(args, "fast_exit", False)
     except (CommandError, ValueError, KeyError, FileNotFoundError, RuntimeError) as err:
         if args.verbose:
             raise
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"cog-pl {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+        return 2, False
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

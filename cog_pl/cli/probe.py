@@ -122,7 +122,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--domain", help="domain name in the result (default: directory name)")
     tune.add_argument("--study-name", help="Optuna study name (default: derived from the cell and protocol)")
     tune.add_argument("--results", type=Path, help="also add the row to this results store (SQLite)")
-    tune.set_defaults(func=_tune)
+    tune.set_defaults(func=_tune, fast_exit=True)
 
     grid = sub.add_parser("protocol", help="all seeds x shots of one domain into a results file")
     _common(grid)
@@ -131,7 +131,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     grid.add_argument("--results", type=Path, required=True, help="results store (SQLite; resumable)")
     grid.add_argument("--seeds", type=int, nargs="*", help="default: the protocol's five seeds")
     grid.add_argument("--shots", nargs="*", help="N values and/or 'all' (default: all, 1, 2, ..., 128)")
-    grid.set_defaults(func=_protocol_cmd)
+    grid.set_defaults(func=_protocol_cmd, fast_exit=True)
 
     for name in ("fit", "test", "validate"):
         lc = sub.add_parser(name, help=f"LightningCLI {name} of LinearProbe (e.g. --config configs/probe/*.yaml)",
@@ -142,6 +142,10 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m cog_pl.cli.probe tune ...``: the same as ``cog-pl probe tune ...``."""
+    return _run(argv)[0]
+
+
+def _run(argv: list[str] | None) -> tuple[int, bool]:
     import sys
 
     parser = argparse.ArgumentParser(prog="cog-pl probe")
@@ -150,13 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     try:
-        return int(args.func(args) or 0)
+        return int(args.func(args) or 0), getattr(args, "fast_exit", False)
     except (ValueError, KeyError, FileNotFoundError, RuntimeError) as err:
         if args.verbose:
             raise
         print(f"cog-pl probe: error: {err}", file=sys.stderr)
-        return 2
+        return 2, False
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from cog_pl.cli.exit import finish
+
+    finish(*_run(None))

@@ -32,6 +32,12 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 UNSTAMPED_GRACE = 30.0  # seconds after which a running trial without a lease counts as dead
+LEASE_ATTR = "lease"  # user attribute of a running trial: {"worker": "host:pid", "heartbeat": unix time}
+
+
+def lease() -> dict:
+    """This worker's lease on a trial, as of now (one attribute: every storage write is a transaction)."""
+    return {"worker": worker_id(), "heartbeat": time.time()}
 
 
 class TrialSeededTPESampler(TPESampler):
@@ -51,8 +57,7 @@ class TrialSeededTPESampler(TPESampler):
         state = np.random.SeedSequence([self._base_seed, trial.number]).generate_state(2, dtype=np.uint32)
         self._rng.rng.seed(int(state[0]))
         self._random_sampler._rng.rng.seed(int(state[1]))
-        study._storage.set_trial_user_attr(trial._trial_id, "worker", worker_id())
-        study._storage.set_trial_user_attr(trial._trial_id, "heartbeat", time.time())
+        study._storage.set_trial_user_attr(trial._trial_id, LEASE_ATTR, lease())
         super().before_trial(study, trial)
 
 
@@ -86,12 +91,12 @@ def open_study(
 
 def stamp(trial: Trial) -> None:
     """Mark a running trial as held by this worker, now."""
-    trial.set_user_attr("worker", worker_id())
-    trial.set_user_attr("heartbeat", time.time())
+    trial.set_user_attr(LEASE_ATTR, lease())
 
 
 def _is_stale(trial: FrozenTrial, stale_after: float) -> bool:
-    worker = str(trial.user_attrs.get("worker", ""))
+    held = trial.user_attrs.get(LEASE_ATTR) or {}
+    worker = str(held.get("worker", ""))
     if worker == worker_id():
         return False
     host, _, pid = worker.rpartition(":")
@@ -102,10 +107,10 @@ def _is_stale(trial: FrozenTrial, stale_after: float) -> bool:
             return True
         except PermissionError:
             pass
-    if "heartbeat" not in trial.user_attrs:  # killed inside ask, before the lease: a live worker stamps at once
+    if "heartbeat" not in held:  # killed inside ask, before the lease: a live worker stamps at once
         started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
         return time.time() - started > min(stale_after, UNSTAMPED_GRACE)
-    return time.time() - float(trial.user_attrs["heartbeat"]) > stale_after
+    return time.time() - float(held["heartbeat"]) > stale_after
 
 
 def fail_stale_trials(study: optuna.Study, stale_after: float) -> int:
@@ -121,10 +126,13 @@ def fail_stale_trials(study: optuna.Study, stale_after: float) -> int:
     return failed
 
 
-def slot(study: optuna.Study, trial: Trial) -> int:
-    """The trial's place in the study's budget: its number minus the failed trials numbered before it."""
+def past_budget(study: optuna.Study, trial: Trial, budget: int) -> bool:
+    """Whether the trial's place in the study's budget (its number minus the failed trials numbered before it) is
+    at or past ``budget``."""
+    if trial.number < budget:  # the place is at most the number: no need to read the failed trials
+        return False
     failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-    return trial.number - sum(t.number < trial.number for t in failed)
+    return trial.number - sum(t.number < trial.number for t in failed) >= budget
 
 
 def counts(study: optuna.Study) -> tuple[int, int]:

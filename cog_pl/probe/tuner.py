@@ -25,7 +25,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cog_pl.probe.data import ProbeData, sub_seed
 from cog_pl.probe.multihead import HeadsResult, init_heads, resolve_precision, train_heads
-from cog_pl.probe.study import counts, fail_stale_trials, slot, stamp
+from cog_pl.probe.study import counts, fail_stale_trials, past_budget, stamp
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def _ask(study: optuna.Study, n: int, protocol: ProbeProtocol) -> list[Trial]:
     trials = []
     for _ in range(n):
         trial = study.ask(space)  # proposed right away, from the random stream seeded for this trial number
-        if slot(study, trial) >= protocol.trials:
+        if past_budget(study, trial, protocol.trials):
             trial.set_user_attr("surplus", True)
             study.tell(trial, state=TrialState.FAIL)
             break
