@@ -15,6 +15,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from test_probe_fixtures import write_features
 
+from cog_pl.callbacks.optuna import OptunaTrialCallback
 from cog_pl.datamodules.features import FeatureDataModule
 from cog_pl.probe.cli import main as cli_main
 from cog_pl.probe.lightning_tune import lightning_objective
@@ -96,3 +97,24 @@ def test_optuna_callback_reports_every_epoch_and_keeps_a_diverged_trials_value(f
     assert diverged.intermediate_values == {}
     for t in others:
         assert sorted(t.intermediate_values) == [0, 1] and t.value == t.intermediate_values[1]
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_optuna_callback_prunes_only_when_asked(features, prune):
+    dm = FeatureDataModule(str(features), stage_mode="tune", batch_size=64, device="cpu")
+    below = optuna.pruners.ThresholdPruner(lower=2.0)  # top-1 is a fraction: every reported value is below 2
+    study = optuna.create_study(direction="maximize", pruner=below)
+
+    def objective(trial: optuna.Trial) -> float:
+        model = LinearProbe(dm.num_classes, dm.feature_dim, lr=1.0, weight_decay=1e-6)
+        callback = OptunaTrialCallback(trial, prune=prune)
+        L.Trainer(max_epochs=3, accelerator="cpu", callbacks=[callback], enable_checkpointing=False,
+                  **QUIET).fit(model, dm)
+        return callback.value
+
+    study.optimize(objective, n_trials=1)
+    (trial,) = study.trials
+    if prune:  # stopped at the first report
+        assert trial.state == optuna.trial.TrialState.PRUNED and sorted(trial.intermediate_values) == [0]
+    else:  # the protocol's default: every trial trains to the end
+        assert trial.state == optuna.trial.TrialState.COMPLETE and sorted(trial.intermediate_values) == [0, 1, 2]
