@@ -195,6 +195,7 @@ def train_heads(
     params, buf = ws.params, ws.buf  # (rows, K*C): weight rows, then the bias row
     base_lr = torch.tensor(lrs, dtype=torch.float32, device=device).repeat_interleave(c)  # (K*C,)
     wd = torch.tensor(wds, dtype=torch.float32, device=device).repeat_interleave(c)
+    weight, bias = ws.weight.view(dim, k, c), ws.bias.view(k, c)  # views of params
     snap = params.clone()
     active = torch.ones(k, dtype=torch.bool, device=device)
     diverged_at = torch.full((k,), -1, dtype=torch.long, device=device)
@@ -225,12 +226,13 @@ def train_heads(
         newly = active & bad
         diverged_at = torch.where(newly, epoch, diverged_at)
         active &= ~newly
-        # a head that diverged this epoch returns to the state the published loop last evaluated, and stays there
-        keep = active.repeat_interleave(c)
-        params.copy_(torch.where(keep, params, snap))
-        buf.copy_(torch.where(keep, buf, 0.0))
+        # a head that diverged returns to the state the published loop last evaluated, and stays there (its
+        # columns may go non-finite again within every epoch); nothing to restore while all heads are active
+        if not bool(active.all()):
+            keep = active.repeat_interleave(c)
+            params.copy_(torch.where(keep, params, snap))
+            buf.copy_(torch.where(keep, buf, 0.0))
         snap.copy_(params)
-        weight, bias = ws.weight.view(dim, k, c), ws.bias.view(k, c)
         if eval_every_epoch or epoch == epochs - 1:
             last = evaluate_heads(weight, bias, eval_x, eval_y).cpu()
             history.append(last[:, 0])
@@ -242,6 +244,6 @@ def train_heads(
         top5=acc[:, 1],
         history=history,
         diverged_epoch=[None if e < 0 else int(e) for e in diverged_at.tolist()],
-        weight=ws.weight.view(dim, k, c),
-        bias=ws.bias.view(k, c),
+        weight=weight,
+        bias=bias,
     )
