@@ -86,6 +86,21 @@ class ProbeProtocol:
     sampler: str = "tpe-multivariate"
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "trials"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"probe protocol: {name} must be at least 1, got {getattr(self, name)}")
+        if not 0 < self.val_fraction < 1:
+            raise ValueError(f"probe protocol: val_fraction must be between 0 and 1, got {self.val_fraction}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"probe protocol: momentum must be in [0, 1), got {self.momentum}")
+        for name in ("lr_range", "wd_range"):
+            low, high = getattr(self, name)
+            if not 0 < low <= high:
+                raise ValueError(f"probe protocol: {name} must be (low, high) with 0 < low <= high, got {(low, high)}")
+        if any(n < 1 for n in self.shots):
+            raise ValueError(f"probe protocol: shots must be at least 1, got {self.shots}")
+
 
 def as_record(obj: Any) -> dict[str, Any]:
     """The protocol values as a JSON-ready dict (tuples become lists)."""

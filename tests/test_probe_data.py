@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from test_probe_fixtures import write_features
 
 from cog_pl.probe.data import final_indices, tuning_indices
@@ -25,11 +26,40 @@ def test_tuning_sample_is_cut_after_validation_and_final_sample_is_fresh():
 
 def test_test_rows_never_enter_tuning_or_training(tmp_path):
     """Test features are NaN: one test row in any training batch would make a loss non-finite."""
-    root = write_features(tmp_path / "feats", classes=4, dim=8, per_class=20, test_value=float("nan"))
+    root = write_features(tmp_path / "feats", classes=4, dim=8, per_class=20)
     protocol = replace(ProbeProtocol(), trials=4, epochs=2, batch_size=16)
     for shots in (None, 2):
-        row = probe(Splits.load(root), seed=22, shots=shots, storage=tmp_path / f"s{shots}.db", protocol=protocol,
+        splits = Splits.load(root)
+        splits.test_x.fill_(float("nan"))  # in memory: loading refuses non-finite features
+        row = probe(splits, seed=22, shots=shots, storage=tmp_path / f"s{shots}.db", protocol=protocol,
                     plan=SearchPlan(startup_trials=2, trial_batch=2))
         assert row["final_diverged_epoch"] is None
         assert np.isfinite(row["val_top1"]) and row["val_top1"] > 0
         assert row["train_rows"] == (80 if shots is None else 8)
+
+
+def test_bad_feature_files_are_named(tmp_path):
+    root = write_features(tmp_path / "nan", classes=3, dim=4, per_class=5, test_per_class=4, test_value=float("nan"))
+    with pytest.raises(ValueError, match=r"test/features\.npy: 12 rows hold NaN"):
+        Splits.load(root)
+    root = write_features(tmp_path / "cut", classes=3, dim=4, per_class=5)
+    path = root / "train" / "features.npy"
+    path.write_bytes(path.read_bytes()[:100])  # truncated, as by an interrupted copy
+    with pytest.raises(ValueError, match=r"train/features\.npy: not a readable \.npy file"):
+        Splits.load(root)
+    root = write_features(tmp_path / "gone", classes=3, dim=4, per_class=5)
+    (root / "train" / "labels.npy").unlink()
+    with pytest.raises(FileNotFoundError, match=r"train/labels\.npy: no such file"):
+        Splits.load(root)
+    root = write_features(tmp_path / "neg", classes=3, dim=4, per_class=5)
+    np.save(root / "test" / "labels.npy", -np.load(root / "test" / "labels.npy") - 1)
+    with pytest.raises(ValueError, match=r"test/labels\.npy: negative labels"):
+        Splits.load(root)
+
+
+@pytest.mark.parametrize("field, value", [("trials", 0), ("epochs", 0), ("batch_size", 0), ("val_fraction", 1.0),
+                                          ("momentum", 1.0), ("lr_range", (1.0, 0.1)), ("wd_range", (0.0, 1e-4)),
+                                          ("shots", (0, 1))])
+def test_bad_protocol_values_are_named(field, value):
+    with pytest.raises(ValueError, match=field):
+        replace(ProbeProtocol(), **{field: value})

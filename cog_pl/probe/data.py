@@ -27,11 +27,27 @@ def sub_seed(seed: int, *keys: int) -> int:
 def load_split(directory: str | os.PathLike) -> tuple[Tensor, Tensor]:
     """Features (float32) and labels (int64) of one split directory."""
     directory = Path(directory)
-    x = np.load(directory / "features.npy", mmap_mode="r")
-    y = np.load(directory / "labels.npy")
+    arrays = []
+    for name in ("features.npy", "labels.npy"):
+        path = directory / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file (a split directory holds features.npy and labels.npy)")
+        try:
+            arrays.append(np.load(path, mmap_mode="r"))
+        except (ValueError, OSError, EOFError) as err:
+            raise ValueError(f"{path}: not a readable .npy file, truncated or corrupt ({err})") from err
+    x, y = arrays
+    if x.ndim != 2 or y.ndim != 1:
+        raise ValueError(f"{directory}: features must be N x D and labels N, got {x.shape} and {y.shape}")
     if len(x) != len(y):
         raise ValueError(f"{directory}: {len(x)} features but {len(y)} labels")
-    return torch.from_numpy(np.asarray(x, dtype=np.float32)), torch.from_numpy(y.astype(np.int64))
+    features, labels = torch.from_numpy(np.asarray(x, dtype=np.float32)), torch.from_numpy(y.astype(np.int64))
+    if len(labels) and int(labels.min()) < 0:
+        raise ValueError(f"{directory / 'labels.npy'}: negative labels (classes are numbered from 0)")
+    bad = int((~torch.isfinite(features)).any(dim=1).sum())
+    if bad:
+        raise ValueError(f"{directory / 'features.npy'}: {bad} rows hold NaN or infinite values")
+    return features, labels
 
 
 def l2_normalize(x: Tensor) -> Tensor:
