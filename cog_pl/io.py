@@ -1,8 +1,10 @@
-"""Atomic file writing: a reader sees the old file or the complete new one, never a partial one."""
+"""Atomic file writing (a reader sees the old file or the complete new one, never a partial one), JSON reading and
+file hashes."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -45,3 +47,12 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
         raise FileNotFoundError(f"{what} {path} does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{what} {path} is not readable JSON: {err}") from err
+
+
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """SHA-256 hex digest of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()

@@ -13,6 +13,7 @@ from typing import Any
 
 DOMAINS = ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
 LEVEL_OF_DOMAIN = {f"cog_l{i}": f"L{i}" for i in range(1, 6)}
+DOMAIN_OF_LEVEL = {level: domain for domain, level in LEVEL_OF_DOMAIN.items()}
 #: ``cog_l3@wup``: level L3 of the level variant ``wup`` (same concepts, re-ranked by another similarity).
 VARIANT_SEP = "@"
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9_.-]+")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cog_pl.cli.main import main
-from cog_pl.features import regroup
+from cog_pl.features import regroup, store
 from cog_pl.features.store import StoreError, make_meta, open_store, write_store
 from cog_pl.levels import variants
 from cog_pl.resources import LEVELS, official_levels
@@ -22,7 +22,7 @@ def _concepts() -> dict[str, list[str]]:
     return {lvl: sorted(official_levels()[lvl])[:PER_LEVEL] for lvl in LEVELS}
 
 
-def write_level_stores(root, concepts=None, model="m", no_test=(), dim=4):
+def write_level_stores(root, concepts=None, model="m", no_test=(), dim=4, **meta_fields):
     """Stores ``root/<model>/cog_l<i>/{train,test}`` whose features say which concept, split and image a row is:
     ``[concept id, split flag, dataset index, 7]`` (small integers, exact in float16)."""
     concepts = concepts or _concepts()
@@ -41,7 +41,7 @@ def write_level_stores(root, concepts=None, model="m", no_test=(), dim=4):
             feats[:, 1], feats[:, 2], feats[:, 3] = SPLIT_FLAG[split], index, 7
             meta = make_meta(model=model, weights_sha256="ab" * 32, domain=f"cog_l{i}", split=split,
                              num_classes=len(classes), classes=classes, transform={"crop": 32},
-                             level_file_sha256="cd" * 32, split_sha256=f"split-of-L{i}")
+                             level_file_sha256="cd" * 32, split_sha256=f"split-of-L{i}", **meta_fields)
             write_store(root / model / f"cog_l{i}" / split, feats, labels, index, meta)
     return everyone
 
@@ -131,7 +131,7 @@ def test_a_subset_of_the_level_file_is_recut_into_five_equal_blocks(stores, tmp_
 def test_finished_stores_are_skipped_and_a_killed_regroup_resumes(stores, tmp_path, monkeypatch):
     root, everyone = stores
     levels_file = write_level_file(tmp_path / "toy.json", _permuted(everyone))
-    finish, calls = regroup.StoreWriter.finish, []
+    finish, calls = store.StoreWriter.finish, []
 
     def dies_on_the_third(self, meta):
         calls.append(self.path)
@@ -139,7 +139,7 @@ def test_finished_stores_are_skipped_and_a_killed_regroup_resumes(stores, tmp_pa
             raise KeyboardInterrupt
         return finish(self, meta)
 
-    monkeypatch.setattr(regroup.StoreWriter, "finish", dies_on_the_third)
+    monkeypatch.setattr(store.StoreWriter, "finish", dies_on_the_third)
     with pytest.raises(KeyboardInterrupt):
         regroup.regroup_variant(root, "m", level_file=levels_file)
     monkeypatch.undo()
@@ -160,6 +160,86 @@ def test_finished_stores_are_skipped_and_a_killed_regroup_resumes(stores, tmp_pa
     redone = regroup.regroup_variant(root, "m", level_file=other, overwrite=True)
     assert len(redone.written) == 10
     assert open_store(root / "m" / "cog_l1@toy" / "train").meta["classes"] == sorted(_permuted(everyone, 3)[:4])
+
+
+def test_a_stale_partial_store_of_another_shape_is_discarded(stores, tmp_path):
+    root, everyone = stores
+    out = root / "m" / "cog_l1@toy" / "train"
+    stale = store.StoreWriter(out, 3, 2)  # a killed regroup of other stores: another shape
+    stale.write(np.arange(1), np.ones((1, 2)), np.zeros(1))
+    del stale
+    ranking = _permuted(everyone)
+    result = regroup.regroup_variant(root, "m", level_file=write_level_file(tmp_path / "toy.json", ranking))
+    assert len(result.written) == 10 and not list(out.parent.glob(".*partial"))
+    assert sorted({w for w, _, _ in _rows(out, everyone)}) == sorted(ranking[:4])
+
+
+def test_saved_level_file_is_reused_not_recomputed(stores, monkeypatch):
+    root, everyone = stores
+    ranking, calls = _permuted(everyone), []
+
+    def toy_rerank(concepts, measure, lcs="deepest", onto=None, seen=None, description=None):
+        calls.append(measure)
+        assert sorted(concepts) == everyone
+        return {"format": "cog-pl-levels", "version": 1,
+                "levels": {k: sorted(v) for k, v in variants.equal_blocks(ranking).items()}, "ranking": ranking,
+                "settings": {"protocol": {"measure": measure, "lcs": lcs}, "concepts": description}}
+
+    monkeypatch.setattr(variants, "rerank", toy_rerank)
+    first = regroup.regroup_variant(root, "m", measure="wup")
+    assert calls == ["wup"] and len(first.written) == 10
+
+    def refuses(*args, **kwargs):
+        raise AssertionError("the ranking was computed again")
+
+    monkeypatch.setattr(variants, "rerank", refuses)
+    saved = first.level_file.read_bytes()
+    again = regroup.regroup_variant(root, "m", measure="wup")
+    assert len(again.skipped) == 10 and first.level_file.read_bytes() == saved
+    assert again.moves.tolist() == first.moves.tolist()
+    with pytest.raises(AssertionError, match="computed again"):  # another subsumer rule is another ranking
+        regroup.regroup_variant(root, "m", measure="wup", lcs="max-ic")
+
+
+def test_saved_or_given_level_file_without_levels_is_named(stores, tmp_path):
+    root, everyone = stores
+    (root / "m" / "variants").mkdir()
+    (root / "m" / "variants" / "wup.json").write_text(json.dumps({"format": "cog-pl-levels", "ranking": []}))
+    with pytest.raises(ValueError, match=r"variants/wup\.json has no 'levels' mapping .*--overwrite"):
+        regroup.regroup_variant(root, "m", measure="wup")
+    given = tmp_path / "nolevels.json"
+    given.write_text(json.dumps({"ranking": everyone}))
+    with pytest.raises(ValueError, match=r"nolevels\.json has no 'levels' mapping"):
+        regroup.regroup_variant(root, "m", level_file=given)
+
+
+def test_imported_stores_origin_is_not_inherited(tmp_path):
+    everyone = write_level_stores(tmp_path, source={"imported_from": "/x/X_Y.pth"}, benchmark="bench",
+                                  arch="resnet50", precision="32")
+    regroup.regroup_variant(tmp_path, "m", level_file=write_level_file(tmp_path / "t.json", _permuted(everyone)))
+    meta = open_store(tmp_path / "m" / "cog_l3@toy" / "test").meta
+    assert "source" not in meta and "benchmark" not in meta  # they describe the source stores, not this one
+    source = open_store(tmp_path / "m" / "cog_l1" / "test").meta
+    for key in ("format", "version", "model", "weights_sha256", "transform", "versions", "arch", "precision"):
+        assert meta[key] == source[key]
+    assert meta["variant"]["regrouped_by"].startswith("cog_pl ")
+    assert {s["domain"] for s in meta["regrouped_from"]} <= {f"cog_l{i}" for i in range(1, 6)}
+
+
+def test_stores_regrouped_from_other_features_are_refused(stores, tmp_path):
+    root, everyone = stores
+    levels_file = write_level_file(tmp_path / "toy.json", _permuted(everyone))
+    regroup.regroup_variant(root, "m", level_file=levels_file)
+    for i in range(1, 6):  # the level stores extracted again, with other weights
+        for split in ("train", "test"):
+            s = open_store(root / "m" / f"cog_l{i}" / split)
+            write_store(s.path, s.features, s.labels, s.index, {**s.meta, "weights_sha256": "ef" * 32},
+                        overwrite=True)
+    with pytest.raises(StoreError, match="cog_l1@toy/train was regrouped from other features than the stores"):
+        regroup.regroup_variant(root, "m", level_file=levels_file)
+    redone = regroup.regroup_variant(root, "m", level_file=levels_file, overwrite=True)
+    assert len(redone.written) == 10
+    assert open_store(root / "m" / "cog_l5@toy" / "test").meta["weights_sha256"] == "ef" * 32
 
 
 def test_missing_stores_and_concepts_are_named(stores, tmp_path):
@@ -214,3 +294,6 @@ def test_regroup_command(stores, tmp_path, capsys):
     assert main(["features", "regroup", "--features-root", str(tmp_path / "none"), "--model", "m",
                  "--measure", "wup"]) == 2
     assert "no complete feature store" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--lcs", "max-ic"])
+    assert exit_.value.code == 2 and "--lcs goes with --measure" in capsys.readouterr().err

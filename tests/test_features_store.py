@@ -76,6 +76,26 @@ def test_killed_writer_leaves_only_a_hidden_partial(tmp_path):
     assert s.labels.tolist() == [0] * 5 + [1] * 5 and s.index.tolist() == list(range(10))
 
 
+def test_a_fresh_writer_discards_a_stale_write_of_another_shape(tmp_path):
+    stale = StoreWriter(tmp_path / "s", 10, 4)
+    stale.write(np.arange(3), np.ones((3, 4)), np.zeros(3))  # left behind by a killed write
+    del stale
+    with pytest.raises(StoreError, match=r"holds a \(10, 4\) write in progress, not \(6, 2\)"):
+        StoreWriter(tmp_path / "s", 6, 2)
+    w = StoreWriter(tmp_path / "s", 6, 2, fresh=True)
+    with pytest.raises(StoreError, match=r"6 row\(s\) never written"):  # nothing of the stale write was kept
+        w.finish(_meta())
+    w.write(np.arange(6), np.full((6, 2), 2.0), np.arange(6) % 3)
+    assert open_store(w.finish(_meta())).features.shape == (6, 2)
+    stale = StoreWriter(tmp_path / "t", 7, 3)
+    stale.write(np.arange(2), np.ones((2, 3)), np.zeros(2))
+    del stale
+    x, y, idx = _data()  # write_store writes every row, so it starts over too; chunks keep the row order
+    s = open_store(write_store(tmp_path / "t", x, y, idx, _meta(), chunk=7))
+    assert np.array_equal(s.features, x.astype(np.float16)) and s.labels.tolist() == y.tolist()
+    assert s.index.tolist() == idx.tolist() and not list(tmp_path.glob(".*partial"))
+
+
 def test_rows_written_out_of_order_land_at_their_position(tmp_path):
     w = StoreWriter(tmp_path / "s", 6, 2)
     for rows in ([4, 1], [0, 5, 2], [3, 1]):  # a DDP sampler may repeat a row: same values, same place

@@ -110,12 +110,20 @@ def test_text_reranks_a_subset_by_real_concept_text():
 
 
 def test_restrict_recuts_a_level_file_ranking():
-    content = {"levels": {}, "ranking": [f"n{k:08d}" for k in range(12)],
-               "similarity": {f"n{k:08d}": 1 - k / 12 for k in range(12)}, "settings": {"concepts": "all"}}
-    keep = [f"n{k:08d}" for k in (11, 0, 3, 4, 7, 8, 9, 10, 1, 2)]
+    ranking = [f"n{k:08d}" for k in (5, 2, 9, 0, 11, 7, 1, 3, 10, 4, 8, 6)]  # not in wnid order
+    content = {"levels": {}, "ranking": ranking, "similarity": {w: 1 - k / 12 for k, w in enumerate(ranking)},
+               "eligibility": [{"name": "all", "dropped": 0, "remaining": 12}],
+               "settings": {"concepts": "all", "protocol": {"measure": "toy", "level_size": 1000}}}
+    keep = [f"n{k:08d}" for k in (11, 0, 3, 4, 5, 8, 9, 10, 1, 2)]
     out = variants.restrict(content, keep)
-    assert out["levels"]["L1"] == ["n00000000", "n00000001"] and out["levels"]["L5"] == ["n00000010", "n00000011"]
-    assert out["ranking"] == sorted(keep) and set(out["similarity"]) == set(keep)
+    assert out["ranking"] == [f"n{k:08d}" for k in (5, 2, 9, 0, 11, 1, 3, 10, 4, 8)]  # the file's order, kept
+    assert [out["levels"][lvl] for lvl in LEVELS] == [
+        ["n00000002", "n00000005"], ["n00000000", "n00000009"], ["n00000001", "n00000011"],
+        ["n00000003", "n00000010"], ["n00000004", "n00000008"]]
+    assert set(out["similarity"]) == set(keep)
     assert "cut into five blocks of 2" in out["settings"]["concepts"]
+    assert out["settings"]["protocol"] == {"measure": "toy", "level_size": 2}  # the new blocks, not the file's
+    assert out["eligibility"][-1] == {"name": "restricted to the concepts given", "dropped": 2, "remaining": 10}
+    assert content["settings"]["protocol"]["level_size"] == 1000 and len(content["eligibility"]) == 1  # untouched
     with pytest.raises(ValueError, match="1 concept.* not in its ranking, e.g. n00000099"):
         variants.restrict(content, [*keep[:9], "n00000099"])

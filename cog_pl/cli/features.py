@@ -4,10 +4,12 @@ stores of level variants regrouped from the level stores."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 
 from cog_pl.levels.variants import VARIANT_MEASURES
+from cog_pl.wordnet.similarity import LCS_RULES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,9 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--levels", type=Path,
                      help="a level file (e.g. `cog-pl levels build --measure wup --concepts official --out F`)")
     reg.add_argument("--name", help="variant name in the domains cog_l<i>@<name> (default: the measure)")
-    reg.add_argument("--lcs", choices=("deepest", "max-ic"), default="deepest", help="subsumer rule for lin")
+    reg.add_argument("--lcs", choices=LCS_RULES, default=None,
+                     help="subsumer rule of --measure lin: deepest (default, the official levels') or max-ic (NLTK's); "
+                          "jcn always takes the max-IC subsumer, wup and path their own; not with --levels")
     reg.add_argument("--overwrite", action="store_true", help="regroup again, replacing the variant's stores")
-    reg.set_defaults(func=_regroup)
+    reg.set_defaults(func=functools.partial(_regroup, parser=reg))
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -91,12 +95,14 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _regroup(args: argparse.Namespace) -> int:
+def _regroup(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from cog_pl.features.regroup import regroup_variant
     from cog_pl.resources import LEVELS
 
+    if args.levels is not None and args.lcs is not None:
+        parser.error("--lcs goes with --measure: a level file (--levels) was ranked with its own subsumer rule")
     result = regroup_variant(args.features_root, args.model, measure=args.measure, level_file=args.levels,
-                             name=args.name, lcs=args.lcs, overwrite=args.overwrite)
+                             name=args.name, lcs=args.lcs or "deepest", overwrite=args.overwrite)
     print(f"level variant {result.variant!r} of {args.model} (levels: {result.level_file})")
     print("level of the stores (rows) -> level of the variant (columns), concepts:")
     print("       " + "  ".join(f"{lvl:>5}" for lvl in LEVELS))

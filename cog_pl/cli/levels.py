@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from cog_pl.levels.variants import VARIANT_MEASURES
 from cog_pl.protocol import LevelProtocol
+from cog_pl.wordnet.similarity import MEASURES
 
 _P = LevelProtocol()
 
@@ -28,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--in21k-root", type=Path,
                    help="count images on your IN-21K (folder or tar per synset) instead of the Fall 2011 table")
     b.add_argument("--allow-missing", action="store_true", help="with --in21k-root: missing synsets count 0 images")
-    b.add_argument("--measure", choices=("lin", "wup", "jcn", "path", "text"), default=_P.measure,
+    b.add_argument("--measure", choices=VARIANT_MEASURES, default=_P.measure,
                    help="WordNet measure, or 'text': cosine of sentence embeddings of names and glosses")
     b.add_argument("--concepts", choices=("eligible", "official"), default=None,
                    help="rank all eligible concepts (default) or re-rank the official 5000 into five blocks, "
@@ -61,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          description="Similarity of two noun synsets with the IN-21K information content.")
     sim.add_argument("a", metavar="WNID")
     sim.add_argument("b", metavar="WNID")
-    sim.add_argument("--measure", choices=("lin", "wup", "jcn", "path"), default="lin")
+    sim.add_argument("--measure", choices=MEASURES, default="lin")
     sim.add_argument("--lcs", choices=("deepest", "max-ic"), default=_P.lcs)
     sim.set_defaults(func=_similarity)
 

@@ -18,21 +18,29 @@ store is skipped; one regrouped from another level file or other features is ref
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 import os
-import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cog_pl.features.store import FeatureStore, StoreError, StoreWriter, is_complete, open_store
-from cog_pl.io import read_json
+from cog_pl.features.store import (
+    STORE_FORMAT,
+    STORE_VERSION,
+    Chunk,
+    FeatureStore,
+    StoreError,
+    is_complete,
+    open_store,
+    write_chunks,
+)
+from cog_pl.io import file_sha256
 from cog_pl.levels import variants
-from cog_pl.protocol import LEVEL_OF_DOMAIN, variant_domain
+from cog_pl.levels.builder import load_level_file, write_level_file
+from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, variant_domain
 from cog_pl.resources import LEVELS
 
 log = logging.getLogger(__name__)
@@ -40,9 +48,10 @@ log = logging.getLogger(__name__)
 SOURCE_DOMAINS = tuple(LEVEL_OF_DOMAIN)
 SPLITS = ("train", "test")
 VARIANTS_DIR = "variants"
-#: Meta keys of the source stores that a regrouped store does not inherit (they describe one source store).
-_NOT_INHERITED = ("domain", "split", "classes", "num_classes", "num_rows", "dim", "level_file_sha256",
-                  "split_sha256", "created")
+#: Meta keys a regrouped store inherits from the source stores: the model and how its features were made. The
+#: others describe one source store (its domain, classes, level file, split, origin: ``source``, ``benchmark``) and
+#: are recorded per source store under ``regrouped_from``, or not at all.
+_INHERITED = ("model", "arch", "feature", "weights", "weights_sha256", "transform", "precision", "versions")
 #: Keys every source store must agree on: the features of one model, read one way.
 _SAME_MODEL = ("model", "weights_sha256", "dim", "transform")
 
@@ -66,9 +75,9 @@ class RegroupResult:
 
     variant: str
     level_file: Path
+    moves: np.ndarray  # 5 x 5: the stores' level (rows) -> the variant's level (columns)
     written: list[Path] = field(default_factory=list)
     skipped: list[Path] = field(default_factory=list)
-    moves: np.ndarray | None = None  # 5 x 5: the stores' level (rows) -> the variant's level (columns)
 
     @property
     def domains(self) -> list[str]:
@@ -125,20 +134,20 @@ def regroup_variant(features_root: str | os.PathLike, model: str, measure: str |
     sources = open_sources(Path(features_root) / model)
     name = _valid(name or measure)
     saved = sources.root / VARIANTS_DIR / f"{name}.json" if name else None
-    content = _reusable(saved, sources.concepts, measure, lcs) if saved and not overwrite else None
+    old = _saved(saved, overwrite) if saved else None
+    content = old if old is not None and _reusable(old, sources.concepts, measure, lcs) else None
     if content is None:
         content = variants.variant_levels(sources.concepts, measure, level_file, lcs, onto)
-        name = name or _valid(variants.variant_name(content))
-        saved = sources.root / VARIANTS_DIR / f"{name}.json"
-        old = None if overwrite or not saved.is_file() else read_json(saved, "level file")
-        if old is None or old.get("levels") != content["levels"] or _settings(old) != _settings(content):
-            from cog_pl.levels.builder import write_level_file
-
+        if not name:  # named by the level file's measure: only now is the saved file known
+            name = _valid(variants.variant_name(content))
+            saved = sources.root / VARIANTS_DIR / f"{name}.json"
+            old = _saved(saved, overwrite)
+        if old is None or old["levels"] != content["levels"] or _settings(old) != _settings(content):
             if not overwrite:  # the saved file is what the finished stores were made from: refuse before touching it
                 _refuse_finished(sources.root, name, saved)
             write_level_file(saved, content)
-    sha = _sha256(saved)
-    result = RegroupResult(name, saved, moves=variants.level_moves(content, sources.level_of))
+    sha = file_sha256(saved)
+    result = RegroupResult(name, saved, variants.level_moves(content, sources.level_of))
     for i, (domain, level) in enumerate(LEVEL_OF_DOMAIN.items()):
         classes = sorted(content["levels"][level])
         for split in SPLITS:
@@ -167,14 +176,22 @@ def _settings(content: dict[str, Any]) -> tuple:
     return s.get("protocol", {}).get("measure"), s.get("protocol", {}).get("lcs"), s.get("source_level_file")
 
 
-def _reusable(saved: Path, concepts: list[str], measure: str | None, lcs: str) -> dict[str, Any] | None:
-    """The level file an earlier run wrote, when it re-ranked the same concepts by the same measure."""
-    if measure is None or not saved.is_file():
+def _saved(path: Path, overwrite: bool) -> dict[str, Any] | None:
+    """The level file an earlier run wrote for this variant (validated), unless ``overwrite`` or there is none."""
+    if overwrite or not path.is_file():
         return None
-    old = read_json(saved, "level file")
-    same = (sorted(w for lvl in LEVELS for w in old["levels"][lvl]) == concepts
-            and _settings(old) == (measure, lcs, None))
-    return old if same else None
+    try:
+        return load_level_file(path)
+    except ValueError as err:
+        raise ValueError(f"{err} (the variant's saved level file; pass overwrite=True (--overwrite) to regroup the "
+                         "variant again)") from None
+
+
+def _reusable(old: dict[str, Any], concepts: list[str], measure: str | None, lcs: str) -> bool:
+    """Whether an earlier run's level file re-ranked the same concepts by the same measure (so it need not be
+    computed again)."""
+    return (measure is not None and _settings(old) == (measure, lcs, None)
+            and sorted(w for lvl in LEVELS for w in old["levels"][lvl]) == concepts)
 
 
 def _refuse_finished(root: Path, name: str, saved: Path) -> None:
@@ -209,11 +226,10 @@ def _parts(sources: Sources, split: str, classes: list[str]) -> list[tuple[str, 
         if len(rows):
             parts.append((domain, store, rows, labels))
             counts += np.bincount(labels, minlength=len(classes))
-    if not counts.all():
+    if not counts.all():  # every concept of the variant is a concept of some store (open_sources)
         w = classes[int(np.flatnonzero(counts == 0)[0])]
-        where = sources.level_of.get(w)
-        store = sources.stores[f"cog_l{where[1]}", split].path if where else f"any {split} store"
-        raise StoreError(f"concept {w} has no {split} rows in {store}")
+        raise StoreError(f"concept {w} has no {split} rows in "
+                         f"{sources.stores[DOMAIN_OF_LEVEL[sources.level_of[w]], split].path}")
     return parts
 
 
@@ -224,7 +240,7 @@ def _meta(sources: Sources, split: str, domain: str, name: str, classes: list[st
     first = sources.stores[SOURCE_DOMAINS[0], split].meta
     settings = content.get("settings", {})
     return {
-        **{k: v for k, v in first.items() if k not in _NOT_INHERITED},
+        "format": STORE_FORMAT, "version": STORE_VERSION, **{k: first[k] for k in _INHERITED if k in first},
         "domain": variant_domain(domain, name), "split": split, "classes": classes, "num_classes": len(classes),
         "level_file_sha256": sha,
         "variant": {"name": name, "level": LEVEL_OF_DOMAIN[domain], "measure": settings.get("protocol", {}).get(
@@ -240,23 +256,12 @@ def _meta(sources: Sources, split: str, domain: str, name: str, classes: list[st
 
 
 def _write(out: Path, parts: list, meta: dict[str, Any], overwrite: bool, chunk: int = 65536) -> Path:
-    """Stream the selected rows into a new store (temporary directory, meta.json last, renamed into place)."""
-    shutil.rmtree(out.parent / f".{out.name}.partial", ignore_errors=True)  # a killed regroup starts over
-    n = sum(len(rows) for _, _, rows, _ in parts)
-    writer = StoreWriter(out, n, int(parts[0][1].features.shape[1]), overwrite=overwrite)
-    try:
-        offset = 0
+    """Stream the selected rows into a new store, written atomically; a killed regroup's leftovers are discarded."""
+    def chunks() -> Iterator[Chunk]:
         for _, store, rows, labels in parts:
             for a in range(0, len(rows), chunk):
                 r = rows[a:a + chunk]
-                writer.write(np.arange(offset + a, offset + a + len(r)), store.features[r], labels[a:a + chunk],
-                             store.index[r])
-            offset += len(rows)
-        return writer.finish(meta)
-    except BaseException:
-        writer.abort()
-        raise
+                yield store.features[r], labels[a:a + chunk], store.index[r]
 
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    n = sum(len(rows) for _, _, rows, _ in parts)
+    return write_chunks(out, n, int(parts[0][1].features.shape[1]), chunks(), meta, overwrite)

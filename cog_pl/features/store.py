@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,14 +169,18 @@ class StoreWriter:
     Rows may be written in any order, by position (``write(rows, features, labels, index)``), so DDP ranks can
     each open the same writer (same ``path`` and ``num_rows``: the temporary directory name is derived from
     ``path``) and fill their rows: rank 0 opens it first (creating the files), the others after a barrier; one rank
-    calls :meth:`finish` after a final barrier. Reopening resumes an interrupted write.
+    calls :meth:`finish` after a final barrier. Reopening resumes an interrupted write, unless ``fresh``: then a
+    write in progress (of any shape) is discarded and the store starts over.
     """
 
-    def __init__(self, path: str | os.PathLike, num_rows: int, dim: int, overwrite: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, num_rows: int, dim: int, overwrite: bool = False,
+                 fresh: bool = False) -> None:
         self.path = Path(path)
         if self.path.exists() and not overwrite:
             raise StoreError(f"{self.path} already exists; pass overwrite=True to replace it")
         self.tmp = self.path.parent / f".{self.path.name}.partial"
+        if fresh:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
         mode = "r+" if (self.tmp / "features.npy").exists() else "w+"
         open_ = np.lib.format.open_memmap
@@ -248,6 +253,30 @@ def _swap_in(tmp: Path, path: Path, overwrite: bool) -> None:
         os.replace(tmp, path)
 
 
+#: Consecutive rows of a store: features (n x D), labels (n) and dataset index (n, or None: the row numbers).
+Chunk = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+
+
+def write_chunks(path: str | os.PathLike, num_rows: int, dim: int, chunks: Iterable[Chunk], meta: dict[str, Any],
+                 overwrite: bool = False) -> Path:
+    """Write a complete store of ``num_rows`` rows from consecutive ``chunks``, atomically (temporary directory +
+    rename). Every row is written, so a stale write in progress at ``path`` (a killed earlier one) is discarded;
+    on any error the temporary directory is removed."""
+    writer = StoreWriter(path, num_rows, dim, overwrite, fresh=True)
+    try:
+        start = 0
+        for features, labels, index in chunks:
+            if start + len(labels) > num_rows:
+                raise StoreError(f"{path}: more than {num_rows} rows given")
+            writer.write(np.arange(start, start + len(labels)), features, labels, index)
+            start += len(labels)
+        return writer.finish(meta)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            writer.abort()
+        raise
+
+
 def write_store(path: str | os.PathLike, features: np.ndarray, labels: np.ndarray, index: np.ndarray | None,
                 meta: dict[str, Any], overwrite: bool = False, chunk: int = 65536) -> Path:
     """Write a complete store atomically (temporary directory + rename); ``meta`` as for :func:`make_meta`."""
@@ -256,13 +285,7 @@ def write_store(path: str | os.PathLike, features: np.ndarray, labels: np.ndarra
         raise StoreError(f"{path}: features {features.shape} and labels {labels.shape} do not match")
     if index is not None and len(index) != len(labels):
         raise StoreError(f"{path}: index has {len(index)} rows, labels {len(labels)}")
-    writer = StoreWriter(path, len(labels), features.shape[1], overwrite)
-    try:
-        for start in range(0, len(labels), chunk):
-            rows = np.arange(start, min(start + chunk, len(labels)))
-            writer.write(rows, features[rows], labels[rows], None if index is None else np.asarray(index)[rows])
-        return writer.finish(meta)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            writer.abort()
-        raise
+    index = None if index is None else np.asarray(index)
+    chunks = ((features[a:a + chunk], labels[a:a + chunk], None if index is None else index[a:a + chunk])
+              for a in range(0, len(labels), chunk))
+    return write_chunks(path, len(labels), features.shape[1], chunks, meta, overwrite)

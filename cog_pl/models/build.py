@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from cog_pl.models.checkpoints import adapt_state_dict, file_sha256, load_in_order, load_into, read_state_dict
+from cog_pl.io import file_sha256
+from cog_pl.models.checkpoints import adapt_state_dict, load_in_order, load_into, read_state_dict
 from cog_pl.models.zoo import EFFICIENTNET_LITE0, PAPER_MODELS, BackboneSpec
 
 logger = logging.getLogger(__name__)

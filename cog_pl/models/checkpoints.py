@@ -7,7 +7,6 @@ never yields a silently random model.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Mapping
@@ -97,12 +96,3 @@ def load_in_order(model: nn.Module, state: Mapping[str, torch.Tensor], source: s
         if sv.shape != own[dk].shape:
             raise ValueError(f"{source}: tensor {sk} {tuple(sv.shape)} does not fit {dk} {tuple(own[dk].shape)}")
     model.load_state_dict({dk: sv for (_, sv), dk in zip(src, dst)}, strict=False)
-
-
-def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    """SHA-256 of a file (recorded as the weights hash of a feature store)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cog_pl.io import atomic_open
 from cog_pl.report.plots import plot_domains, plot_few_shot, plot_variants
-from cog_pl.report.tables import csv_table, is_finetuned, is_variant, report_markdown, summarize
+from cog_pl.report.tables import csv_table, official_cells, report_markdown, summarize
 from cog_pl.report.variants import variant_lines, variants_markdown
 from cog_pl.results import read_rows
 
@@ -29,7 +29,7 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
         keep = set(models) | ({baseline} if baseline else set())
         rows = [r for r in rows if r["model"] in keep]
     cells = summarize(rows, baseline)
-    official = [c for c in cells if not is_variant(c.domain) and not is_finetuned(c.model)]  # the probes' figures
+    official = official_cells(cells)  # the probes' figures
     variants = variant_lines(rows)
     out = Path(out)
     files = {"markdown": out / "report.md", "csv": out / "results.csv", "domains": out / "domains.png"}

@@ -122,7 +122,7 @@ def csv_table(cells: Sequence[Cell]) -> str:
 def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants: str = "") -> str:
     """The whole report: all-data table, relative table, the level variants' table (``variants``, markdown, from
     :func:`cog_pl.report.variants.variants_markdown`), and one few-shot table per domain."""
-    official = [c for c in cells if not is_variant(c.domain) and not is_finetuned(c.model)]
+    official = official_cells(cells)
     parts = ["# ImageNet-CoG results", "", "## Linear probes on all training data: test top-1 (%), mean ± std over "
              "seeds", "", markdown_table(official, None)]
     if baseline and any(c.relative is not None for c in official):
@@ -159,6 +159,11 @@ FINETUNE_SUFFIX = "@finetune"
 
 def is_finetuned(model: str) -> bool:
     return model.endswith(FINETUNE_SUFFIX)
+
+
+def official_cells(cells: Iterable[Cell]) -> list[Cell]:
+    """The linear probes' cells on the official domains: no level variant, no fine-tuned model."""
+    return [c for c in cells if not is_variant(c.domain) and not is_finetuned(c.model)]
 
 
 def finetune_markdown(cells: Sequence[Cell]) -> str:

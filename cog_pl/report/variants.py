@@ -13,11 +13,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from cog_pl.levels.variants import VARIANT_MEASURES
 from cog_pl.protocol import LEVEL_OF_DOMAIN, split_domain
 from cog_pl.report.tables import mean_std
 
 OFFICIAL = "lin (official)"
-_ORDER = ("lin", "wup", "jcn", "path", "text")
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,9 @@ def variant_lines(rows: Iterable[dict], shots: int | None = None) -> list[Varian
 def _rank(measure: str) -> tuple[int, str]:
     if measure == OFFICIAL:
         return -1, ""
-    return (_ORDER.index(measure), "") if measure in _ORDER else (len(_ORDER), measure)
+    if measure in VARIANT_MEASURES:
+        return VARIANT_MEASURES.index(measure), ""
+    return len(VARIANT_MEASURES), measure
 
 
 def variants_markdown(lines: Sequence[VariantLine]) -> str:
