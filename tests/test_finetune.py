@@ -86,7 +86,14 @@ def test_fine_tuning_learns_a_level(onto, tmp_path):
     assert stats and not any(torch.equal(a, b) for a, b in zip(stats, bns))  # BatchNorm statistics too
     assert min(losses[-2:]) < losses[0]  # and it learns
     metrics = trainer.test(model, datamodule=dm, verbose=False)[0]
-    assert 0 <= metrics["test/top1"] <= 1
+    model.eval()  # what test_step logged is the model's accuracy and loss over the whole test split
+    with torch.no_grad():
+        batches = list(dm.test_dataloader())
+        logits = torch.cat([model(b["image"]) for b in batches])
+    labels = torch.cat([b["label"] for b in batches])
+    assert len(labels) == 3 * 6 and set(metrics) == {"test/loss", "test/top1"}  # 3 classes: no top-5
+    assert metrics["test/top1"] == pytest.approx((logits.argmax(1) == labels).float().mean().item(), abs=1e-6)
+    assert metrics["test/loss"] == pytest.approx(torch.nn.functional.cross_entropy(logits, labels).item(), rel=1e-5)
 
 
 def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, capsys):
