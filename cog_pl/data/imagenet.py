@@ -169,14 +169,13 @@ class DecodedImages(Dataset):
         self.kept = torch.zeros(len(dataset), dtype=torch.bool)
         loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_images)
         with torch.random.fork_rng(devices=[]):  # a loader draws a seed: leave the caller's random stream as it was
-            batches = list(loader)
-        for batch in batches:
-            if len(batch["index"]) == 0:
-                continue
-            if self.images is None:
-                self.images = torch.empty(len(dataset), *batch["image"].shape[1:], dtype=batch["image"].dtype)
-            self.images[batch["index"]] = batch["image"]
-            self.kept[batch["index"]] = True
+            for batch in loader:  # each batch copied in as it comes: one batch in memory besides the cache
+                if len(batch["index"]) == 0:
+                    continue
+                if self.images is None:
+                    self.images = torch.empty(len(dataset), *batch["image"].shape[1:], dtype=batch["image"].dtype)
+                self.images[batch["index"]] = batch["image"]
+                self.kept[batch["index"]] = True
 
     @property
     def nbytes(self) -> int:

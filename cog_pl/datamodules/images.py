@@ -3,7 +3,8 @@
 Batches are ``{"image": [B,3,S,S], "label": [B], "index": [B]}`` with ``index`` the dataset row. The
 ``predict`` loaders serve feature extraction (``predict_split``: ``"train"`` or ``"test"``, no shuffling);
 under DDP Lightning shards them with a DistributedSampler, and the row index places each feature.
-With ``cache_images``, each split is decoded once at ``setup`` and served from memory (:class:`DecodedImages`).
+With ``cache_images``, each split is decoded once, at the ``setup`` of the first stage that reads it, and served from
+memory (:class:`DecodedImages`).
 """
 
 from __future__ import annotations
@@ -76,22 +77,30 @@ class ImageDataModule(L.LightningDataModule):
     def _rows(self, split: str) -> tuple[SynsetSource, list[tuple[str, str]], list[int]]:
         raise NotImplementedError
 
+    def stage_splits(self, stage: str | None) -> tuple[str, ...]:
+        """The splits a stage reads: ``fit`` the train split, ``test`` the test split, ``predict`` the
+        ``predict_split``; any other stage (None included) both."""
+        return {"fit": ("train",), "test": ("test",), "predict": (self.predict_split,)}.get(stage, SPLITS)
+
     def setup(self, stage: str | None = None) -> None:
-        transform = build_transform(self.transform_config)
-        for split in SPLITS:
-            if split not in self.datasets:
-                source, samples, labels = self._rows(split)
-                dataset = ImageDataset(source, samples, labels, transform, self.on_error, self.error_log)
-                if self.cache_images:
-                    dataset = DecodedImages(dataset, max(self.batch_size, 256), self.num_workers)
-                    log.info("%s %s: decoded into memory (%.1f MiB)", self.domain, split, dataset.nbytes / 2**20)
-                self.datasets[split] = dataset
-                log.info("%s %s: %d images of %d classes", self.domain, split, len(samples), self.num_classes)
+        """Build (with ``cache_images``: decode) the datasets of the splits ``stage`` reads, each once."""
+        for split in self.stage_splits(stage):
+            self._dataset(split)
+
+    def _dataset(self, split: str) -> ImageDataset | DecodedImages:
+        if split not in self.datasets:
+            source, samples, labels = self._rows(split)
+            dataset = ImageDataset(source, samples, labels, build_transform(self.transform_config), self.on_error,
+                                   self.error_log)
+            if self.cache_images:
+                dataset = DecodedImages(dataset, max(self.batch_size, 256), self.num_workers)
+                log.info("%s %s: decoded into memory (%.1f MiB)", self.domain, split, dataset.nbytes / 2**20)
+            self.datasets[split] = dataset
+            log.info("%s %s: %d images of %d classes", self.domain, split, len(samples), self.num_classes)
+        return self.datasets[split]
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        if split not in self.datasets:
-            self.setup()
-        return DataLoader(self.datasets[split], batch_size=self.batch_size, shuffle=shuffle,
+        return DataLoader(self._dataset(split), batch_size=self.batch_size, shuffle=shuffle,
                           num_workers=0 if self.cache_images else self.num_workers, collate_fn=collate_images,
                           pin_memory=self.pin_memory,
                           persistent_workers=False)

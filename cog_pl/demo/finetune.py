@@ -8,12 +8,11 @@ native bf16, channels-last convolutions; about 50 s for the six domains on 2 CPU
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import inspect
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-#: Fields of :class:`DemoFineTune` that are arguments of :class:`~cog_pl.finetune.module.FineTuneClassifier`.
-MODEL_FIELDS = ("optimizer", "lr", "backbone_lr_scale", "weight_decay", "momentum", "warmup_epochs",
-                "label_smoothing", "augment", "channels_last")
+from cog_pl.finetune.module import FineTuneClassifier
 
 
 @dataclass(frozen=True)
@@ -39,6 +38,10 @@ class DemoFineTune:
         return {k: v for k, v in asdict(self).items() if k in MODEL_FIELDS}
 
     def finetune_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`~cog_pl.finetune.compare.finetune_domains` (and of ``RunConfig.finetune``)."""
-        return {"epochs": self.epochs, "batch_size": self.batch_size, "precision": self.precision,
-                "cache_images": self.cache_images, "recipe": self.model_kwargs()}
+        """Keyword arguments of :func:`~cog_pl.finetune.compare.finetune_domains` (and of ``RunConfig.finetune``):
+        the other fields, and the module's as ``recipe``."""
+        return {**{k: v for k, v in asdict(self).items() if k not in MODEL_FIELDS}, "recipe": self.model_kwargs()}
+
+
+#: Fields of :class:`DemoFineTune` that are arguments of :class:`~cog_pl.finetune.module.FineTuneClassifier`.
+MODEL_FIELDS = tuple(f.name for f in fields(DemoFineTune) if f.name in inspect.signature(FineTuneClassifier).parameters)

@@ -89,7 +89,7 @@ class ExtractionDataModule(L.LightningDataModule):
                 raise ValueError(f"extracting {domain} needs --data.in21k_root (a folder or tar per synset)")
             dm = CoGLevelDataModule(level=domain, root=self.in21k_root, split_file=self._split_file(domain),
                                     **common)
-        dm.setup("predict")
+        dm.setup()  # both splits
         return {s: (dm.datasets[s], dm.store_meta(s)) for s in self.splits}
 
     def _split_file(self, domain: str) -> str | None:

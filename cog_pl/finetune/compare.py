@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Sequence
@@ -15,6 +16,24 @@ from cog_pl.finetune.module import FineTuneClassifier
 from cog_pl.results import append_row, has_row, versions
 
 logger = logging.getLogger(__name__)
+
+
+#: ``precision`` values: ``"auto"`` (:func:`resolve_precision`) or a precision of Lightning's Trainer (a test keeps
+#: these within what Lightning accepts).
+PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64",
+              32, 16, 64)
+#: Arguments of :class:`FineTuneClassifier` that :func:`finetune_domains` sets itself, hence no recipe keys.
+SET_PER_DOMAIN = ("model", "num_classes", "checkpoint")
+
+
+def check_options(precision: Any, recipe: dict[str, Any] | None) -> None:
+    """Refuse an unknown ``precision`` or ``recipe`` key by name, before any data is read."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}; expected one of {', '.join(map(str, PRECISIONS))}")
+    allowed = [k for k in inspect.signature(FineTuneClassifier).parameters if k not in SET_PER_DOMAIN]
+    bad = [k for k in recipe or {} if k not in allowed]
+    if bad:
+        raise ValueError(f"unknown recipe key(s) {', '.join(bad)}; FineTuneClassifier takes {', '.join(allowed)}")
 
 
 def resolve_precision(precision: str) -> str:
@@ -42,6 +61,7 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
     from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
     from cog_pl.models import resolve_spec
 
+    check_options(precision, recipe)
     precision = resolve_precision(precision)
     rows = []
     for domain in domains:

@@ -6,7 +6,7 @@ batch-level augmentation (random resized crop and horizontal flip, per sample, o
 the image datamodules are shared with extraction). The whole backbone trains, BatchNorm statistics included (the
 registry builds backbones frozen and in eval mode, for extraction). ``channels_last`` runs the convolutions in NHWC
 memory format (faster on GPUs and on CPUs with oneDNN); mixed precision comes from the Trainer's ``precision``.
-Metrics ``{stage}/top1`` and ``{stage}/top5``.
+Metrics ``test/top1`` and ``test/top5`` (no validation: the image datamodules have train and test splits only).
 """
 
 from __future__ import annotations
@@ -69,9 +69,8 @@ class FineTuneClassifier(BackboneModule):
         self.net.requires_grad_(True).train()  # built for extraction: frozen, in eval mode
         self.head = nn.Linear(self.backbone.spec.feature_dim, num_classes)
         nn.init.zeros_(self.head.bias)
-        metrics = {f"{s}_{k}": MulticlassAccuracy(num_classes, top_k=k, average="micro")
-                   for s in ("val", "test") for k in (1, 5) if k <= num_classes}
-        self.metrics = nn.ModuleDict(metrics)
+        self.metrics = nn.ModuleDict({f"test_{k}": MulticlassAccuracy(num_classes, top_k=k, average="micro")
+                                      for k in (1, 5) if k <= num_classes})
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(images))
@@ -82,20 +81,14 @@ class FineTuneClassifier(BackboneModule):
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(x), sync_dist=True)
         return loss
 
-    def _eval_step(self, batch: dict[str, torch.Tensor], stage: str) -> None:
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         logits = self(batch["image"])
-        self.log(f"{stage}/loss", F.cross_entropy(logits, batch["label"]), batch_size=len(logits), sync_dist=True)
+        self.log("test/loss", F.cross_entropy(logits, batch["label"]), batch_size=len(logits), sync_dist=True)
         for k in (1, 5):
-            key = f"{stage}_{k}"
+            key = f"test_{k}"
             if key in self.metrics:
                 self.metrics[key](logits, batch["label"])
-                self.log(f"{stage}/top{k}", self.metrics[key], batch_size=len(logits))
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "test")
+                self.log(f"test/top{k}", self.metrics[key], batch_size=len(logits))
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

