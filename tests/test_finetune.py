@@ -113,6 +113,7 @@ def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, 
     (row,) = read_rows(results)
     assert row["model"] == "resnet10t@finetune" and row["domain"] == "cog_l2" and row["method"] == "finetune"
     assert 0 <= row["test_top1"] <= 100 and row["recipe"]["optimizer"] == "sgd"
+    assert "test_top5" not in row  # 3 concepts: top-5 is not measured, and not made up
     append_row(results, {"model": "resnet10t", "domain": "cog_l2", "shots": None, "seed": 22, "test_top1": 50.0,
                          "test_top5": 100.0})
     assert main(["report", "--results", str(results), "--out", str(tmp_path / "report")]) == 0
@@ -138,6 +139,7 @@ def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
     for row in stored:  # "auto" is recorded as the precision it resolved to on this machine
         assert row["precision"] in ("bf16-mixed", "32-true") and row["precision"] == resolve_precision("auto")
         assert row["batch_size"] == 4 and row["epochs"] == 1 and 0 <= row["test_top1"] <= 100
+        assert "test_top5" not in row and row["checkpoint"] is None and row["seconds"] > 0  # as the CLI's rows
 
 
 def test_finetune_precisions_are_lightnings():

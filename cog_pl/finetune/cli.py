@@ -21,6 +21,23 @@ from cog_pl.finetune.module import FineTuneClassifier
 FINETUNE_SUFFIX = "@finetune"
 
 
+def result_row(trainer: L.Trainer, pl_module: FineTuneClassifier, seed: int, seconds: float) -> dict:
+    """The result row of a fine-tuned model after ``trainer.test``: model ``<name>@finetune``, the test accuracy
+    (top-5 only where measured: 5 classes or more), the recipe and how it ran."""
+    from cog_pl.results import versions
+
+    metrics, dm = trainer.callback_metrics, trainer.datamodule
+    row = {"model": pl_module.backbone.spec.name + FINETUNE_SUFFIX, "domain": dm.domain, "shots": None, "seed": seed,
+           "method": "finetune", "test_top1": 100 * float(metrics["test/top1"]),
+           "recipe": {k: v for k, v in pl_module.hparams.items() if k != "checkpoint"},
+           "checkpoint": pl_module.hparams.get("checkpoint"), "epochs": trainer.max_epochs,
+           "batch_size": dm.batch_size, "precision": str(trainer.precision), "seconds": round(seconds, 2),
+           "versions": versions()}
+    if "test/top5" in metrics:
+        row["test_top5"] = 100 * float(metrics["test/top5"])
+    return row
+
+
 class ResultRowCallback(L.Callback):
     """After ``test``, add the fine-tuned model's row to a results store."""
 
@@ -30,18 +47,9 @@ class ResultRowCallback(L.Callback):
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.results or not trainer.is_global_zero:
             return
-        from cog_pl.results import append_row, versions
+        from cog_pl.results import append_row
 
-        metrics = trainer.callback_metrics
-        dm = trainer.datamodule
-        row = {"model": pl_module.backbone.spec.name + FINETUNE_SUFFIX, "domain": dm.domain, "shots": None,
-               "seed": self.seed, "method": "finetune", "test_top1": 100 * float(metrics["test/top1"]),
-               "test_top5": 100 * float(metrics.get("test/top5", metrics["test/top1"])),
-               "recipe": {k: v for k, v in pl_module.hparams.items() if k != "checkpoint"},
-               "checkpoint": pl_module.hparams.get("checkpoint"), "epochs": trainer.max_epochs,
-               "batch_size": dm.batch_size, "precision": str(trainer.precision),
-               "seconds": round(time.perf_counter() - self.start, 2), "versions": versions()}
-        append_row(self.results, row)
+        append_row(self.results, result_row(trainer, pl_module, self.seed, time.perf_counter() - self.start))
 
 
 class FineTuneCLI(LightningCLI):

@@ -11,9 +11,9 @@ from typing import Any
 import lightning as L
 import torch
 
-from cog_pl.finetune.cli import FINETUNE_SUFFIX
+from cog_pl.finetune.cli import FINETUNE_SUFFIX, result_row
 from cog_pl.finetune.module import FineTuneClassifier
-from cog_pl.results import append_row, has_row, versions
+from cog_pl.results import append_row, has_row
 
 logger = logging.getLogger(__name__)
 
@@ -81,12 +81,8 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
                             devices=1, precision=precision, logger=False, enable_checkpointing=False,
                             enable_model_summary=False, enable_progress_bar=progress)
         trainer.fit(net, datamodule=dm)
-        metrics = trainer.test(net, datamodule=dm, verbose=False)[0]
-        row = {"model": key[0], "domain": domain, "shots": None, "seed": seed, "method": "finetune",
-               "test_top1": 100 * metrics["test/top1"], "test_top5": 100 * metrics.get("test/top5", 0.0),
-               "recipe": {k: v for k, v in net.hparams.items() if k != "checkpoint"}, "epochs": epochs,
-               "batch_size": batch_size, "precision": precision, "checkpoint": checkpoint,
-               "seconds": round(time.perf_counter() - start, 2), "versions": versions()}
+        trainer.test(net, datamodule=dm, verbose=False)
+        row = result_row(trainer, net, seed, time.perf_counter() - start)
         append_row(results, row)
         rows.append(row)
         logger.info("fine-tuned %s on %s: test top-1 %.2f (%.0f s)", name, domain, row["test_top1"], row["seconds"])
