@@ -64,10 +64,12 @@ def test_custom_benchmark_drives_the_datamodules(tmp_path, caplog):
     in1k = ImageNetDataModule(str(tmp_path / "in1k"), predict_split="train", **common)
     labels, _ = _predict(in1k)
     assert in1k.classes == bench.in1k and sorted(labels) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    in1k.setup("test")  # predict built only the predict split
     assert len(in1k.datasets["test"]) == 6
 
     level = CoGLevelDataModule("cog_l3", str(tmp_path / "in21k"), **common)
     labels, index = _predict(level)
+    level.setup()  # predict built only the predict split (test); now the train split too
     test = level.datasets["test"]
     assert {test.key(i) for i in index} == set(bench.test["L3"])
     assert all(bench.classes("L3")[y] == test.key(i).split("/")[0] for y, i in zip(labels, index))
