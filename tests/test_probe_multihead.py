@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -10,24 +11,33 @@ from cog_pl.probe.schedule import lr_at
 
 D, C, N, B, EPOCHS = 24, 7, 300, 64, 4
 
+# on CUDA, train_heads replays full batches from a CUDA graph and runs the bf16-mixed update as a Triton kernel
+CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                      reason="needs a CUDA device")])
 
-def data(seed: int = 0):
+
+@pytest.fixture(params=["cpu", CUDA])
+def device(request):
+    return request.param
+
+
+def data(seed: int = 0, device: str = "cpu"):
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, C, (N,), generator=g)
     x = F.normalize(torch.randn(N, D, generator=g) + 2 * torch.randn(C, D, generator=g)[y], dim=1)
-    return x, y
+    return x.to(device), y.to(device)
 
 
 def single_run(x, y, lr, wd, weight, bias, perm_seed):
     """The published loop for one trial (nn.Linear, torch.optim.SGD, cosine step after the epoch)."""
-    model = torch.nn.Linear(D, C)
+    model = torch.nn.Linear(D, C).to(x.device)
     with torch.no_grad():
         model.weight.copy_(weight)
         model.bias.copy_(bias)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=wd)
     gen = torch.Generator().manual_seed(perm_seed)
     for epoch in range(EPOCHS):
-        order = torch.randperm(N, generator=gen)
+        order = torch.randperm(N, generator=gen).to(x.device)
         for i in range(0, N, B):
             b = order[i : i + B]
             loss = F.cross_entropy(model(x[b]), y[b])
@@ -46,8 +56,8 @@ def run_heads(x, y, lrs, wds, init, perm_seed, **kw):
                        generator=torch.Generator().manual_seed(perm_seed), init=init, eval_x=x, eval_y=y, **kw)
 
 
-def test_k_heads_equal_k_separate_runs():
-    x, y = data()
+def test_k_heads_equal_k_separate_runs(device):
+    x, y = data(device=device)
     lrs, wds = [0.1, 1.0, 7.5, 40.0], [1e-12, 1e-4, 3e-6, 1e-8]
     weight, bias = init_heads(D, C, len(lrs), torch.Generator().manual_seed(1))
     out = run_heads(x, y, lrs, wds, (weight, bias), perm_seed=5)
@@ -57,11 +67,11 @@ def test_k_heads_equal_k_separate_runs():
         torch.testing.assert_close(out.weight[:, k].T, model.weight.detach(), rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(out.bias[k], model.bias.detach(), rtol=1e-4, atol=1e-5)
         acc = evaluate_heads(model.weight.detach().T.unsqueeze(1), model.bias.detach().unsqueeze(0), x, y)
-        torch.testing.assert_close(out.top1[k], acc[0, 0])
+        torch.testing.assert_close(out.top1[k], acc[0, 0].cpu())
 
 
-def test_diverging_head_is_frozen_and_leaves_the_others_alone():
-    x, y = data()
+def test_diverging_head_is_frozen_and_leaves_the_others_alone(device):
+    x, y = data(device=device)
     lrs, wds = [1.0, 1e39, 5.0], [1e-6, 1e-6, 1e-6]  # 1e39 overflows float32: the loss turns non-finite
     init = init_heads(D, C, len(lrs), torch.Generator().manual_seed(2))
     together = run_heads(x, y, lrs, wds, init, perm_seed=3, eval_every_epoch=True)
@@ -73,8 +83,8 @@ def test_diverging_head_is_frozen_and_leaves_the_others_alone():
     assert len(together.history) == EPOCHS
 
 
-def test_head_diverging_later_keeps_its_last_evaluated_accuracy():
-    x, y = data()
+def test_head_diverging_later_keeps_its_last_evaluated_accuracy(device):
+    x, y = data(device=device)
     init = init_heads(D, C, 1, torch.Generator().manual_seed(4))
     lr = 30.0
     # lr * wd far above 2 (1 + momentum): the weights oscillate with growing amplitude and overflow in epoch 2
@@ -86,22 +96,22 @@ def test_head_diverging_later_keeps_its_last_evaluated_accuracy():
     assert out.history[diverged][0] == out.history[diverged - 1][0]
 
 
-def test_bf16_mixed_heads_follow_the_float32_heads():
+def test_bf16_mixed_heads_follow_the_float32_heads(device):
     """bfloat16 matrix products with float32 weights: same learning, within rounding of the products."""
-    x, y = data()
+    x, y = data(device=device)
     lrs, wds = [0.1, 1.0, 7.5, 40.0], [1e-12, 1e-4, 3e-6, 1e-8]
     init = init_heads(D, C, len(lrs), torch.Generator().manual_seed(1))
     full = run_heads(x, y, lrs, wds, init, perm_seed=5, precision="32-true")
     mixed = run_heads(x, y, lrs, wds, init, perm_seed=5, precision="bf16-mixed")
     assert mixed.weight.dtype == torch.float32
-    moved = (full.weight - init[0]).norm()
+    moved = (full.weight - init[0].to(device)).norm()
     assert (mixed.weight - full.weight).norm() < 0.02 * moved  # every head moved the same way
     assert (mixed.weight - full.weight).abs().max() > 0  # and the products did run in bfloat16
     assert (mixed.top1 - full.top1).abs().max() <= 100 * 3 / N  # a few of the N points at most
 
 
-def test_bf16_mixed_k_heads_equal_separate_runs():
-    x, y = data()
+def test_bf16_mixed_k_heads_equal_separate_runs(device):
+    x, y = data(device=device)
     lrs, wds = [0.5, 4.0, 20.0], [1e-5, 1e-9, 1e-6]
     init = init_heads(D, C, len(lrs), torch.Generator().manual_seed(3))
     together = run_heads(x, y, lrs, wds, init, perm_seed=2, precision="bf16-mixed")

@@ -24,8 +24,11 @@ def sub_seed(seed: int, *keys: int) -> int:
     return int(np.random.SeedSequence([seed, *keys]).generate_state(1, dtype=np.uint32)[0])
 
 
-def load_split(directory: str | os.PathLike) -> tuple[Tensor, Tensor]:
-    """Features (float32) and labels (int64) of one split directory."""
+def load_split(directory: str | os.PathLike, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """Features (float32, on ``device``) and labels (int64, on the CPU) of one split directory.
+
+    The features travel to ``device`` in the dtype they are stored in (half the bytes for float16 stores) and are
+    converted and checked there."""
     directory = Path(directory)
     arrays = []
     for name in ("features.npy", "labels.npy"):
@@ -41,7 +44,11 @@ def load_split(directory: str | os.PathLike) -> tuple[Tensor, Tensor]:
         raise ValueError(f"{directory}: features must be N x D and labels N, got {x.shape} and {y.shape}")
     if len(x) != len(y):
         raise ValueError(f"{directory}: {len(x)} features but {len(y)} labels")
-    features, labels = torch.from_numpy(np.asarray(x, dtype=np.float32)), torch.from_numpy(y.astype(np.int64))
+    if torch.device(device).type == "cpu":
+        features = torch.from_numpy(np.asarray(x, dtype=np.float32))
+    else:
+        features = torch.from_numpy(np.array(x)).to(device).float()
+    labels = torch.from_numpy(y.astype(np.int64))
     if len(labels) and int(labels.min()) < 0:
         raise ValueError(f"{directory / 'labels.npy'}: negative labels (classes are numbered from 0)")
     bad = int((~torch.isfinite(features)).any(dim=1).sum())

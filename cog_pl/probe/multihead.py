@@ -36,6 +36,7 @@ from torch import Tensor
 
 from cog_pl.probe.metrics import percent, topk_correct
 from cog_pl.probe.schedule import cosine_factor
+from cog_pl.probe.workspace import HeadsWorkspace, stepper
 
 PRECISIONS = ("32-true", "bf16-mixed")
 
@@ -92,79 +93,6 @@ def evaluate_heads(weight: Tensor, bias: Tensor, x: Tensor, y: Tensor, chunk: in
     return percent(correct, len(y)).float()
 
 
-class _Workspace:
-    """Parameters and buffers of one training run, allocated once (fresh multi-megabyte tensors at every step cost
-    the CPU page faults that take as long as the arithmetic).
-
-    The weight and bias of all heads live in one float32 matrix ``params`` of ``(rows, K*C)``: ``rows - 1`` weight
-    rows and the bias as the last row. In ``"32-true"`` the forward product adds the bias row (``addmm``) and the
-    gradient product accumulates into the momentum buffer, as ``torch.optim.SGD`` would after autograd. In
-    ``"bf16-mixed"`` the features carry a constant-1 column, so one bfloat16 product gives logits with the bias and
-    one gives the gradient of weight and bias together (rows padded with zeros to a multiple of 16, which stay zero).
-    """
-
-    def __init__(self, x: Tensor, batch_size: int, init: tuple[Tensor, Tensor], momentum: float,
-                 precision: str) -> None:
-        weight, bias = init
-        n, dim = x.shape
-        k, c = weight.shape[1:]
-        columns, device = k * c, x.device
-        self.low = precision == "bf16-mixed"
-        self.dim, self.momentum = dim, momentum
-        rows = -(-(dim + 1) // 16) * 16 if self.low else dim + 1
-        self.params = torch.zeros(rows, columns, dtype=torch.float32, device=device)
-        self.params[:dim] = weight.reshape(dim, columns)
-        self.params[dim] = bias.reshape(columns)
-        self.buf = torch.zeros_like(self.params)  # SGD momentum of weight and bias
-        self.logits_buf = torch.empty(batch_size, columns, dtype=torch.float32, device=device)
-        self.probs_buf = torch.empty_like(self.logits_buf)
-        # flat index of (row i, head h, class 0) in the logits; + label gives the target's logit
-        self.base = (torch.arange(batch_size, device=device) * columns).view(-1, 1) \
-            + (torch.arange(k, device=device) * c).view(1, -1)
-        self.minus_one = torch.full((batch_size * k,), -1.0, device=device)
-        if self.low:
-            self.x = torch.zeros(n, rows, dtype=torch.bfloat16, device=device)
-            self.x[:, :dim] = x
-            self.x[:, dim] = 1.0
-            self.xb = torch.empty(batch_size, rows, dtype=torch.bfloat16, device=device)
-            self.params_mm = torch.empty(rows, columns, dtype=torch.bfloat16, device=device)
-            self.logits_mm = torch.empty(batch_size, columns, dtype=torch.bfloat16, device=device)
-            self.grad_mm = torch.empty(batch_size, columns, dtype=torch.bfloat16, device=device)
-            self.params_grad_mm = torch.empty(rows, columns, dtype=torch.bfloat16, device=device)
-            self.params_grad = torch.empty(rows, columns, dtype=torch.float32, device=device)
-        else:
-            self.x = x
-            self.xb = torch.empty(batch_size, dim, dtype=x.dtype, device=device)
-            self.bias_grad = torch.empty(columns, dtype=torch.float32, device=device)
-
-    @property
-    def weight(self) -> Tensor:
-        return self.params[: self.dim]
-
-    @property
-    def bias(self) -> Tensor:
-        return self.params[self.dim]
-
-    def logits(self, idx: Tensor) -> tuple[Tensor, Tensor]:
-        """The batch's features (matrix dtype) and float32 logits of every head, ``(nb, K*C)``."""
-        nb = len(idx)
-        xb = torch.index_select(self.x, 0, idx, out=self.xb[:nb])
-        if not self.low:
-            return xb, torch.addmm(self.bias, xb, self.weight, out=self.logits_buf[:nb])
-        product = torch.mm(xb, self.params_mm.copy_(self.params), out=self.logits_mm[:nb])
-        return xb, self.logits_buf[:nb].copy_(product)
-
-    def accumulate(self, xb: Tensor, grad: Tensor) -> None:
-        """``buf = momentum * buf + xb.T @ grad / nb`` for weight and bias; ``grad`` is d(summed loss)/d(logits)."""
-        nb = len(grad)
-        if not self.low:
-            self.buf[: self.dim].addmm_(xb.T, grad, beta=self.momentum, alpha=1.0 / nb)
-            self.buf[self.dim].mul_(self.momentum).add_(torch.sum(grad, 0, out=self.bias_grad), alpha=1.0 / nb)
-            return
-        product = torch.mm(xb.T, self.grad_mm[:nb].copy_(grad), out=self.params_grad_mm)
-        self.buf.mul_(self.momentum).add_(self.params_grad.copy_(product), alpha=1.0 / nb)
-
-
 @torch.no_grad()
 def train_heads(
     x: Tensor,
@@ -191,10 +119,11 @@ def train_heads(
     """
     device, n, dim = x.device, x.shape[0], x.shape[1]
     k, c = len(lrs), num_classes
-    ws = _Workspace(x, batch_size, init, momentum, resolve_precision(precision, device))
-    params, buf = ws.params, ws.buf  # (rows, K*C): weight rows, then the bias row
     base_lr = torch.tensor(lrs, dtype=torch.float32, device=device).repeat_interleave(c)  # (K*C,)
     wd = torch.tensor(wds, dtype=torch.float32, device=device).repeat_interleave(c)
+    ws = HeadsWorkspace(x, y, batch_size, init, momentum, resolve_precision(precision, device), wd)
+    step = stepper(ws, batch_size)
+    params, buf, bad = ws.params, ws.buf, ws.bad  # params: (rows, K*C), weight rows, then the bias row
     weight, bias = ws.weight.view(dim, k, c), ws.bias.view(k, c)  # views of params
     snap = params.clone()
     active = torch.ones(k, dtype=torch.bool, device=device)
@@ -203,26 +132,13 @@ def train_heads(
     last = torch.zeros(k, 2)
     factors = [cosine_factor(epoch, epochs) for epoch in range(epochs)]
     for epoch in range(epochs):
-        # a frozen head keeps its parameters through a zero learning rate, which changes only between epochs
-        step_lr = base_lr * factors[epoch] * active.repeat_interleave(c)
-        bad = torch.zeros(k, dtype=torch.bool, device=device)  # loss turned non-finite in this epoch
+        # a frozen head keeps its parameters through a zero learning rate, which changes only between epochs;
+        # step_lr and bad are updated in place (a CUDA graph reads them)
+        torch.mul(base_lr * factors[epoch], active.repeat_interleave(c), out=ws.step_lr)
+        bad.zero_()
         order = torch.randperm(n, generator=generator).to(device)
         for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size]
-            nb = len(idx)
-            xb, logits = ws.logits(idx)
-            target = ws.base[:nb] + y[idx].view(nb, 1)  # flat index of each (row, head)'s target logit
-            probs = ws.probs_buf[:nb]
-            torch.softmax(logits.view(nb, k, c), 2, out=probs.view(nb, k, c))
-            # the cross-entropy logsumexp(z) - z_y is non-finite exactly when z_y is, or when a logit is +inf or
-            # NaN, which turns the row's softmax into NaN; no host synchronisation inside the epoch
-            bad |= ~torch.isfinite((torch.take(logits, target) + torch.take(probs, target)).sum(0))
-            # a head whose loss turned non-finite goes on with non-finite values, alone in its columns, until the
-            # epoch ends and it is rolled back
-            probs.view(-1).index_add_(0, target.view(-1), ws.minus_one[: nb * k])  # d(sum loss)/d(logits)
-            ws.accumulate(xb, probs)  # buf = momentum * buf + mean gradient
-            buf.addcmul_(params, wd)
-            params.addcmul_(buf, step_lr, value=-1.0)
+            step(order[start : start + batch_size])
         newly = active & bad
         diverged_at = torch.where(newly, epoch, diverged_at)
         active &= ~newly
@@ -232,6 +148,7 @@ def train_heads(
             keep = active.repeat_interleave(c)
             params.copy_(torch.where(keep, params, snap))
             buf.copy_(torch.where(keep, buf, 0.0))
+            ws.params_changed()
         snap.copy_(params)
         if eval_every_epoch or epoch == epochs - 1:
             last = evaluate_heads(weight, bias, eval_x, eval_y).cpu()

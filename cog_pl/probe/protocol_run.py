@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Splits:
-    """Normalised train and test features of one domain, in memory."""
+    """Normalised train and test features of one domain, in memory (features on the probe's device, labels on the
+    CPU)."""
 
     train_x: Tensor
     train_y: Tensor
@@ -42,10 +43,10 @@ class Splits:
         return int(self.train_y.max()) + 1
 
     @classmethod
-    def load(cls, root: str | os.PathLike, normalize: bool = True) -> Splits:
-        """Read ``root/train`` and ``root/test`` (features.npy + labels.npy)."""
+    def load(cls, root: str | os.PathLike, normalize: bool = True, device: torch.device | str = "cpu") -> Splits:
+        """Read ``root/train`` and ``root/test`` (features.npy + labels.npy); features go to ``device``."""
         root = Path(root)
-        (tx, ty), (sx, sy) = load_split(root / "train"), load_split(root / "test")
+        (tx, ty), (sx, sy) = load_split(root / "train", device), load_split(root / "test", device)
         if normalize:
             tx, sx = l2_normalize(tx), l2_normalize(sx)
         return cls(tx, ty, sx, sy)
@@ -121,7 +122,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     seeds = protocol.seeds if seeds is None else seeds
     shots = (None, *protocol.shots) if shots is None else shots
     done = {row_key(r) for r in read_rows(results)}
-    splits = Splits.load(root, normalize=protocol.normalize)
+    splits = Splits.load(root, normalize=protocol.normalize, device=device)
     rows = []
     for n in shots:
         for seed in seeds:
