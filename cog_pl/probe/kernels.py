@@ -1,6 +1,9 @@
-"""The SGD update of all heads as one Triton kernel, for CUDA devices.
+"""The probe's training step as two Triton kernels around the two matrix products, for CUDA devices.
 
-With batch 1024 a head's weights are as large as the batch's logits, so on a GPU a step spends most of its memory
+``ce_grad_`` turns one batch's logits into the gradient of the summed cross-entropy (softmax minus one-hot) and flags
+the heads whose loss is non-finite, in one pass over the logits; PyTorch takes some twelve kernels for it (a float32
+copy, the softmax, the target gathers, the finiteness test, the one-hot subtraction, the bfloat16 copy), each a
+launch that costs more than its arithmetic at small head counts. ``sgd_update_`` is the update. With batch 1024 a head's weights are as large as the batch's logits, so on a GPU a step spends most of its memory
 traffic in the update: six element-wise passes over the parameters in PyTorch (bfloat16 gradient to float32,
 momentum, weight decay, step, float32 parameters to bfloat16 for the next product). The kernel reads the parameters,
 the momentum buffer and the bfloat16 gradient once and writes the buffer, the parameters and their bfloat16 copy
@@ -23,10 +26,11 @@ import torch
 from torch import Tensor
 
 BLOCK = 1024
+MAX_CLASSES = 16384  # ce_grad_ holds a head's logits of one row in registers
 
 
 def fused_update_supported(device: torch.device | str) -> bool:
-    """True where :func:`sgd_update_` can run: CUDA with Triton installed, or Triton's interpreter on the CPU."""
+    """True where the kernels can run: CUDA with Triton installed, or Triton's interpreter on the CPU."""
     device = torch.device(device)
     if importlib.util.find_spec("triton") is None:
         return False
@@ -35,7 +39,7 @@ def fused_update_supported(device: torch.device | str) -> bool:
     return device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
 
 
-_kernel = None
+_compiled = None
 
 
 def _compile():
@@ -60,19 +64,53 @@ def _compile():
         tl.store(p_ptr + offs, p, mask=mask)
         tl.store(low_ptr + offs, p.to(tl.bfloat16, fp_downcast_rounding="rtne"), mask=mask)
 
-    return sgd_kernel
+    @triton.jit
+    def ce_grad_kernel(logits_ptr, grad_ptr, y_ptr, idx_ptr, bad_ptr, k, classes, BLOCK_C: tl.constexpr):
+        row, head = tl.program_id(0), tl.program_id(1)
+        offs = tl.arange(0, BLOCK_C)
+        mask = offs < classes
+        start = row.to(tl.int64) * k * classes + head * classes
+        z = tl.load(logits_ptr + start + offs, mask=mask, other=-float("inf")).to(tl.float32)
+        label = tl.load(y_ptr + tl.load(idx_ptr + row))
+        z_max = tl.max(z, axis=0)
+        e = tl.exp(z - z_max)
+        p = e / tl.sum(e, axis=0)
+        is_target = offs == label
+        # as the eager step: the loss logsumexp(z) - z_y is non-finite exactly when z_y + p_y is
+        check = tl.sum(tl.where(is_target, z + p, 0.0), axis=0)
+        tl.store(bad_ptr + head, 1, mask=(check != check) | (tl.abs(check) == float("inf")))
+        grad = tl.where(is_target, p - 1.0, p)
+        tl.store(grad_ptr + start + offs, grad.to(grad_ptr.dtype.element_ty), mask=mask)
+
+    return sgd_kernel, ce_grad_kernel
+
+
+def ce_grad_(logits: Tensor, grad: Tensor, y: Tensor, idx: Tensor, bad: Tensor, k: int) -> None:
+    """``grad`` (``(nb, K*C)``) = softmax(logits) - one-hot(y[idx]) per head; ``bad[h]`` set to True where head
+    ``h``'s loss is non-finite on some row (never reset here). Up to ``MAX_CLASSES`` classes."""
+    kernels = _kernels()
+    nb, columns = logits.shape
+    classes = columns // k
+    if not (logits.is_contiguous() and grad.is_contiguous() and grad.shape == logits.shape and bad.dtype == torch.bool):
+        raise ValueError("ce_grad_ needs contiguous logits and gradient of one shape and a bool flag per head")
+    kernels[1][(nb, k)](logits, grad, y, idx, bad.view(torch.uint8), k, classes,
+                        BLOCK_C=max(16, 1 << (classes - 1).bit_length()))
+
+
+def _kernels():
+    global _compiled
+    if _compiled is None:
+        _compiled = _compile()
+    return _compiled
 
 
 def sgd_update_(params: Tensor, buf: Tensor, grad: Tensor, low: Tensor, lr: Tensor, wd: Tensor, momentum: float,
                 alpha: float) -> None:
     """In place: ``buf``, ``params`` (float32, ``(rows, columns)``) and ``low`` (their bfloat16 copy) after one step
     with gradient ``alpha * grad`` (``grad`` bfloat16), per-column ``lr`` and ``wd``."""
-    global _kernel
-    if _kernel is None:
-        _kernel = _compile()
     for t in (params, buf, grad, low):
         if not t.is_contiguous() or t.shape != params.shape:
             raise ValueError("sgd_update_ needs contiguous tensors of one shape")
     n, columns = params.numel(), params.shape[-1]
-    _kernel[(-(-n // BLOCK),)](params, buf, grad, low, lr, wd, n, columns, float(momentum), float(alpha),
+    _kernels()[0][(-(-n // BLOCK),)](params, buf, grad, low, lr, wd, n, columns, float(momentum), float(alpha),
                                BLOCK=BLOCK)

@@ -131,14 +131,17 @@ def train_heads(
     history: list[Tensor] = []
     last = torch.zeros(k, 2)
     factors = [cosine_factor(epoch, epochs) for epoch in range(epochs)]
+    order = torch.randperm(n, generator=generator)
     for epoch in range(epochs):
         # a frozen head keeps its parameters through a zero learning rate, which changes only between epochs;
         # step_lr and bad are updated in place (a CUDA graph reads them)
         torch.mul(base_lr * factors[epoch], active.repeat_interleave(c), out=ws.step_lr)
         bad.zero_()
-        order = torch.randperm(n, generator=generator).to(device)
+        order = order.to(device)
         for start in range(0, n, batch_size):
             step(order[start : start + batch_size])
+        if epoch + 1 < epochs:  # drawn while an accelerator still works through the epoch's queued steps
+            order = torch.randperm(n, generator=generator)
         newly = active & bad
         diverged_at = torch.where(newly, epoch, diverged_at)
         active &= ~newly

@@ -7,8 +7,8 @@ features carry a constant-1 column, so one bfloat16 product gives logits with th
 weight and bias together (rows padded with zeros to a multiple of 16, which stay zero). Fresh multi-megabyte
 tensors at every step would cost the CPU page faults that take as long as the arithmetic, hence the buffers.
 
-On CUDA two things remove work that is not arithmetic: the update runs as one Triton kernel
-(:mod:`cog_pl.probe.kernels`), and :class:`GraphedStep` replays full batches from a captured CUDA graph, so a step
+On CUDA two things remove work that is not arithmetic: the cross-entropy gradient and the update run as Triton
+kernels (:mod:`cog_pl.probe.kernels`), and :class:`GraphedStep` replays full batches from a captured CUDA graph, so a step
 costs one launch instead of some twenty from Python. Both compute what the eager PyTorch step computes.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from cog_pl.probe.kernels import fused_update_supported, sgd_update_
+from cog_pl.probe.kernels import MAX_CLASSES, ce_grad_, fused_update_supported, sgd_update_
 
 
 class HeadsWorkspace:
@@ -25,13 +25,16 @@ class HeadsWorkspace:
 
     def __init__(self, x: Tensor, y: Tensor, batch_size: int, init: tuple[Tensor, Tensor], momentum: float,
                  precision: str, wd: Tensor, fused: bool | None = None) -> None:
+        """``fused``: use the Triton kernels (default: where they run, :mod:`cog_pl.probe.kernels`)."""
         weight, bias = init
         n, dim = x.shape
         k, c = weight.shape[1:]
         columns, device = k * c, x.device
         self.k, self.c, self.y, self.wd = k, c, y, wd
         self.low = precision == "bf16-mixed"
-        self.fused = self.low and (fused_update_supported(device) if fused is None else fused)
+        fused = fused_update_supported(device) if fused is None else fused
+        self.fused = self.low and fused  # the update kernel (keeps params_mm, the bfloat16 weights, itself)
+        self.fused_grad = fused and c <= MAX_CLASSES  # the cross-entropy gradient kernel
         self.dim, self.momentum = dim, momentum
         rows = -(-(dim + 1) // 16) * 16 if self.low else dim + 1
         self.params = torch.zeros(rows, columns, dtype=torch.float32, device=device)
@@ -76,15 +79,13 @@ class HeadsWorkspace:
         if self.fused:
             self.params_mm.copy_(self.params)
 
-    def logits(self, idx: Tensor) -> tuple[Tensor, Tensor]:
-        """The batch's features (matrix dtype) and float32 logits of every head, ``(nb, K*C)``."""
-        nb = len(idx)
-        xb = torch.index_select(self.x, 0, idx, out=self.xb[:nb])
+    def forward(self, xb: Tensor) -> Tensor:
+        """Logits of every head on the batch's features, ``(nb, K*C)``: bfloat16 in ``"bf16-mixed"``."""
+        nb = len(xb)
         if not self.low:
-            return xb, torch.addmm(self.bias, xb, self.weight, out=self.logits_buf[:nb])
+            return torch.addmm(self.bias, xb, self.weight, out=self.logits_buf[:nb])
         weights = self.params_mm if self.fused else self.params_mm.copy_(self.params)
-        product = torch.mm(xb, weights, out=self.logits_mm[:nb])
-        return xb, self.logits_buf[:nb].copy_(product)
+        return torch.mm(xb, weights, out=self.logits_mm[:nb])
 
     def update(self, xb: Tensor, grad: Tensor) -> None:
         """One SGD step from ``grad`` = d(summed loss)/d(logits): ``g = xb.T @ grad / nb + wd * p``,
@@ -95,7 +96,8 @@ class HeadsWorkspace:
             buf[: self.dim].addmm_(xb.T, grad, beta=self.momentum, alpha=1.0 / nb)
             buf[self.dim].mul_(self.momentum).add_(torch.sum(grad, 0, out=self.bias_grad), alpha=1.0 / nb)
         else:
-            product = torch.mm(xb.T, self.grad_mm[:nb].copy_(grad), out=self.params_grad_mm)
+            low_grad = grad if grad.dtype == torch.bfloat16 else self.grad_mm[:nb].copy_(grad)
+            product = torch.mm(xb.T, low_grad, out=self.params_grad_mm)
             if self.fused:
                 sgd_update_(params, buf, product, self.params_mm, self.step_lr, self.wd, self.momentum, 1.0 / nb)
                 return
@@ -106,7 +108,15 @@ class HeadsWorkspace:
     def step(self, idx: Tensor) -> None:
         """Train every head on the batch ``idx``; flags in ``bad`` the heads whose loss turned non-finite."""
         nb, k, c = len(idx), self.k, self.c
-        xb, logits = self.logits(idx)
+        xb = torch.index_select(self.x, 0, idx, out=self.xb[:nb])
+        logits = self.forward(xb)
+        if self.fused_grad:  # the gradient in the products' dtype, the flags, in one kernel
+            grad = self.grad_mm[:nb] if self.low else self.probs_buf[:nb]
+            ce_grad_(logits, grad, self.y, idx, self.bad, k)
+            self.update(xb, grad)
+            return
+        if self.low:
+            logits = self.logits_buf[:nb].copy_(logits)
         target = self.base[:nb] + self.y[idx].view(nb, 1)  # flat index of each (row, head)'s target logit
         probs = self.probs_buf[:nb]
         torch.softmax(logits.view(nb, k, c), 2, out=probs.view(nb, k, c))
