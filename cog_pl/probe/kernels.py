@@ -3,18 +3,20 @@
 ``ce_grad_`` turns one batch's logits into the gradient of the summed cross-entropy (softmax minus one-hot) and flags
 the heads whose loss is non-finite, in one pass over the logits; PyTorch takes some twelve kernels for it (a float32
 copy, the softmax, the target gathers, the finiteness test, the one-hot subtraction, the bfloat16 copy), each a
-launch that costs more than its arithmetic at small head counts. ``sgd_update_`` is the update. With batch 1024 a head's weights are as large as the batch's logits, so on a GPU a step spends most of its memory
-traffic in the update: six element-wise passes over the parameters in PyTorch (bfloat16 gradient to float32,
-momentum, weight decay, step, float32 parameters to bfloat16 for the next product). The kernel reads the parameters,
-the momentum buffer and the bfloat16 gradient once and writes the buffer, the parameters and their bfloat16 copy
-once: 20 bytes per parameter instead of 56. It computes what :meth:`cog_pl.probe.workspace.HeadsWorkspace.update`
-computes in PyTorch, in the same order:
+launch that costs more than its arithmetic at small head counts.
+
+``sgd_update_`` is the update. With batch 1024 a head's weights are as large as the batch's logits, so on a GPU a
+step spends most of its memory traffic in the update: six element-wise passes over the parameters in PyTorch
+(bfloat16 gradient to float32, momentum, weight decay, step, float32 parameters to bfloat16 for the next product).
+The kernel reads the parameters, the momentum buffer and the bfloat16 gradient once and writes the buffer, the
+parameters and their bfloat16 copy once: 20 bytes per parameter instead of 56. It computes what
+:meth:`cog_pl.probe.workspace.HeadsWorkspace.update` computes in PyTorch, in the same order:
 
     buf = momentum * buf + alpha * grad;  buf = buf + wd * p;  p = p - lr * buf;  p_low = bfloat16(p)
 
 with ``wd`` and ``lr`` per column (one value per head, repeated over its classes). Triton is a dependency of
-PyTorch's CUDA builds; without it, or off CUDA, the PyTorch path runs. ``TRITON_INTERPRET=1`` runs the kernel on the
-CPU (the tests do).
+PyTorch's CUDA builds; without it, or off CUDA, the PyTorch step runs. ``TRITON_INTERPRET=1`` runs the kernels on
+the CPU (the tests do).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ weight and bias together (rows padded with zeros to a multiple of 16, which stay
 tensors at every step would cost the CPU page faults that take as long as the arithmetic, hence the buffers.
 
 On CUDA two things remove work that is not arithmetic: the cross-entropy gradient and the update run as Triton
-kernels (:mod:`cog_pl.probe.kernels`), and :class:`GraphedStep` replays full batches from a captured CUDA graph, so a step
-costs one launch instead of some twenty from Python. Both compute what the eager PyTorch step computes.
+kernels (:mod:`cog_pl.probe.kernels`), and :class:`GraphedStep` replays full batches from a captured CUDA graph, so
+a step costs one launch instead of some twenty from Python. Both compute what the eager PyTorch step computes.
 """
 
 from __future__ import annotations
