@@ -36,7 +36,7 @@ from torch import Tensor
 
 from cog_pl.probe.metrics import percent, topk_correct
 from cog_pl.probe.schedule import cosine_factor
-from cog_pl.probe.workspace import HeadsWorkspace, stepper
+from cog_pl.probe.workspace import HeadsWorkspace, on_device_of_first_argument, stepper
 
 PRECISIONS = ("32-true", "bf16-mixed")
 
@@ -94,6 +94,7 @@ def evaluate_heads(weight: Tensor, bias: Tensor, x: Tensor, y: Tensor, chunk: in
 
 
 @torch.no_grad()
+@on_device_of_first_argument
 def train_heads(
     x: Tensor,
     y: Tensor,

@@ -14,6 +14,9 @@ a step costs one launch instead of some twenty from Python. Both compute what th
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 import torch
 from torch import Tensor
 
@@ -168,3 +171,16 @@ def stepper(ws: HeadsWorkspace, batch_size: int, graphs: bool | None = None):
     if graphs is None:
         graphs = ws.params.device.type == "cuda"
     return GraphedStep(ws, batch_size) if graphs else ws.step
+
+
+def on_device_of_first_argument(fn):
+    """Run ``fn`` with the CUDA device of its first (tensor) argument current: Triton kernels, streams and graph
+    captures use the current device, which is not the data's on ``cuda:1``."""
+
+    @functools.wraps(fn)
+    def wrapper(x: Tensor, *args, **kwargs):
+        context = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
+        with context:
+            return fn(x, *args, **kwargs)
+
+    return wrapper
