@@ -46,3 +46,20 @@ def test_tune_as_a_process_repeats_with_the_same_seed(tmp_path):
     # the process skips the interpreter's teardown; everything it wrote is there
     study = optuna.load_study(study_name=rows[0]["study"], storage=f"sqlite:///{tmp_path / 'w0' / 'optuna.db'}")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4
+
+
+def test_search_options_default_to_the_search_plan():
+    import argparse
+
+    from cog_pl.cli.probe import _plan, add_subcommands
+    from cog_pl.probe.tuner import SearchPlan
+
+    parser = argparse.ArgumentParser()
+    add_subcommands(parser)
+    assert _plan(parser.parse_args(["tune", "--features", "f"])) == SearchPlan()
+    assert _plan(parser.parse_args(["tune", "--features", "f", "--exact"])) == SearchPlan(mode="exact")
+    given = _plan(parser.parse_args(["protocol", "--features", "f", "--model", "m", "--domain", "d", "--results",
+                                     "r", "--trial-batch", "3", "--stale-after", "9", "--precision", "32-true"]))
+    assert given == SearchPlan(trial_batch=3, stale_after=9.0, precision="32-true")
+    help_text = " ".join(parser._subparsers._group_actions[0].choices["tune"].format_help().split())
+    assert f"default {SearchPlan().trial_batch})" in help_text and f"default {SearchPlan().stale_after:g})" in help_text

@@ -136,3 +136,17 @@ def test_trials_of_dead_workers_are_failed_and_live_ones_kept(tmp_path):
     assert states[dead._trial_id] == TrialState.FAIL
     assert states[live._trial_id] == states[unleased] == TrialState.RUNNING
     assert fail_stale_trials(study, stale_after=0) == 1  # silent past the limit: dead; our own never
+
+
+def test_leases_written_by_an_older_cog_pl_are_honoured(tmp_path):
+    """Running trials of a study started before the lease was one attribute (``worker`` and ``heartbeat`` apart)
+    are judged by their heartbeat."""
+    study = open_study(tmp_path / "s.db", "s", seed=1)
+    storage = study._storage
+    fresh, silent = (storage.create_new_trial(study._study_id) for _ in range(2))
+    for trial_id, beat in ((fresh, time.time()), (silent, time.time() - 3600)):
+        storage.set_trial_user_attr(trial_id, "worker", "elsewhere:1")
+        storage.set_trial_user_attr(trial_id, "heartbeat", beat)
+    assert fail_stale_trials(study, stale_after=600) == 1
+    states = {t._trial_id: t.state for t in study.get_trials()}
+    assert states[fresh] == TrialState.RUNNING and states[silent] == TrialState.FAIL

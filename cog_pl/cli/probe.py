@@ -25,8 +25,8 @@ def _protocol(args: argparse.Namespace) -> ProbeProtocol:
 def _plan(args: argparse.Namespace):
     from cog_pl.probe.tuner import SearchPlan
 
-    return SearchPlan(mode="exact" if args.exact else "fast", trial_batch=args.trial_batch,
-                      stale_after=args.stale_after, precision=args.precision)
+    given = {"trial_batch": args.trial_batch, "stale_after": args.stale_after, "precision": args.precision}
+    return SearchPlan(mode="exact" if args.exact else "fast", **{k: v for k, v in given.items() if v is not None})
 
 
 def _device(name: str) -> str:
@@ -94,12 +94,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=defaults.epochs)
     p.add_argument("--batch-size", type=int, default=defaults.batch_size)
     p.add_argument("--exact", action="store_true", help="trials one at a time, validation every epoch (published)")
-    p.add_argument("--trial-batch", type=int, default=5, help="trials per batch after TPE's startup (fast mode)")
+    # search options default to SearchPlan's values (None here: the parser is built without importing torch)
+    p.add_argument("--trial-batch", type=int, help="trials per batch after TPE's startup (fast mode; default 5)")
     p.add_argument("--storage", help="Optuna storage: database URL, journal file (*.log) or SQLite file path")
     p.add_argument("--workdir", default="cog_probe_runs", help="where the default SQLite storage lives")
-    p.add_argument("--stale-after", type=float, default=600.0, help="seconds before a silent trial counts as dead")
+    p.add_argument("--stale-after", type=float, help="seconds before a silent trial counts as dead (default 600)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    p.add_argument("--precision", choices=("auto", "32-true", "bf16-mixed"), default="auto",
+    p.add_argument("--precision", choices=("auto", "32-true", "bf16-mixed"),
                    help="matrix products in bfloat16 (bf16-mixed) or float32; auto: bfloat16 in fast mode where the "
                         "device runs it fast (GPUs, CPUs with AMX/AVX512-BF16), float32 in exact mode")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")

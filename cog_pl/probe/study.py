@@ -94,8 +94,15 @@ def stamp(trial: Trial) -> None:
     trial.set_user_attr(LEASE_ATTR, lease())
 
 
+def held_lease(trial: FrozenTrial) -> dict:
+    """A running trial's lease; studies written before the lease was one attribute kept ``worker`` and ``heartbeat``
+    as two."""
+    attrs = trial.user_attrs
+    return attrs.get(LEASE_ATTR) or {key: attrs[key] for key in ("worker", "heartbeat") if key in attrs}
+
+
 def _is_stale(trial: FrozenTrial, stale_after: float) -> bool:
-    held = trial.user_attrs.get(LEASE_ATTR) or {}
+    held = held_lease(trial)
     worker = str(held.get("worker", ""))
     if worker == worker_id():
         return False
