@@ -137,3 +137,11 @@ data:
 """)
     cli = LightningCLI(args=["fit", "--config", str(cfg)], save_config_callback=None)
     assert {"cog/in1k/top1", "cog/l1/top1", "cog/l5/top1"} <= set(cli.trainer.callback_metrics)
+
+
+def test_metric_keys_name_every_domain_and_level_variant():
+    from cog_pl.callbacks.cog_eval import metric_key
+    from cog_pl.protocol import DOMAINS, variant_domain
+
+    assert [metric_key(d) for d in DOMAINS] == ["in1k", "l1", "l2", "l3", "l4", "l5"]
+    assert metric_key(variant_domain("cog_l3", "wup")) == "l3@wup"  # was "lp": the last letter of the variant

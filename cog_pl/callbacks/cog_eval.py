@@ -26,9 +26,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cog_pl.protocol import DOMAINS, ProbeProtocol
+from cog_pl.protocol import DOMAINS, VARIANT_SEP, ProbeProtocol, split_domain
 
 logger = logging.getLogger(__name__)
+
+
+def metric_key(domain: str) -> str:
+    """The name a domain's accuracy is logged under: ``in1k``, ``l1`` .. ``l5``, ``l3@wup`` for a level variant."""
+    base, variant = split_domain(domain)
+    key = base.removeprefix("cog_")
+    return key if variant is None else f"{key}{VARIANT_SEP}{variant}"
 
 
 class CoGEvaluationCallback(L.Callback):
@@ -123,8 +130,7 @@ class CoGEvaluationCallback(L.Callback):
             for domain, (xtr, ytr, xte, yte) in self._data.items():
                 ftr = self._features(fn, xtr, pl_module.device)
                 fte = self._features(fn, xte, pl_module.device)
-                key = "in1k" if domain == "in1k" else f"l{domain[-1]}"
-                metrics[f"cog/{key}/top1"] = self._probe(ftr, ytr, fte, yte)
+                metrics[f"cog/{metric_key(domain)}/top1"] = self._probe(ftr, ytr, fte, yte)
         finally:
             pl_module.train(was_training)
         metrics["cog/seconds"] = time.perf_counter() - start
