@@ -34,17 +34,39 @@ def row_key(row: dict[str, Any]) -> tuple:
     return tuple(row[f] for f in KEY_FIELDS)
 
 
+FORMAT = f"cog-pl-results v{FORMAT_VERSION}"
+
+
 @contextlib.contextmanager
-def _connect(path: str | os.PathLike) -> Iterator[sqlite3.Connection]:
+def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.Connection | None]:
+    """A connection to a results file whose format row says it is ours, in this version. Readers open the file
+    read-only and get None for an empty file; a writer creates the tables in a new or empty file. Both refuse a
+    database of something else (an Optuna study given as results, say) and another format version."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(path, timeout=120)
+    if write:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        con = sqlite3.connect(path, timeout=120)
+    else:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=120)
     try:
         try:
-            con.executescript(_SCHEMA)
-            con.execute("INSERT OR IGNORE INTO info VALUES ('format', ?)", (f"cog-pl-results v{FORMAT_VERSION}",))
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if write and not tables:
+                # one transaction, idempotent: a writer racing this one sees no tables or all of them with the format
+                con.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} "
+                                  f"INSERT OR IGNORE INTO info VALUES ('format', '{FORMAT}'); COMMIT;")
+                tables = {"rows", "info"}
+            if not tables:
+                yield None
+                return
+            found = con.execute("SELECT value FROM info WHERE key='format'").fetchone() if "info" in tables else None
         except sqlite3.DatabaseError as err:
             raise ValueError(f"results file {path} is not a cog-pl results database: {err}") from err
+        if found is None or "rows" not in tables:
+            raise ValueError(f"results file {path} is not a cog-pl results database (an SQLite file without its "
+                             f"tables: {', '.join(sorted(tables)) or 'none'})")
+        if found[0] != FORMAT:
+            raise ValueError(f"results file {path} is in format {found[0]!r}; this cog-pl reads and writes {FORMAT!r}")
         with con:
             yield con
     finally:
@@ -56,6 +78,8 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
     if not Path(path).exists():
         return []
     with _connect(path) as con:
+        if con is None:
+            return []
         return [json.loads(r[0]) for r in con.execute("SELECT row FROM rows ORDER BY model, domain, shots, seed")]
 
 
@@ -65,6 +89,8 @@ def has_row(path: str | os.PathLike, key: tuple) -> bool:
         return False
     model, domain, shots, seed = key
     with _connect(path) as con:
+        if con is None:
+            return False
         cur = con.execute("SELECT 1 FROM rows WHERE model=? AND domain=? AND shots=? AND seed=?",
                           (model, domain, shots or 0, seed))
         return cur.fetchone() is not None
@@ -74,7 +100,7 @@ def append_row(path: str | os.PathLike, row: dict[str, Any]) -> None:
     """Add the row, or replace the row of the same key, in one transaction."""
     model, domain, shots, seed = row_key(row)
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    with _connect(path) as con:
+    with _connect(path, write=True) as con:
         con.execute("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?)",
                     (model, domain, shots or 0, seed, json.dumps(row, sort_keys=True), now))
 

@@ -85,3 +85,40 @@ def test_not_a_results_file_is_named(tmp_path, capsys):
     con.close()
     assert main(["report", "--results", str(tmp_path / "empty.sqlite")]) == 2
     assert "holds no rows" in capsys.readouterr().err
+
+
+def test_results_of_something_else_or_another_format_are_refused_untouched(tmp_path):
+    row = {"model": "m", "domain": "in1k", "shots": None, "seed": 22, "test_top1": 50.0}
+    other = tmp_path / "optuna.db"  # an Optuna study given as results by mistake
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE studies (study_id INTEGER PRIMARY KEY)")
+    con.commit()
+    con.close()
+    before = other.read_bytes()
+    for action in (lambda: read_rows(other), lambda: append_row(other, row)):
+        with pytest.raises(ValueError, match=f"results file {other} is not a cog-pl results database.*studies"):
+            action()
+    assert other.read_bytes() == before  # no tables created in it
+
+    newer = tmp_path / "newer.sqlite"
+    append_row(newer, row)
+    con = sqlite3.connect(newer)
+    con.execute("UPDATE info SET value = 'cog-pl-results v2' WHERE key = 'format'")
+    con.commit()
+    con.close()
+    with pytest.raises(ValueError, match="in format 'cog-pl-results v2'; this cog-pl reads and writes"):
+        read_rows(newer)
+    with pytest.raises(ValueError, match="v2"):
+        append_row(newer, row)
+
+
+def test_reading_results_writes_nothing_and_waits_for_no_writer(tmp_path):
+    path = tmp_path / "r.sqlite"
+    append_row(path, {"model": "m", "domain": "in1k", "shots": None, "seed": 22})
+    writer = sqlite3.connect(path)
+    writer.execute("BEGIN IMMEDIATE")  # a protocol run in the middle of appending a row
+    try:
+        assert read_rows(path)[0]["seed"] == 22 and has_row(path, ("m", "in1k", None, 22))
+    finally:
+        writer.rollback()
+        writer.close()
