@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -63,3 +64,45 @@ def test_bad_feature_files_are_named(tmp_path):
 def test_bad_protocol_values_are_named(field, value):
     with pytest.raises(ValueError, match=field):
         replace(ProbeProtocol(), **{field: value})
+
+
+def _store_pair(root, test_meta=None, classes=4, test_labels=None):
+    from cog_pl.features.store import make_meta, write_store
+
+    rng = np.random.default_rng(0)
+    base = dict(model="m", weights_sha256="ab" * 32, domain="cog_l2", num_classes=classes, transform={"crop": 224},
+                classes=[f"n{i:08d}" for i in range(classes)], level_file_sha256="cd" * 32)
+    for split, n in (("train", 40), ("test", 12)):
+        labels = np.arange(n) % (classes - 1)  # the last class has no rows: its count comes from the store
+        if split == "test" and test_labels is not None:
+            labels = test_labels
+        meta = make_meta(**{**base, "split": split, **((test_meta or {}) if split == "test" else {})})
+        write_store(root / split, rng.random((n, 6)).astype(np.float32), labels, None, meta)
+    return root
+
+
+def test_feature_stores_are_checked_alone_and_as_a_pair(tmp_path):
+    splits = Splits.load(_store_pair(tmp_path / "ok"))
+    assert splits.num_classes == 4  # the store's classes, though no row carries the last one
+    with pytest.raises(ValueError, match="differ in model: 'm' and 'other'"):
+        Splits.load(_store_pair(tmp_path / "model", {"model": "other"}))
+    classes = [f"n{i:08d}" for i in range(4)]
+    classes[2] = "n99999999"
+    with pytest.raises(ValueError, match="different class lists .*first difference at position 2"):
+        Splits.load(_store_pair(tmp_path / "classes", {"classes": classes}))
+    with pytest.raises(ValueError, match=r"labels\.npy holds labels 0\.\.7, outside 0\.\.3"):
+        Splits.load(_store_pair(tmp_path / "labels", test_labels=np.arange(12) % 8))
+    root = _store_pair(tmp_path / "version")
+    meta = json.loads((root / "test" / "meta.json").read_text())
+    (root / "test" / "meta.json").write_text(json.dumps({**meta, "version": 9}))
+    with pytest.raises(ValueError, match="store version 9"):
+        Splits.load(root)
+
+
+def test_plain_stores_count_classes_over_both_splits(tmp_path):
+    root = write_features(tmp_path / "p", classes=3, dim=4, per_class=5, test_per_class=2)
+    np.save(root / "test" / "labels.npy", np.full(6, 3, dtype=np.int64))  # a class seen only in test
+    assert Splits.load(root).num_classes == 4
+    np.save(root / "test" / "features.npy", np.ones((6, 5), dtype=np.float16))
+    with pytest.raises(ValueError, match="train features have 4 dimensions, test features 5"):
+        Splits.load(root)

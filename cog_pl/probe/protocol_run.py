@@ -37,19 +37,52 @@ class Splits:
     train_y: Tensor
     test_x: Tensor
     test_y: Tensor
+    declared_classes: int | None = None  # a feature store's num_classes; plain stores leave it to the labels
 
     @property
     def num_classes(self) -> int:
-        return int(self.train_y.max()) + 1
+        if self.declared_classes is not None:
+            return self.declared_classes
+        return int(max(self.train_y.max(), self.test_y.max())) + 1
 
     @classmethod
     def load(cls, root: str | os.PathLike, normalize: bool = True, device: torch.device | str = "cpu") -> Splits:
-        """Read ``root/train`` and ``root/test`` (features.npy + labels.npy); features go to ``device``."""
+        """Read ``root/train`` and ``root/test`` (feature stores, or plain features.npy + labels.npy); features go
+        to ``device``. Stores are checked as :func:`cog_pl.features.store.open_store` checks them, and against
+        each other: a train and a test store of different models, domains or class lists are refused."""
         root = Path(root)
+        metas = [_store_meta(root / split) for split in ("train", "test")]
         (tx, ty), (sx, sy) = load_split(root / "train", device), load_split(root / "test", device)
+        if tx.shape[1] != sx.shape[1]:
+            raise ValueError(f"{root}: train features have {tx.shape[1]} dimensions, test features {sx.shape[1]}")
+        _check_pair(root, *metas)
         if normalize:
             tx, sx = l2_normalize(tx), l2_normalize(sx)
-        return cls(tx, ty, sx, sy)
+        return cls(tx, ty, sx, sy, metas[0]["num_classes"] if metas[0] else None)
+
+
+PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "num_classes", "classes")
+
+
+def _store_meta(path: Path) -> dict[str, Any] | None:
+    """A finished store's metadata, after the store's own checks; None for a plain store (or none at all)."""
+    from cog_pl.features.store import is_complete, open_store
+
+    return open_store(path).meta if is_complete(path) else None
+
+
+def _check_pair(root: Path, train: dict[str, Any] | None, test: dict[str, Any] | None) -> None:
+    if train is None or test is None:
+        return
+    for key in PAIRED_KEYS:
+        a, b = train.get(key), test.get(key)
+        if a is None or b is None or a == b:
+            continue
+        if key == "classes":
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            raise ValueError(f"{root}: the train and test stores have different class lists ({len(a)} and {len(b)} "
+                             f"classes, first difference at position {first})")
+        raise ValueError(f"{root}: the train and test stores differ in {key}: {a!r} and {b!r}")
 
 
 def study_name(model: str, domain: str, shots: int | None, seed: int, protocol: ProbeProtocol,
