@@ -94,3 +94,11 @@ def test_build_on_an_incomplete_in21k_root_names_the_missing_synsets(tmp_path, c
     assert main(["levels", "build", "--out", str(tmp_path / "l.json"), "--in21k-root", str(root)]) == 2
     err = capsys.readouterr().err
     assert "21840 of 21841 synsets are missing" in err and "--allow-missing" in err
+
+
+def test_reranking_the_official_concepts_refuses_eligibility_options(tmp_path, capsys):
+    out = tmp_path / "v.json"
+    for extra in (["--min-images", "100"], ["--leaf-rule", "eligible"], ["--in21k-root", str(tmp_path)]):
+        assert main(["levels", "build", "--out", str(out), "--measure", "wup", "--concepts", "official", *extra]) == 2
+        assert f"{extra[0]}: eligibility options" in capsys.readouterr().err
+    assert not out.exists()

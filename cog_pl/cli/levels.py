@@ -109,6 +109,12 @@ def _build_variant(args: argparse.Namespace) -> int:
 
     if args.concepts == "eligible":
         raise ValueError("--measure text re-ranks the official 5000 concepts; --concepts eligible is not available")
+    eligibility = {"--discard": args.discard, "--in21k-root": args.in21k_root, "--allow-missing": args.allow_missing,
+                   "--leaf-rule": args.leaf_rule != _P.leaf_rule, "--min-images": args.min_images != _P.min_images}
+    ignored = [option for option, given in eligibility.items() if given]
+    if ignored:
+        raise ValueError(f"{', '.join(ignored)}: eligibility options, but re-ranking the official 5000 concepts "
+                         "(--concepts official, --measure text) has no eligibility step")
     print(f"Re-ranking the 5000 official concepts by {args.measure} similarity to IN-1K (paper App. D)")
     content = rerank_official(args.measure, args.lcs)
     write_level_file(args.out, content)
