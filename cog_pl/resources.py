@@ -30,6 +30,15 @@ def is_wnid(text: str) -> bool:
 
 
 @functools.cache
+def level_file_sha256() -> str:
+    """sha256 of the official level file shipped with the package (``assets/cog_levels.json``): feature stores
+    record it, so a store made with other levels is recognised."""
+    import hashlib
+
+    return hashlib.sha256((resources.files("cog_pl") / "assets" / "cog_levels.json").read_bytes()).hexdigest()
+
+
+@functools.cache
 def official_levels() -> dict[str, tuple[str, ...]]:
     """The official ImageNet-CoG levels, each a sorted tuple of 1000 wnids."""
     with _open("cog_levels.json") as fh:

@@ -21,7 +21,6 @@ from cog_pl.benchmark import Benchmark, load_benchmark
 from cog_pl.data.imagenet import DecodedImages, ImageDataset, SynsetSource, collate_images
 from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
 from cog_pl.data.transforms import TransformConfig, build_transform, resolve_transform
-from cog_pl.features.convert import level_file_sha256
 from cog_pl.protocol import LEVEL_OF_DOMAIN, FeatureProtocol
 
 log = logging.getLogger(__name__)
@@ -118,7 +117,7 @@ class ImageDataModule(L.LightningDataModule):
         """The data half of a feature store's meta for ``split``: domain, classes, transform, level file hash."""
         meta = {"domain": self.domain, "split": split, "classes": list(self.classes),
                 "num_classes": self.num_classes, "transform": self.transform_config.as_record(),
-                "level_file_sha256": level_file_sha256()}
+                "level_file_sha256": resources.level_file_sha256()}
         if self.benchmark is not None:  # a custom benchmark's file plays the level file's part
             meta.update(benchmark=self.definition.name, level_file_sha256=self.definition.sha256())
         return meta

@@ -7,7 +7,6 @@ float tensor ``"X"`` (N x D) and a long tensor ``"Y"`` (N). Importing keeps the 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,6 @@ def domain_classes(domain: str) -> list[str]:
     if domain in LEVEL_OF_DOMAIN:
         return sorted(resources.official_levels()[LEVEL_OF_DOMAIN[domain]])
     raise ValueError(f"unknown domain {domain!r}; expected in1k or cog_l1 .. cog_l5")
-
-
-def level_file_sha256() -> str:
-    """sha256 of the package's level file (``assets/cog_levels.json``)."""
-    from importlib import resources as ir
-
-    return hashlib.sha256((ir.files("cog_pl") / "assets" / "cog_levels.json").read_bytes()).hexdigest()
 
 
 def read_pth(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
@@ -63,7 +55,8 @@ def import_pth(pth: str | os.PathLike, out: str | os.PathLike, model: str, domai
         raise StoreError(f"{pth}: labels span {y.min()}..{y.max()}, but {domain} has {len(classes)} classes")
     meta = make_meta(model=model, weights_sha256=weights_sha256, domain=domain, split=split,
                      num_classes=len(classes), classes=classes, transform=transform,
-                     level_file_sha256=level_file_sha256(), source={"imported_from": str(Path(pth).resolve())})
+                     level_file_sha256=resources.level_file_sha256(),
+                     source={"imported_from": str(Path(pth).resolve())})
     return write_store(out, x, y, None, meta, overwrite=overwrite)
 
 
