@@ -106,3 +106,14 @@ def test_plain_stores_count_classes_over_both_splits(tmp_path):
     np.save(root / "test" / "features.npy", np.ones((6, 5), dtype=np.float16))
     with pytest.raises(ValueError, match="train features have 4 dimensions, test features 5"):
         Splits.load(root)
+
+
+def test_features_go_to_the_gpu_only_when_a_probe_fits_beside_them(tmp_path):
+    from cog_pl.probe.protocol_run import splits_device
+
+    root = write_features(tmp_path / "p", classes=4, dim=16, per_class=50, test_per_class=10)  # 200 + 40 rows
+    needed = 4 * 240 * 16 + 4 * 200 * 16 + 2 * 200 * 32
+    assert splits_device(root, "cuda:1", free_bytes=2 * needed) == "cuda:1"
+    assert splits_device(root, "cuda", free_bytes=needed // 2) == "cpu"  # each probe moves its own rows instead
+    assert splits_device(root, "cpu") == "cpu"
+    assert splits_device(tmp_path / "nothing", "cuda", free_bytes=0) == "cuda"  # loading names what is missing

@@ -47,12 +47,12 @@ def _setup(args: argparse.Namespace) -> None:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from cog_pl.probe.protocol_run import Splits, probe
+    from cog_pl.probe.protocol_run import Splits, probe, splits_device
 
     _setup(args)
     protocol = _protocol(args)
     device = _device(args.device)
-    splits = Splits.load(args.features, normalize=protocol.normalize, device=device)
+    splits = Splits.load(args.features, normalize=protocol.normalize, device=splits_device(args.features, device))
     model = args.model or Path(args.features).resolve().parent.name
     domain = args.domain or Path(args.features).resolve().name
     storage = args.storage or Path(args.workdir) / "optuna.db"

@@ -61,6 +61,29 @@ class Splits:
         return cls(tx, ty, sx, sy, metas[0]["num_classes"] if metas[0] else None)
 
 
+def splits_device(root: str | os.PathLike, device: torch.device | str, free_bytes: int | None = None) -> str:
+    """Where :meth:`Splits.load` should put the features of ``root`` for probes on ``device``: the GPU itself when the
+    features, a probe's copies of them and its bfloat16 workspace fit in its free memory (``free_bytes``, measured
+    when None), else the host, from where each probe moves only its own rows."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return str(device)
+    import numpy as np
+
+    try:
+        (n, d), (m, _) = (np.load(Path(root) / s / "features.npy", mmap_mode="r").shape for s in ("train", "test"))
+    except (OSError, ValueError):
+        return str(device)  # loading names the problem
+    needed = 4 * (n + m) * d + 4 * n * d + 2 * n * (d + 16)  # float32 splits, tuning rows, bfloat16 workspace
+    if free_bytes is None:
+        free_bytes = torch.cuda.mem_get_info(device)[0]
+    if needed <= 0.9 * free_bytes:
+        return str(device)
+    log.info("features stay in host memory: %.1f GB would not fit in the %.1f GB free on %s", needed / 1e9,
+             free_bytes / 1e9, device)
+    return "cpu"
+
+
 PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "num_classes", "classes")
 
 
@@ -120,8 +143,8 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     del tuning
     tuned = time.perf_counter()
     final_idx = final_indices(splits.train_y, seed, shots)
-    final = ProbeData(splits.train_x[final_idx], splits.train_y[final_idx], splits.test_x, splits.test_y,
-                      splits.num_classes).to(device)
+    x, y = (splits.train_x, splits.train_y) if shots is None else (splits.train_x[final_idx], splits.train_y[final_idx])
+    final = ProbeData(x, y, splits.test_x, splits.test_y, splits.num_classes).to(device)  # all data: no copy
     lr, wd = best.params["lr"], best.params["wd"]
     precision = plan.precision_on(device)
     result = train_probe(final, [lr], [wd], protocol=protocol, seeds=[sub_seed(seed, 20)],
@@ -155,7 +178,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     seeds = protocol.seeds if seeds is None else seeds
     shots = (None, *protocol.shots) if shots is None else shots
     done = {row_key(r) for r in read_rows(results)}
-    splits = Splits.load(root, normalize=protocol.normalize, device=device)
+    splits = Splits.load(root, normalize=protocol.normalize, device=splits_device(root, device))
     rows = []
     for n in shots:
         for seed in seeds:
