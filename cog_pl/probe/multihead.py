@@ -22,7 +22,8 @@ then pick another (lr, wd) (``benchmarks/bench_probe.py --fp32``). The evaluatio
 
 A head whose loss turns non-finite is frozen at the state it had at the end of the previous epoch, which is the
 state the published loop last evaluated; heads never influence each other. Nothing here synchronises with the
-device inside an epoch.
+device inside an epoch. The buffers and the step live in :mod:`cog_pl.probe.workspace`; on CUDA the step runs as
+Triton kernels replayed from a CUDA graph, computing the same thing.
 """
 
 from __future__ import annotations
