@@ -1,4 +1,4 @@
-"""The GPU-only shortcuts of the probe's step (Triton update kernel, CUDA graph replay) compute the eager step."""
+"""The GPU shortcuts of the probe's step (two Triton kernels, CUDA graph replay) compute what the eager step does."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 from cog_pl.probe.kernels import fused_update_supported
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
 
 def _update_case(device: str) -> dict:
     """One Triton update against PyTorch's six passes on odd shapes (a partial last block), NaN/inf included."""
