@@ -112,7 +112,8 @@ def test_features_go_to_the_gpu_only_when_a_probe_fits_beside_them(tmp_path):
     from cog_pl.probe.protocol_run import splits_device
 
     root = write_features(tmp_path / "p", classes=4, dim=16, per_class=50, test_per_class=10)  # 200 + 40 rows
-    needed = 4 * 240 * 16 + 4 * 200 * 16 + 2 * 200 * 32
+    columns = 10 * 4  # 10 heads of 4 classes
+    needed = 4 * 240 * 16 + 4 * 200 * 16 + 2 * 200 * 32 + 20 * 32 * columns + 12 * 1024 * columns + 4 * 8192 * columns
     assert splits_device(root, "cuda:1", free_bytes=2 * needed) == "cuda:1"
     assert splits_device(root, "cuda", free_bytes=needed // 2) == "cpu"  # each probe moves its own rows instead
     assert splits_device(root, "cpu") == "cpu"

@@ -52,12 +52,15 @@ def _tune(args: argparse.Namespace) -> int:
     _setup(args)
     protocol = _protocol(args)
     device = _device(args.device)
-    splits = Splits.load(args.features, normalize=protocol.normalize, device=splits_device(args.features, device))
+    plan = _plan(args)
+    place = splits_device(args.features, device, heads=max(plan.startup_trials, plan.trial_batch),
+                          batch_size=protocol.batch_size)
+    splits = Splits.load(args.features, normalize=protocol.normalize, device=place)
     model = args.model or Path(args.features).resolve().parent.name
     domain = args.domain or Path(args.features).resolve().name
     storage = args.storage or Path(args.workdir) / "optuna.db"
     row = probe(splits, seed=args.seed, shots=args.shots, storage=storage, model=model, domain=domain,
-                protocol=protocol, plan=_plan(args), device=device, name=args.study_name,
+                protocol=protocol, plan=plan, device=device, name=args.study_name,
                 flush_denormal=not args.keep_denormals)
     if args.results:
         from cog_pl.results import append_row

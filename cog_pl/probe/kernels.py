@@ -15,14 +15,14 @@ parameters and their bfloat16 copy once: 20 bytes per parameter instead of 56. I
     buf = momentum * buf + alpha * grad;  buf = buf + wd * p;  p = p - lr * buf;  p_low = bfloat16(p)
 
 with ``wd`` and ``lr`` per column (one value per head, repeated over its classes). Triton is a dependency of
-PyTorch's CUDA builds; without it, or off CUDA, the PyTorch step runs. ``TRITON_INTERPRET=1`` runs the kernels on
-the CPU (the tests do).
+PyTorch's CUDA builds; without it, or off CUDA, the PyTorch step runs. Under ``TRITON_INTERPRET=1`` the kernels run
+on the CPU when asked for explicitly (the tests do).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-import os
 
 import torch
 from torch import Tensor
@@ -32,13 +32,14 @@ MAX_CLASSES = 16384  # ce_grad_ holds a head's logits of one row in registers
 
 
 def fused_update_supported(device: torch.device | str) -> bool:
-    """True where the kernels can run: CUDA with Triton installed, or Triton's interpreter on the CPU."""
-    device = torch.device(device)
-    if importlib.util.find_spec("triton") is None:
-        return False
-    if device.type == "cuda":
-        return True
-    return device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+    """True where the kernels run by default: CUDA devices with Triton installed. (On the CPU they run only when
+    asked for, under ``TRITON_INTERPRET=1``: slowly, for tests.)"""
+    return torch.device(device).type == "cuda" and importlib.util.find_spec("triton") is not None
+
+
+def _on_device(t: Tensor):
+    """Triton launches on the current CUDA device: make it ``t``'s (``cuda:1`` data from a ``cuda:0`` thread)."""
+    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
 
 
 _compiled = None
@@ -93,10 +94,14 @@ def ce_grad_(logits: Tensor, grad: Tensor, y: Tensor, idx: Tensor, bad: Tensor, 
     kernels = _kernels()
     nb, columns = logits.shape
     classes = columns // k
-    if not (logits.is_contiguous() and grad.is_contiguous() and grad.shape == logits.shape and bad.dtype == torch.bool):
-        raise ValueError("ce_grad_ needs contiguous logits and gradient of one shape and a bool flag per head")
-    kernels[1][(nb, k)](logits, grad, y, idx, bad.view(torch.uint8), k, classes,
-                        BLOCK_C=max(16, 1 << (classes - 1).bit_length()))
+    tensors = (logits, grad, y, idx, bad)
+    if not (all(t.is_contiguous() and t.device == logits.device for t in tensors) and grad.shape == logits.shape
+            and bad.dtype == torch.bool):
+        raise ValueError("ce_grad_ needs contiguous tensors on one device, logits and gradient of one shape and a "
+                         "bool flag per head")
+    with _on_device(logits):
+        kernels[1][(nb, k)](logits, grad, y, idx, bad.view(torch.uint8), k, classes,
+                            BLOCK_C=max(16, 1 << (classes - 1).bit_length()))
 
 
 def _kernels():
@@ -114,5 +119,6 @@ def sgd_update_(params: Tensor, buf: Tensor, grad: Tensor, low: Tensor, lr: Tens
         if not t.is_contiguous() or t.shape != params.shape:
             raise ValueError("sgd_update_ needs contiguous tensors of one shape")
     n, columns = params.numel(), params.shape[-1]
-    _kernels()[0][(-(-n // BLOCK),)](params, buf, grad, low, lr, wd, n, columns, float(momentum), float(alpha),
-                               BLOCK=BLOCK)
+    with _on_device(params):
+        _kernels()[0][(-(-n // BLOCK),)](params, buf, grad, low, lr, wd, n, columns, float(momentum), float(alpha),
+                                         BLOCK=BLOCK)

@@ -61,10 +61,12 @@ class Splits:
         return cls(tx, ty, sx, sy, metas[0]["num_classes"] if metas[0] else None)
 
 
-def splits_device(root: str | os.PathLike, device: torch.device | str, free_bytes: int | None = None) -> str:
+def splits_device(root: str | os.PathLike, device: torch.device | str, free_bytes: int | None = None,
+                  heads: int = 10, batch_size: int = 1024) -> str:
     """Where :meth:`Splits.load` should put the features of ``root`` for probes on ``device``: the GPU itself when the
-    features, a probe's copies of them and its bfloat16 workspace fit in its free memory (``free_bytes``, measured
-    when None), else the host, from where each probe moves only its own rows."""
+    features, a probe's copies of them and its workspace for up to ``heads`` heads fit in its free memory
+    (``free_bytes``; measured when None, counting memory PyTorch's allocator holds unused), else the host, from where
+    each probe moves only its own rows."""
     device = torch.device(device)
     if device.type != "cuda":
         return str(device)
@@ -72,11 +74,16 @@ def splits_device(root: str | os.PathLike, device: torch.device | str, free_byte
 
     try:
         (n, d), (m, _) = (np.load(Path(root) / s / "features.npy", mmap_mode="r").shape for s in ("train", "test"))
+        classes = int(np.load(Path(root) / "train" / "labels.npy", mmap_mode="r").max()) + 1
     except (OSError, ValueError):
         return str(device)  # loading names the problem
-    needed = 4 * (n + m) * d + 4 * n * d + 2 * n * (d + 16)  # float32 splits, tuning rows, bfloat16 workspace
+    columns = heads * classes
+    needed = (4 * (n + m) * d + 4 * n * d + 2 * n * (d + 16)  # float32 splits, tuning rows, bfloat16 features
+              + 20 * (d + 16) * columns  # parameters, momentum, snapshot, their bfloat16 copies
+              + 12 * batch_size * columns + 4 * 8192 * columns)  # a batch's logits and gradient, an evaluation chunk
     if free_bytes is None:
-        free_bytes = torch.cuda.mem_get_info(device)[0]
+        free_bytes = (torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device)
+                      - torch.cuda.memory_allocated(device))
     if needed <= 0.9 * free_bytes:
         return str(device)
     log.info("features stay in host memory: %.1f GB would not fit in the %.1f GB free on %s", needed / 1e9,
@@ -178,7 +185,10 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     seeds = protocol.seeds if seeds is None else seeds
     shots = (None, *protocol.shots) if shots is None else shots
     done = {row_key(r) for r in read_rows(results)}
-    splits = Splits.load(root, normalize=protocol.normalize, device=splits_device(root, device))
+    plan = plan or SearchPlan()
+    place = splits_device(root, device, heads=max(plan.startup_trials, plan.trial_batch),
+                          batch_size=protocol.batch_size)
+    splits = Splits.load(root, normalize=protocol.normalize, device=place)
     rows = []
     for n in shots:
         for seed in seeds:
@@ -186,7 +196,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                 log.info("skip %s %s shots=%s seed=%s: row exists", model, domain, n, seed)
                 continue
             if restart_unfinished:
-                _drop_study(storage, study_name(model, domain, n, seed, protocol, plan or SearchPlan(), device))
+                _drop_study(storage, study_name(model, domain, n, seed, protocol, plan, device))
             row = probe(splits, seed=seed, shots=n, storage=storage, model=model, domain=domain,
                         protocol=protocol, plan=plan, device=device)
             append_row(results, row)

@@ -33,7 +33,7 @@ class HeadsWorkspace:
         n, dim = x.shape
         k, c = weight.shape[1:]
         columns, device = k * c, x.device
-        self.k, self.c, self.y, self.wd = k, c, y, wd
+        self.k, self.c, self.y, self.wd = k, c, y.contiguous(), wd
         self.low = precision == "bf16-mixed"
         fused = fused_update_supported(device) if fused is None else fused
         self.fused = self.low and fused  # the update kernel (keeps params_mm, the bfloat16 weights, itself)
@@ -123,9 +123,10 @@ class HeadsWorkspace:
         target = self.base[:nb] + self.y[idx].view(nb, 1)  # flat index of each (row, head)'s target logit
         probs = self.probs_buf[:nb]
         torch.softmax(logits.view(nb, k, c), 2, out=probs.view(nb, k, c))
-        # the cross-entropy logsumexp(z) - z_y is non-finite exactly when z_y is, or when a logit is +inf or NaN,
-        # which turns the row's softmax into NaN; no host synchronisation inside the epoch
-        self.bad |= ~torch.isfinite((torch.take(logits, target) + torch.take(probs, target)).sum(0))
+        # a row's cross-entropy logsumexp(z) - z_y is non-finite exactly when z_y is, or when a logit is +inf or NaN,
+        # which turns the row's softmax into NaN (as in the kernel, row by row); no host synchronisation inside the
+        # epoch
+        self.bad |= ~torch.isfinite(torch.take(logits, target) + torch.take(probs, target)).all(0)
         # a head whose loss turned non-finite goes on with non-finite values, alone in its columns, until the epoch
         # ends and it is rolled back
         probs.view(-1).index_add_(0, target.view(-1), self.minus_one[: nb * k])  # d(sum loss)/d(logits)
@@ -142,7 +143,11 @@ class GraphedStep:
 
     def __init__(self, ws: HeadsWorkspace, batch_size: int) -> None:
         self.ws, self.batch_size = ws, batch_size
-        self.idx = torch.zeros(batch_size, dtype=torch.long, device=ws.params.device)
+        device = ws.params.device
+        self.idx = torch.zeros(batch_size, dtype=torch.long, device=device)
+        # warm-up and capture on a stream of the workspace's device (torch.cuda.graph's default capture stream is
+        # made once per process, on whichever device was current then)
+        self.side = torch.cuda.Stream(device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.warm = 0
 
@@ -152,15 +157,15 @@ class GraphedStep:
             return
         if self.graph is None:
             if self.warm < self.WARMUP:
-                side, current = torch.cuda.Stream(), torch.cuda.current_stream()
-                side.wait_stream(current)
-                with torch.cuda.stream(side):
+                current = torch.cuda.current_stream(self.side.device)
+                self.side.wait_stream(current)
+                with torch.cuda.stream(self.side):
                     self.ws.step(idx)
-                current.wait_stream(side)
+                current.wait_stream(self.side)
                 self.warm += 1
                 return
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            with torch.cuda.graph(self.graph, stream=self.side):
                 self.ws.step(self.idx)
         self.idx.copy_(idx)
         self.graph.replay()
