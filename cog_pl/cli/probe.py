@@ -47,15 +47,13 @@ def _setup(args: argparse.Namespace) -> None:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from cog_pl.probe.protocol_run import Splits, probe, splits_device
+    from cog_pl.probe.protocol_run import Splits, probe
 
     _setup(args)
     protocol = _protocol(args)
     device = _device(args.device)
     plan = _plan(args)
-    place = splits_device(args.features, device, heads=max(plan.startup_trials, plan.trial_batch),
-                          batch_size=protocol.batch_size)
-    splits = Splits.load(args.features, normalize=protocol.normalize, device=place)
+    splits = Splits.for_probes(args.features, device, protocol, plan)
     model = args.model or Path(args.features).resolve().parent.name
     domain = args.domain or Path(args.features).resolve().name
     storage = args.storage or Path(args.workdir) / "optuna.db"

@@ -60,6 +60,14 @@ class Splits:
             tx, sx = l2_normalize(tx), l2_normalize(sx)
         return cls(tx, ty, sx, sy, metas[0]["num_classes"] if metas[0] else None)
 
+    @classmethod
+    def for_probes(cls, root: str | os.PathLike, device: torch.device | str, protocol: ProbeProtocol,
+                   plan: SearchPlan) -> Splits:
+        """:meth:`load` for probes on ``device``, the features placed by :func:`splits_device`."""
+        place = splits_device(root, device, heads=max(plan.startup_trials, plan.trial_batch),
+                              batch_size=protocol.batch_size)
+        return cls.load(root, normalize=protocol.normalize, device=place)
+
 
 def splits_device(root: str | os.PathLike, device: torch.device | str, free_bytes: int | None = None,
                   heads: int = 10, batch_size: int = 1024) -> str:
@@ -186,9 +194,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     shots = (None, *protocol.shots) if shots is None else shots
     done = {row_key(r) for r in read_rows(results)}
     plan = plan or SearchPlan()
-    place = splits_device(root, device, heads=max(plan.startup_trials, plan.trial_batch),
-                          batch_size=protocol.batch_size)
-    splits = Splits.load(root, normalize=protocol.normalize, device=place)
+    splits = Splits.for_probes(root, device, protocol, plan)
     rows = []
     for n in shots:
         for seed in seeds:

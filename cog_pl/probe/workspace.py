@@ -46,12 +46,14 @@ class HeadsWorkspace:
         self.buf = torch.zeros_like(self.params)  # SGD momentum of weight and bias
         self.step_lr = torch.zeros(columns, dtype=torch.float32, device=device)  # this epoch's lr per column
         self.bad = torch.zeros(k, dtype=torch.bool, device=device)  # loss turned non-finite in this epoch
-        self.logits_buf = torch.empty(batch_size, columns, dtype=torch.float32, device=device)
-        self.probs_buf = torch.empty_like(self.logits_buf)
-        # flat index of (row i, head h, class 0) in the logits; + label gives the target's logit
-        self.base = (torch.arange(batch_size, device=device) * columns).view(-1, 1) \
-            + (torch.arange(k, device=device) * c).view(1, -1)
-        self.minus_one = torch.full((batch_size * k,), -1.0, device=device)
+        if not (self.fused_grad and self.low):  # float32 logits and gradient (the kernel reads and writes bfloat16)
+            self.logits_buf = torch.empty(batch_size, columns, dtype=torch.float32, device=device)
+            self.probs_buf = torch.empty_like(self.logits_buf)
+        if not self.fused_grad:
+            # flat index of (row i, head h, class 0) in the logits; + label gives the target's logit
+            self.base = (torch.arange(batch_size, device=device) * columns).view(-1, 1) \
+                + (torch.arange(k, device=device) * c).view(1, -1)
+            self.minus_one = torch.full((batch_size * k,), -1.0, device=device)
         if self.low:
             self.x = torch.zeros(n, rows, dtype=torch.bfloat16, device=device)
             self.x[:, :dim] = x
