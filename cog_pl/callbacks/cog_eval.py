@@ -26,16 +26,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cog_pl.protocol import DOMAINS, VARIANT_SEP, ProbeProtocol, split_domain
+from cog_pl.protocol import DOMAINS, ProbeProtocol
 
 logger = logging.getLogger(__name__)
 
 
 def metric_key(domain: str) -> str:
-    """The name a domain's accuracy is logged under: ``in1k``, ``l1`` .. ``l5``, ``l3@wup`` for a level variant."""
-    base, variant = split_domain(domain)
-    key = base.removeprefix("cog_")
-    return key if variant is None else f"{key}{VARIANT_SEP}{variant}"
+    """The name a domain's accuracy is logged under: ``in1k``, ``l1`` .. ``l5``."""
+    return domain.removeprefix("cog_")
 
 
 class CoGEvaluationCallback(L.Callback):
@@ -46,6 +44,10 @@ class CoGEvaluationCallback(L.Callback):
                  lrs: Sequence[float] = (0.3, 3.0, 30.0), weight_decay: float = 1e-6, epochs: int = 30,
                  batch_size: int = 128, seed: int = 0) -> None:
         super().__init__()
+        unknown = [d for d in domains if d not in DOMAINS]
+        if unknown:  # refused now rather than at the end of the first epoch
+            raise ValueError(f"CoGEvaluationCallback: unknown domain(s) {', '.join(unknown)}; choose from "
+                             f"{', '.join(DOMAINS)}")
         if not in1k_root and "in1k" in domains:
             raise ValueError("CoGEvaluationCallback: in1k needs in1k_root (or leave in1k out of domains)")
         if not in21k_root and any(d != "in1k" for d in domains):

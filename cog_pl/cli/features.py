@@ -4,7 +4,6 @@ stores of level variants regrouped from the level stores."""
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 from pathlib import Path
 
@@ -52,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="subsumer rule of --measure lin: deepest (default, the official levels') or max-ic (NLTK's); "
                           "jcn always takes the max-IC subsumer, wup and path their own; not with --levels")
     reg.add_argument("--overwrite", action="store_true", help="regroup again, replacing the variant's stores")
-    reg.set_defaults(func=functools.partial(_regroup, parser=reg))
+    reg.set_defaults(func=_regroup)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -95,14 +94,15 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _regroup(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _regroup(args: argparse.Namespace) -> int:
     from cog_pl.features.regroup import regroup_variant
     from cog_pl.resources import LEVELS
 
     if args.levels is not None and args.lcs is not None:
-        parser.error("--lcs goes with --measure: a level file (--levels) was ranked with its own subsumer rule")
+        raise ValueError("--lcs goes with --measure: a level file (--levels) was ranked with its own subsumer rule")
+    lcs = {} if args.lcs is None else {"lcs": args.lcs}  # regroup_variant's default otherwise
     result = regroup_variant(args.features_root, args.model, measure=args.measure, level_file=args.levels,
-                             name=args.name, lcs=args.lcs or "deepest", overwrite=args.overwrite)
+                             name=args.name, overwrite=args.overwrite, **lcs)
     print(f"level variant {result.variant!r} of {args.model} (levels: {result.level_file})")
     print("level of the stores (rows) -> level of the variant (columns), concepts:")
     print("       " + "  ".join(f"{lvl:>5}" for lvl in LEVELS))

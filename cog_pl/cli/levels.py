@@ -11,7 +11,7 @@ import numpy as np
 
 from cog_pl.levels.variants import VARIANT_MEASURES
 from cog_pl.protocol import LevelProtocol
-from cog_pl.wordnet.similarity import MEASURES
+from cog_pl.wordnet.similarity import LCS_RULES, MEASURES
 
 _P = LevelProtocol()
 
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--concepts", choices=("eligible", "official"), default=None,
                    help="rank all eligible concepts (default) or re-rank the official 5000 into five blocks, "
                         "as the paper's App. D does for its variants (the default for --measure text)")
-    b.add_argument("--lcs", choices=("deepest", "max-ic"), default=_P.lcs,
+    b.add_argument("--lcs", choices=LCS_RULES, default=_P.lcs,
                    help="lin's subsumer: 'deepest' (reproduces the official levels) or 'max-ic' (NLTK lin_similarity)")
     b.add_argument("--leaf-rule", choices=("in21k", "eligible"), default=_P.leaf_rule,
                    help="drop ancestors of any IN-21K concept (paper appendix) or of still-eligible ones")
@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("a", metavar="WNID")
     sim.add_argument("b", metavar="WNID")
     sim.add_argument("--measure", choices=MEASURES, default="lin")
-    sim.add_argument("--lcs", choices=("deepest", "max-ic"), default=_P.lcs)
+    sim.add_argument("--lcs", choices=LCS_RULES, default=_P.lcs)
     sim.set_defaults(func=_similarity)
 
 

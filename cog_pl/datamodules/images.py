@@ -21,7 +21,7 @@ from cog_pl.benchmark import Benchmark, load_benchmark
 from cog_pl.data.imagenet import DecodedImages, ImageDataset, SynsetSource, collate_images
 from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
 from cog_pl.data.transforms import TransformConfig, build_transform, resolve_transform
-from cog_pl.protocol import LEVEL_OF_DOMAIN, FeatureProtocol
+from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, FeatureProtocol
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "test")
@@ -84,9 +84,10 @@ class ImageDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Build (with ``cache_images``: decode) the datasets of the splits ``stage`` reads, each once."""
         for split in self.stage_splits(stage):
-            self._dataset(split)
+            self.dataset(split)
 
-    def _dataset(self, split: str) -> ImageDataset | DecodedImages:
+    def dataset(self, split: str) -> ImageDataset | DecodedImages:
+        """The dataset of one split, built (and decoded, with ``cache_images``) on first use."""
         if split not in self.datasets:
             source, samples, labels = self._rows(split)
             dataset = ImageDataset(source, samples, labels, build_transform(self.transform_config), self.on_error,
@@ -99,7 +100,7 @@ class ImageDataModule(L.LightningDataModule):
         return self.datasets[split]
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(self._dataset(split), batch_size=self.batch_size, shuffle=shuffle,
+        return DataLoader(self.dataset(split), batch_size=self.batch_size, shuffle=shuffle,
                           num_workers=0 if self.cache_images else self.num_workers, collate_fn=collate_images,
                           pin_memory=self.pin_memory,
                           persistent_workers=False)
@@ -170,7 +171,7 @@ class CoGLevelDataModule(ImageDataModule):
         self.level = LEVEL_OF_DOMAIN.get(level, level)
         if self.level not in resources.LEVELS:
             raise ValueError(f"unknown level {level!r}; expected L1..L5 or cog_l1..cog_l5")
-        self.domain = f"cog_l{self.level[1]}"
+        self.domain = DOMAIN_OF_LEVEL[self.level]
         self.root, self.split_file, self.split_seed = root, split_file, split_seed
         self.protocol = protocol or (self.custom.feature_protocol() if self.custom else FeatureProtocol())
         self._source: SynsetSource | None = None

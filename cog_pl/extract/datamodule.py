@@ -74,8 +74,9 @@ class ExtractionDataModule(L.LightningDataModule):
     def store_path(self, domain: str, split: str) -> Path:
         return self.out / self.model_name / domain / split
 
-    def datasets(self, domain: str) -> dict[str, tuple[Dataset, dict[str, Any]]]:
-        """The image datasets of one domain by split, with the meta their stores record."""
+    def datasets(self, domain: str, splits: Sequence[str] | None = None) -> dict[str, tuple[Dataset, dict[str, Any]]]:
+        """The image datasets of one domain by split (``splits``, by default this module's), with the meta their
+        stores record; only those splits are listed and read."""
         from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
 
         common = {"transform": self.transform, "batch_size": self.batch_size, "num_workers": self.num_workers,
@@ -89,8 +90,7 @@ class ExtractionDataModule(L.LightningDataModule):
                 raise ValueError(f"extracting {domain} needs --data.in21k_root (a folder or tar per synset)")
             dm = CoGLevelDataModule(level=domain, root=self.in21k_root, split_file=self._split_file(domain),
                                     **common)
-        dm.setup()  # both splits
-        return {s: (dm.datasets[s], dm.store_meta(s)) for s in self.splits}
+        return {s: (dm.dataset(s), dm.store_meta(s)) for s in (self.splits if splits is None else splits)}
 
     def _split_file(self, domain: str) -> str | None:
         if not self.split_file_dir:
@@ -106,12 +106,11 @@ class ExtractionDataModule(L.LightningDataModule):
             self.skipped += [self.store_path(domain, s) for s in self.splits if s not in todo]
             if not todo:
                 continue
-            for split, (dataset, meta) in self.datasets(domain).items():
-                if split in todo:
-                    path = self.store_path(domain, split)
-                    target = ExtractionTarget(domain, split, path, len(dataset), dataset, meta)
-                    full = len(dataset) > 0 and bool(written_rows(path, len(dataset)).all())
-                    (self.ready if full else self.targets).append(target)
+            for split, (dataset, meta) in self.datasets(domain, todo).items():
+                path = self.store_path(domain, split)
+                target = ExtractionTarget(domain, split, path, len(dataset), dataset, meta)
+                full = len(dataset) > 0 and bool(written_rows(path, len(dataset)).all())
+                (self.ready if full else self.targets).append(target)
         for path in self.skipped:
             logger.info("complete, skipped: %s", path)
 

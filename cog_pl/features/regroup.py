@@ -17,7 +17,6 @@ store is skipped; one regrouped from another level file or other features is ref
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -28,12 +27,11 @@ from typing import Any
 import numpy as np
 
 from cog_pl.features.store import (
-    STORE_FORMAT,
-    STORE_VERSION,
     Chunk,
     FeatureStore,
     StoreError,
     is_complete,
+    make_meta,
     open_store,
     write_chunks,
 )
@@ -211,9 +209,10 @@ def _check_existing(out: Path, sha: str, sources: Sources) -> None:
         raise StoreError(f"{out} was regrouped from another level file (sha256 {meta.get('level_file_sha256')}, "
                          f"now {sha}); pass overwrite=True (--overwrite) to regroup it again, or name this variant "
                          "otherwise (--name)")
-    if meta.get("weights_sha256") != first.get("weights_sha256") or meta.get("model") != first.get("model"):
-        raise StoreError(f"{out} was regrouped from other features than the stores under {sources.root}; pass "
-                         f"overwrite=True (--overwrite) to regroup it again")
+    differ = [key for key in _SAME_MODEL if meta.get(key) != first.get(key)]
+    if differ:
+        raise StoreError(f"{out} was regrouped from other features than the stores under {sources.root} (they differ "
+                         f"in {', '.join(differ)}); pass overwrite=True (--overwrite) to regroup it again")
 
 
 def _parts(sources: Sources, split: str, classes: list[str]) -> list[tuple[str, FeatureStore, np.ndarray, np.ndarray]]:
@@ -239,8 +238,8 @@ def _meta(sources: Sources, split: str, domain: str, name: str, classes: list[st
 
     first = sources.stores[SOURCE_DOMAINS[0], split].meta
     settings = content.get("settings", {})
-    return {
-        "format": STORE_FORMAT, "version": STORE_VERSION, **{k: first[k] for k in _INHERITED if k in first},
+    return make_meta(**{
+        **{k: first[k] for k in _INHERITED if k in first},
         "domain": variant_domain(domain, name), "split": split, "classes": classes, "num_classes": len(classes),
         "level_file_sha256": sha,
         "variant": {"name": name, "level": LEVEL_OF_DOMAIN[domain], "measure": settings.get("protocol", {}).get(
@@ -251,8 +250,7 @@ def _meta(sources: Sources, split: str, domain: str, name: str, classes: list[st
                             "concepts": len(np.unique(labels)), "level_file_sha256": store.meta.get(
                                 "level_file_sha256"), "split_sha256": store.meta.get("split_sha256")}
                            for d, store, rows, labels in parts],
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
+    })
 
 
 def _write(out: Path, parts: list, meta: dict[str, Any], overwrite: bool, chunk: int = 65536) -> Path:

