@@ -73,6 +73,13 @@ def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.C
         con.close()
 
 
+def check_results_file(path: str | os.PathLike) -> None:
+    """Refuse, before any work, a results file that exists but is not a results database of this format."""
+    if Path(path).exists():
+        with _connect(path):
+            pass
+
+
 def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
     """All rows (none when the file does not exist)."""
     if not Path(path).exists():

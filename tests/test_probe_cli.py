@@ -65,3 +65,14 @@ def test_search_options_default_to_the_search_plan():
     assert given == SearchPlan(trial_batch=3, stale_after=9.0, precision="32-true")
     help_text = " ".join(parser._subparsers._group_actions[0].choices["tune"].format_help().split())
     assert f"default {SearchPlan().trial_batch})" in help_text and f"default {SearchPlan().stale_after:g})" in help_text
+
+
+def test_a_bad_results_file_is_refused_before_tuning(tmp_path, capsys):
+    features = write_features(tmp_path / "f")
+    foreign = tmp_path / "optuna.db"
+    optuna.create_study(storage=f"sqlite:///{foreign}")  # an Optuna study given as the results file
+    args = ["tune", "--features", str(features), "--trials", "2", "--epochs", "1", "--workdir", str(tmp_path / "w"),
+            "--results", str(foreign)]
+    assert main(args) == 2
+    assert f"results file {foreign} is not a cog-pl results database" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()  # refused before any study was opened or trial trained

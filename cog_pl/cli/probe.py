@@ -50,6 +50,10 @@ def _tune(args: argparse.Namespace) -> int:
     from cog_pl.probe.protocol_run import Splits, probe
 
     _setup(args)
+    if args.results:
+        from cog_pl.results import check_results_file
+
+        check_results_file(args.results)  # before the work, not after
     protocol = _protocol(args)
     device = _device(args.device)
     plan = _plan(args)
