@@ -118,3 +118,15 @@ def test_features_go_to_the_gpu_only_when_a_probe_fits_beside_them(tmp_path):
     assert splits_device(root, "cuda", free_bytes=needed // 2) == "cpu"  # each probe moves its own rows instead
     assert splits_device(root, "cpu") == "cpu"
     assert splits_device(tmp_path / "nothing", "cuda", free_bytes=0) == "cuda"  # loading names what is missing
+
+
+def test_stores_of_any_float_type_load_as_the_same_float32(tmp_path):
+    root = write_features(tmp_path / "f32", classes=3, dim=4, per_class=5)
+    want = Splits.load(root).train_x
+    features = np.load(root / "train" / "features.npy")
+    for dtype in (np.float64, np.dtype(">f4"), np.float16):
+        np.save(root / "train" / "features.npy", features.astype(dtype))
+        got = Splits.load(root).train_x
+        assert got.dtype == want.dtype
+        tol = 2e-3 if dtype == np.float16 else 1e-7
+        assert np.allclose(got.numpy(), want.numpy(), atol=tol), dtype

@@ -1,4 +1,4 @@
-"""Real processes on a real storage: a killed study resumes; two workers share one study through a journal file."""
+"""Real processes on real storages: a killed study resumes; two workers share one study (journal file or SQLite)."""
 
 from __future__ import annotations
 
@@ -69,15 +69,17 @@ def test_killed_study_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_workers_share_one_study_through_a_journal_file(tmp_path):
+@pytest.mark.parametrize("name", ["study.log", "study.db"])  # a journal file; SQLite in write-ahead-log mode
+def test_two_workers_share_one_study(tmp_path, name):
     features = write_features(tmp_path / "feats", classes=10, dim=32, per_class=80)
-    journal = tmp_path / "study.log"
-    procs = [subprocess.Popen(tune_cmd(features, journal, epochs=40), env=env(), stdout=subprocess.PIPE,
+    path = tmp_path / name
+    procs = [subprocess.Popen(tune_cmd(features, path, epochs=40), env=env(), stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
     rows = [json.loads(o.strip().splitlines()[-1]) for o in outs]
-    study = optuna.load_study(study_name="shared", storage=JournalStorage(JournalFileBackend(str(journal))))
+    storage = JournalStorage(JournalFileBackend(str(path))) if name.endswith(".log") else f"sqlite:///{path}"
+    study = optuna.load_study(study_name="shared", storage=storage)
     done = complete(study)
     assert len(done) == TRIALS
     assert len({(t.params["lr"], t.params["wd"]) for t in done}) == TRIALS  # no point proposed twice

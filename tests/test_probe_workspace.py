@@ -21,18 +21,18 @@ def _update_case(device: str) -> dict:
     from cog_pl.probe.kernels import sgd_update_
 
     g = torch.Generator().manual_seed(0)
-    rows, columns = 37, 1000 + 3
-    p, buf = torch.randn(rows, columns, generator=g), torch.randn(rows, columns, generator=g)
-    grad = torch.randn(rows, columns, generator=g)
+    rows, width = 1000 + 3, 37  # a row per (head, class), with its own lr and wd
+    p, buf = torch.randn(rows, width, generator=g), torch.randn(rows, width, generator=g)
+    grad = torch.randn(rows, width, generator=g)
     p[3, 5], grad[4, 7] = float("nan"), float("inf")
-    lr, wd = torch.rand(columns, generator=g) * 5, torch.rand(columns, generator=g) * 1e-3
+    lr, wd = torch.rand(rows, generator=g) * 5, torch.rand(rows, generator=g) * 1e-3
     p, buf, grad, lr, wd = (t.to(device) for t in (p, buf, grad, lr, wd))
     grad = grad.bfloat16()
     want_p, want_buf = p.clone(), buf.clone()
     want_buf.mul_(0.9).add_(grad.float(), alpha=1 / 1024)
-    want_buf.addcmul_(want_p, wd)
-    want_p.addcmul_(want_buf, lr, value=-1.0)
-    low = torch.empty(rows, columns, dtype=torch.bfloat16, device=device)
+    want_buf.addcmul_(want_p, wd.view(-1, 1))
+    want_p.addcmul_(want_buf, lr.view(-1, 1), value=-1.0)
+    low = torch.empty(rows, width, dtype=torch.bfloat16, device=device)
     sgd_update_(p, buf, grad, low, lr, wd, 0.9, 1 / 1024)
     torch.testing.assert_close(p, want_p, rtol=1e-6, atol=1e-6, equal_nan=True)
     torch.testing.assert_close(buf, want_buf, rtol=1e-6, atol=1e-6, equal_nan=True)

@@ -4,7 +4,8 @@
 - ``data``: loading, L2 normalisation, the validation split and N-shot samples.
 - ``multihead``: K probes trained side by side in one pass (the fast path); ``workspace`` holds its buffers and
   step, ``kernels`` the step's Triton kernels for CUDA (with CUDA-graph replay in ``workspace``).
-- ``study`` / ``tuner``: Optuna storage, worker leases and the batched or exact TPE search.
+- ``storage`` / ``study`` / ``tuner``: where a study lives (SQLite in WAL mode by default), worker leases and
+  the batched or exact TPE search.
 - ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
 - ``module`` / ``datamodule`` / ``cli`` / ``lightning_tune``: the Lightning shell (``LinearProbe``).
 """

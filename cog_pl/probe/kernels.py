@@ -14,9 +14,9 @@ parameters and their bfloat16 copy once: 20 bytes per parameter instead of 56. I
 
     buf = momentum * buf + alpha * grad;  buf = buf + wd * p;  p = p - lr * buf;  p_low = bfloat16(p)
 
-with ``wd`` and ``lr`` per column (one value per head, repeated over its classes). Triton is a dependency of
-PyTorch's CUDA builds; without it, or off CUDA, the PyTorch step runs. Under ``TRITON_INTERPRET=1`` the kernels run
-on the CPU when asked for explicitly (the tests do).
+with ``wd`` and ``lr`` per row (a row per (head, class); a head's value repeated over its classes). Triton is a
+dependency of PyTorch's CUDA builds; without it, or off CUDA, the PyTorch step runs. Under ``TRITON_INTERPRET=1`` the
+kernels run on the CPU when asked for explicitly (the tests do).
 """
 
 from __future__ import annotations
@@ -50,16 +50,16 @@ def _compile():
     import triton.language as tl
 
     @triton.jit
-    def sgd_kernel(p_ptr, buf_ptr, grad_ptr, low_ptr, lr_ptr, wd_ptr, n, columns, momentum, alpha,
+    def sgd_kernel(p_ptr, buf_ptr, grad_ptr, low_ptr, lr_ptr, wd_ptr, n, width, momentum, alpha,
                    BLOCK: tl.constexpr):
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
-        col = offs % columns
+        row = offs // width
         p = tl.load(p_ptr + offs, mask=mask)
         buf = tl.load(buf_ptr + offs, mask=mask)
         grad = tl.load(grad_ptr + offs, mask=mask).to(tl.float32)
-        lr = tl.load(lr_ptr + col, mask=mask)
-        wd = tl.load(wd_ptr + col, mask=mask)
+        lr = tl.load(lr_ptr + row, mask=mask)
+        wd = tl.load(wd_ptr + row, mask=mask)
         buf = buf * momentum + grad * alpha
         buf = buf + p * wd
         p = p - buf * lr
@@ -113,12 +113,14 @@ def _kernels():
 
 def sgd_update_(params: Tensor, buf: Tensor, grad: Tensor, low: Tensor, lr: Tensor, wd: Tensor, momentum: float,
                 alpha: float) -> None:
-    """In place: ``buf``, ``params`` (float32, ``(rows, columns)``) and ``low`` (their bfloat16 copy) after one step
-    with gradient ``alpha * grad`` (``grad`` bfloat16), per-column ``lr`` and ``wd``."""
+    """In place: ``buf``, ``params`` (float32, ``(rows, width)``) and ``low`` (their bfloat16 copy) after one step
+    with gradient ``alpha * grad`` (``grad`` bfloat16), per-row ``lr`` and ``wd``."""
     for t in (params, buf, grad, low):
         if not t.is_contiguous() or t.shape != params.shape:
             raise ValueError("sgd_update_ needs contiguous tensors of one shape")
-    n, columns = params.numel(), params.shape[-1]
+    if not (lr.is_contiguous() and wd.is_contiguous() and lr.numel() == wd.numel() == params.shape[0]):
+        raise ValueError("sgd_update_ needs contiguous lr and wd with a value per row")
+    n, width = params.numel(), params.shape[-1]
     with _on_device(params):
-        _kernels()[0][(-(-n // BLOCK),)](params, buf, grad, low, lr, wd, n, columns, float(momentum), float(alpha),
+        _kernels()[0][(-(-n // BLOCK),)](params, buf, grad, low, lr, wd, n, width, float(momentum), float(alpha),
                                          BLOCK=BLOCK)

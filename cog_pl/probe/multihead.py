@@ -1,16 +1,16 @@
 """K linear probes trained side by side in one pass over the features, each with its own lr and weight decay.
 
-The heads are one ``(D + 1, K*C)`` float32 matrix (weights, then the bias row), so a training step is two large
-matrix products for all heads instead of two small ones per head. Gradients of the mean cross-entropy are written
-out by hand (softmax minus one-hot) and the SGD update is fused: ``g = grad + wd * p; buf = momentum * buf + g;
-p -= lr * buf`` per head, which is what ``torch.optim.SGD`` does for one head (its first step stores ``g`` in the
+The heads are one ``(K*C, D + 1)`` float32 matrix (a row per head and class: its weights, then its bias), so a training
+step is two large matrix products for all heads instead of two small ones per head. Gradients of the mean cross-entropy
+are written out by hand (softmax minus one-hot) and the SGD update is fused: ``g = grad + wd * p; buf = momentum * buf +
+g; p -= lr * buf`` per head, which is what ``torch.optim.SGD`` does for one head (its first step stores ``g`` in the
 buffer, the same as a zero buffer here). The bias is decayed too, as in the released code. Every head sees the same
 batches in the same order; given the same initial weights and the same permutation sequence, head ``k`` follows the
-trajectory of a single ``nn.Linear`` trained alone (tested, to float rounding). In the released loop each trial
-instead draws its own shuffles from one generator shared by all trials in turn; either way a trial's shuffles are
-uniform random permutations independent of its (lr, wd), so a head's result has the distribution of a published
-trial's. Sharing them across a batch only correlates the noise of trials compared with each other (common random
-numbers), which does not bias the search.
+trajectory of a single ``nn.Linear`` trained alone (tested, to float rounding). In the released loop each trial instead
+draws its own shuffles from one generator shared by all trials in turn; either way a trial's shuffles are uniform random
+permutations independent of its (lr, wd), so a head's result has the distribution of a published trial's. Sharing them
+across a batch only correlates the noise of trials compared with each other (common random numbers), which does not bias
+the search.
 
 Precision: ``"32-true"`` runs every product in float32, as published. ``"bf16-mixed"`` keeps the weights, bias,
 momentum buffers, softmax and loss in float32 and runs only the two matrix products in bfloat16 (inputs and outputs
@@ -121,12 +121,12 @@ def train_heads(
     """
     device, n, dim = x.device, x.shape[0], x.shape[1]
     k, c = len(lrs), num_classes
-    base_lr = torch.tensor(lrs, dtype=torch.float32, device=device).repeat_interleave(c)  # (K*C,)
+    base_lr = torch.tensor(lrs, dtype=torch.float32, device=device).repeat_interleave(c)  # (K*C,): a row per class
     wd = torch.tensor(wds, dtype=torch.float32, device=device).repeat_interleave(c)
     ws = HeadsWorkspace(x, y, batch_size, init, momentum, resolve_precision(precision, device), wd)
     step = stepper(ws, batch_size)
-    params, buf, bad = ws.params, ws.buf, ws.bad  # params: (rows, K*C), weight rows, then the bias row
-    weight, bias = ws.weight.view(dim, k, c), ws.bias.view(k, c)  # views of params
+    params, buf = ws.params, ws.buf  # params: (K*C, width), a row per (head, class): weights, then bias
+    weight, bias = ws.weight.T.view(dim, k, c), ws.bias.view(k, c)  # views of params
     snap = params.clone()
     active = torch.ones(k, dtype=torch.bool, device=device)
     diverged_at = torch.full((k,), -1, dtype=torch.long, device=device)
@@ -136,21 +136,21 @@ def train_heads(
     order = torch.randperm(n, generator=generator)
     for epoch in range(epochs):
         # a frozen head keeps its parameters through a zero learning rate, which changes only between epochs;
-        # step_lr and bad are updated in place (a CUDA graph reads them)
+        # step_lr is updated in place (a CUDA graph reads it)
         torch.mul(base_lr * factors[epoch], active.repeat_interleave(c), out=ws.step_lr)
-        bad.zero_()
         order = order.to(device)
+        labels = y[order]  # the epoch's labels in batch order: one gather instead of one per batch
         for start in range(0, n, batch_size):
-            step(order[start : start + batch_size])
+            step(order[start : start + batch_size], labels[start : start + batch_size])
         if epoch + 1 < epochs:  # drawn while an accelerator still works through the epoch's queued steps
             order = torch.randperm(n, generator=generator)
-        newly = active & bad
+        newly = active & ws.take_flags()
         diverged_at = torch.where(newly, epoch, diverged_at)
         active &= ~newly
         # a head that diverged returns to the state the published loop last evaluated, and stays there (its
-        # columns may go non-finite again within every epoch); nothing to restore while all heads are active
+        # rows may go non-finite again within every epoch); nothing to restore while all heads are active
         if not bool(active.all()):
-            keep = active.repeat_interleave(c)
+            keep = active.repeat_interleave(c).view(-1, 1)
             params.copy_(torch.where(keep, params, snap))
             buf.copy_(torch.where(keep, buf, 0.0))
             ws.params_changed()

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_split, sub_seed, tuning_indices
+from cog_pl.probe.storage import close_storage, resolve_storage
 from cog_pl.probe.study import open_study
 from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, train_probe
 from cog_pl.protocol import ProbeProtocol, as_record
@@ -152,9 +153,13 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     tuning = ProbeData(splits.train_x[train_idx], splits.train_y[train_idx], splits.train_x[val_idx],
                        splits.train_y[val_idx], splits.num_classes).to(device)
     name = name or study_name(model, domain, shots, seed, protocol, plan, device)
-    study = open_study(storage, name, seed, plan.startup_trials)
-    run_search(study, tuning, protocol, plan, seed)
-    best = best_trial(study)
+    storage = resolve_storage(storage)
+    try:
+        study = open_study(storage, name, seed, plan.startup_trials)
+        run_search(study, tuning, protocol, plan, seed)
+        best = best_trial(study)
+    finally:
+        close_storage(storage)
     del tuning
     tuned = time.perf_counter()
     final_idx = final_indices(splits.train_y, seed, shots)
@@ -213,10 +218,11 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
 def _drop_study(storage: str | os.PathLike, name: str) -> None:
     import optuna
 
-    from cog_pl.probe.study import resolve_storage
-
+    resolved = resolve_storage(storage)
     try:
-        optuna.delete_study(study_name=name, storage=resolve_storage(storage))
+        optuna.delete_study(study_name=name, storage=resolved)
         log.info("restarting the unfinished study %s", name)
     except KeyError:
         pass
+    finally:
+        close_storage(resolved)

@@ -1,10 +1,11 @@
-"""Optuna studies for probe tuning: storage, a per-trial seeded TPE sampler, worker leases and trial slots.
+"""Optuna studies for probe tuning: a per-trial seeded TPE sampler, worker leases and trial slots.
 
 Many workers may share one study (SQLite or any database URL, or a journal file on a shared disk). Each worker asks
-trials itself; the storage numbers them atomically, and a trial whose slot is past the study's budget is marked
-failed at once (``surplus``), so the study ends with exactly its budget of trials between all workers. A worker
-stamps its running trials with its host, process id and a heartbeat; trials of a worker that died (a dead process on
-this host, or a heartbeat older than ``stale_after`` seconds) are failed, so a killed study resumes where it stopped.
+trials itself (storages: :mod:`cog_pl.probe.storage`); the storage numbers them atomically, and a trial whose slot is
+past the study's budget is marked failed at once (``surplus``), so the study ends with exactly its budget of trials
+between all workers. A worker stamps its running trials with its host, process id and a heartbeat; trials of a worker
+that died (a dead process on this host, or a heartbeat older than ``stale_after`` seconds) are failed, so a killed study
+resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -13,18 +14,16 @@ import logging
 import os
 import socket
 import time
-from pathlib import Path
 
 import numpy as np
 import optuna
 from optuna.samplers import TPESampler
-from optuna.storages import BaseStorage, JournalStorage
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-log = logging.getLogger(__name__)
+from cog_pl.probe.storage import resolve_storage
 
-JOURNAL_SUFFIXES = (".log", ".journal", ".jsonl")
+log = logging.getLogger(__name__)
 
 
 def worker_id() -> str:
@@ -59,21 +58,6 @@ class TrialSeededTPESampler(TPESampler):
         self._random_sampler._rng.rng.seed(int(state[1]))
         study._storage.set_trial_user_attr(trial._trial_id, LEASE_ATTR, lease())
         super().before_trial(study, trial)
-
-
-def resolve_storage(storage: str | os.PathLike | BaseStorage) -> str | BaseStorage:
-    """A database URL as is; a journal file path (``*.log``, ``*.journal``, ``*.jsonl``) as a journal storage;
-    any other path as a SQLite file."""
-    if isinstance(storage, BaseStorage):
-        return storage
-    text = str(storage)
-    if "://" in text:
-        return text
-    path = Path(text).expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix in JOURNAL_SUFFIXES:
-        return JournalStorage(JournalFileBackend(str(path)))
-    return f"sqlite:///{path}"
 
 
 def open_study(

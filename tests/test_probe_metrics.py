@@ -1,0 +1,31 @@
+"""Top-k counts of many heads at once: equal to ``torch.topk``'s, with NaN logits ranked above every number."""
+
+from __future__ import annotations
+
+import torch
+
+from cog_pl.probe.metrics import topk_correct
+
+
+def _by_topk(logits: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> torch.Tensor:
+    top = logits.topk(min(max(ks), logits.shape[-1]), dim=-1).indices
+    hits = top == target.view((len(target),) + (1,) * (logits.dim() - 1))
+    return torch.stack([hits[..., :k].any(-1).sum(0) for k in ks], dim=-1)
+
+
+def test_counts_equal_topk_for_one_head_and_many():
+    g = torch.Generator().manual_seed(0)
+    for shape in ((200, 10), (200, 4, 10), (200, 3), (200, 2, 3)):
+        logits = torch.randn(*shape, generator=g)
+        target = torch.randint(0, shape[-1], (200,), generator=g)
+        assert torch.equal(topk_correct(logits, target), _by_topk(logits, target))
+
+
+def test_a_nan_logit_ranks_above_the_target_and_a_nan_target_is_never_counted():
+    nan = float("nan")
+    logits = torch.tensor([[0.5, nan, 0.1, 0.0, -1.0, -2.0],  # target 0: second behind the NaN
+                           [nan, 0.2, 0.3, 0.0, 0.0, 0.0],  # target 0 is NaN: never counted
+                           [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]])  # target 5: first
+    target = torch.tensor([0, 0, 5])
+    assert topk_correct(logits, target, (1, 2, 5)).tolist() == [1, 2, 2]
+    assert topk_correct(logits, target, (6,)).tolist() == [3]  # k >= classes counts every row

@@ -1,0 +1,70 @@
+"""Study storages: a SQLite file in WAL mode on a local disk, the rollback journal on network filesystems."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+
+import optuna
+import pytest
+
+from cog_pl.probe import storage as storage_module
+from cog_pl.probe.storage import close_storage, filesystem_type, resolve_storage
+
+
+def _fill(storage, trials: int = 3) -> None:
+    study = optuna.create_study(storage=storage, study_name="s", direction="maximize")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=trials)
+
+
+def _journal_mode(path) -> str:
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        return connection.execute("PRAGMA journal_mode").fetchone()[0]
+
+
+def test_a_local_sqlite_study_logs_ahead_and_its_file_alone_holds_it_after_close(tmp_path):
+    db = tmp_path / "study.db"
+    storage = resolve_storage(db)
+    _fill(storage)
+    with storage.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL: no sync per commit
+    assert _journal_mode(db) == "wal"
+    close_storage(storage)
+    assert not (tmp_path / "study.db-wal").exists()  # folded back into the file
+    shutil.copy(db, tmp_path / "copy.db")  # the file alone, as a user would copy it
+    copied = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'copy.db'}")
+    assert len(copied.trials) == 3
+
+
+def test_a_sqlite_study_on_a_network_filesystem_keeps_the_rollback_journal(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage_module, "filesystem_type", lambda path: "nfs4")
+    storage = resolve_storage(tmp_path / "study.db")
+    assert storage == f"sqlite:///{tmp_path / 'study.db'}"
+    _fill(storage)
+    assert _journal_mode(tmp_path / "study.db") == "delete"
+
+
+def test_filesystem_type_is_that_of_the_longest_mount_above_the_path():
+    mounts = "\n".join(["/dev/vda / ext4 rw 0 0", "server:/export /mnt/share nfs4 rw 0 0",
+                        "/dev/vdb /mnt/share/scratch xfs rw 0 0", "//host/a /mnt/my\\040drive cifs rw 0 0", ""])
+    assert filesystem_type("/home/user/run/study.db", mounts) == "ext4"
+    assert filesystem_type("/mnt/share/run", mounts) == "nfs4"
+    assert filesystem_type("/mnt/share", mounts) == "nfs4"
+    assert filesystem_type("/mnt/shared", mounts) == "ext4"  # a longer name is not a mount below /mnt/share
+    assert filesystem_type("/mnt/share/scratch/x", mounts) == "xfs"
+    assert filesystem_type("/mnt/my drive/x", mounts) == "cifs"
+    assert filesystem_type("/x", "") is None
+
+
+def test_a_file_that_is_not_a_database_is_named(tmp_path):
+    bad = tmp_path / "notes.db"
+    bad.write_text("these are my notes, not an Optuna study\n" * 100)
+    with pytest.raises(ValueError, match=r"notes\.db: cannot open the study database"):
+        resolve_storage(bad)
+    assert bad.read_text().startswith("these are my notes")  # untouched
+
+
+def test_journal_files_and_urls_are_taken_as_they_are(tmp_path):
+    assert isinstance(resolve_storage(tmp_path / "study.log"), optuna.storages.JournalStorage)
+    assert resolve_storage("postgresql://host/db") == "postgresql://host/db"
