@@ -76,3 +76,19 @@ def test_a_bad_results_file_is_refused_before_tuning(tmp_path, capsys):
     assert main(args) == 2
     assert f"results file {foreign} is not a cog-pl results database" in capsys.readouterr().err
     assert not (tmp_path / "w").exists()  # refused before any study was opened or trial trained
+
+
+def test_heavy_imports_leave_the_collector_as_they_found_it():
+    import gc
+
+    from cog_pl.cli.startup import import_heavy
+
+    assert gc.isenabled()
+    import_heavy("json", "cog_pl_no_such_module")  # an absent optional module is skipped
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        import_heavy("json")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -68,3 +68,31 @@ def test_a_file_that_is_not_a_database_is_named(tmp_path):
 def test_journal_files_and_urls_are_taken_as_they_are(tmp_path):
     assert isinstance(resolve_storage(tmp_path / "study.log"), optuna.storages.JournalStorage)
     assert resolve_storage("postgresql://host/db") == "postgresql://host/db"
+
+
+def _open_and_tell(path: str, start: float) -> None:
+    import time
+
+    from cog_pl.probe.storage import close_storage, resolve_storage
+
+    time.sleep(max(0.0, start - time.time()))  # every process opens the new file at the same moment
+    storage = resolve_storage(path)
+    study = optuna.create_study(storage=storage, study_name="s", load_if_exists=True)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    close_storage(storage)
+
+
+def test_workers_starting_together_on_a_new_file_take_turns_creating_it(tmp_path):
+    import multiprocessing
+    import time
+
+    context = multiprocessing.get_context("spawn")
+    path = str(tmp_path / "new.db")
+    start = time.time() + 4.0  # after the spawned interpreters have imported Optuna
+    procs = [context.Process(target=_open_and_tell, args=(path, start)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert len(optuna.load_study(study_name="s", storage=f"sqlite:///{path}").trials) == 8

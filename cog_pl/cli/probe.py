@@ -37,7 +37,18 @@ def _device(name: str) -> str:
     return name
 
 
+RDB_MODULES = ("sqlalchemy.orm", "alembic.command", "alembic.config", "alembic.migration", "alembic.script")
+
+
 def _setup(args: argparse.Namespace) -> None:
+    from cog_pl.cli.startup import import_heavy
+
+    import_heavy("torch", "optuna")
+    from cog_pl.probe.storage import JOURNAL_SUFFIXES
+
+    storage = str(args.storage or "")
+    if "://" in storage or not storage.endswith(JOURNAL_SUFFIXES):
+        import_heavy(*RDB_MODULES)  # what Optuna loads for a database storage
     import optuna
     import torch
 

@@ -55,17 +55,38 @@ def _synchronous_normal(dbapi_connection, _record) -> None:
     cursor.close()
 
 
+@contextlib.contextmanager
+def _exclusive(path: Path):
+    """Hold an exclusive ``flock`` on ``path`` (created if absent; an empty file is an empty SQLite database).
+    SQLite's own locks are POSIX record locks, which ``flock`` does not touch on a local disk."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, as Optuna alone would do
+        yield
+        return
+    with open(path, "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def sqlite_storage(path: Path) -> str | RDBStorage:
-    """The SQLite study file at ``path``: WAL mode on a local disk (see the module's docstring), else its URL."""
+    """The SQLite study file at ``path``: WAL mode on a local disk (see the module's docstring), else its URL.
+
+    Workers that start together take turns to open it: Optuna creates a new database's tables without a lock, and
+    a second process creating them at the same moment fails ("table studies already exists")."""
     url = f"sqlite:///{path}"
     if filesystem_type(path.parent) in NETWORK_FILESYSTEMS:
         return url
-    try:
-        with contextlib.closing(sqlite3.connect(path, timeout=60)) as connection:
-            mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]  # persistent, kept by the file
-    except sqlite3.Error as err:
-        raise ValueError(f"{path}: cannot open the study database ({err})") from err
-    storage = RDBStorage(url)
+    with _exclusive(path):
+        try:
+            with contextlib.closing(sqlite3.connect(path, timeout=60)) as connection:
+                mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]  # persistent, kept by the file
+        except sqlite3.Error as err:
+            raise ValueError(f"{path}: cannot open the study database ({err})") from err
+        storage = RDBStorage(url)
     if mode == "wal":
         from sqlalchemy import event
 

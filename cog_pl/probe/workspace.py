@@ -68,8 +68,12 @@ class HeadsWorkspace:
             self.xb = torch.empty(batch_size, width, dtype=torch.bfloat16, device=device)
             self.params_mm = torch.empty(outputs, width, dtype=torch.bfloat16, device=device)
             self.logits_mm = torch.empty(batch_size, outputs, dtype=torch.bfloat16, device=device)
-            self.grad_mm = torch.empty(batch_size, outputs, dtype=torch.bfloat16, device=device)
-            self.params_grad_mm = torch.empty(outputs, width, dtype=torch.bfloat16, device=device)
+            if self.fused_grad or self.fused:  # the kernels read one buffer while writing the other
+                self.grad_mm = torch.empty(batch_size, outputs, dtype=torch.bfloat16, device=device)
+                self.params_grad_mm = torch.empty(outputs, width, dtype=torch.bfloat16, device=device)
+            else:  # the eager step is done with the logits (and the weights) when it writes the gradient (and its
+                # product): sharing their memory keeps a step's working set smaller, which the CPU's caches notice
+                self.grad_mm, self.params_grad_mm = self.logits_mm, self.params_mm
             self.params_changed()
         else:
             self.x = x
