@@ -48,6 +48,7 @@ def _setup(args: argparse.Namespace) -> None:
 
     storage = str(args.storage or "")
     if "://" in storage or not storage.endswith(JOURNAL_SUFFIXES):
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # as Optuna sets it: its imports log at INFO
         import_heavy(*RDB_MODULES)  # what Optuna loads for a database storage
     import optuna
     import torch
