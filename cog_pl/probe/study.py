@@ -104,10 +104,12 @@ def _is_stale(trial: FrozenTrial, stale_after: float) -> bool:
     return time.time() - float(held["heartbeat"]) > stale_after
 
 
-def fail_stale_trials(study: optuna.Study, stale_after: float) -> int:
-    """Fail running trials whose worker is gone; returns how many."""
+def fail_stale_trials(study: optuna.Study, stale_after: float, running: list[FrozenTrial] | None = None) -> int:
+    """Fail running trials whose worker is gone (among ``running``, if read already); returns how many."""
+    if running is None:
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     failed = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    for t in running:
         if _is_stale(t, stale_after):
             study._storage.set_trial_user_attr(t._trial_id, "stale", True)
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
@@ -117,6 +119,14 @@ def fail_stale_trials(study: optuna.Study, stale_after: float) -> int:
     return failed
 
 
+def progress(study: optuna.Study, stale_after: float) -> tuple[int, int]:
+    """(complete, running) trials of the study, after failing the stale ones: one read of the storage."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    stale = fail_stale_trials(study, stale_after, running)
+    return len(trials) - len(running), len(running) - stale
+
+
 def past_budget(study: optuna.Study, trial: Trial, budget: int) -> bool:
     """Whether the trial's place in the study's budget (its number minus the failed trials numbered before it) is
     at or past ``budget``."""
@@ -124,10 +134,3 @@ def past_budget(study: optuna.Study, trial: Trial, budget: int) -> bool:
         return False
     failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
     return trial.number - sum(t.number < trial.number for t in failed) >= budget
-
-
-def counts(study: optuna.Study) -> tuple[int, int]:
-    """(complete, running) trials of the study."""
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-    complete = sum(t.state == TrialState.COMPLETE for t in trials)
-    return complete, len(trials) - complete

@@ -25,7 +25,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cog_pl.probe.data import ProbeData, sub_seed
 from cog_pl.probe.multihead import HeadsResult, init_heads, resolve_precision, train_heads
-from cog_pl.probe.study import counts, fail_stale_trials, past_budget, stamp
+from cog_pl.probe.study import past_budget, progress, stamp
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -141,8 +141,7 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
 def run_search(study: optuna.Study, data: ProbeData, protocol: ProbeProtocol, plan: SearchPlan, seed: int) -> None:
     """Work on the study until it holds ``protocol.trials`` finished trials (from any worker)."""
     while True:
-        fail_stale_trials(study, plan.stale_after)
-        complete, running = counts(study)
+        complete, running = progress(study, plan.stale_after)
         if complete >= protocol.trials:
             return
         free = protocol.trials - complete - running

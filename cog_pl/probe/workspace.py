@@ -62,9 +62,10 @@ class HeadsWorkspace:
         if not self.fused_grad:
             self.minus_one = torch.full((batch_size, k, 1), -1.0, device=device)
         if self.low:
-            self.x = torch.zeros(n, width, dtype=torch.bfloat16, device=device)
+            self.x = torch.empty(n, width, dtype=torch.bfloat16, device=device)
             self.x[:, :dim] = x
             self.x[:, dim] = 1.0
+            self.x[:, dim + 1 :] = 0.0
             self.xb = torch.empty(batch_size, width, dtype=torch.bfloat16, device=device)
             self.params_mm = torch.empty(outputs, width, dtype=torch.bfloat16, device=device)
             self.logits_mm = torch.empty(batch_size, outputs, dtype=torch.bfloat16, device=device)
