@@ -29,3 +29,10 @@ def test_a_nan_logit_ranks_above_the_target_and_a_nan_target_is_never_counted():
     target = torch.tensor([0, 0, 5])
     assert topk_correct(logits, target, (1, 2, 5)).tolist() == [1, 2, 2]
     assert topk_correct(logits, target, (6,)).tolist() == [3]  # k >= classes counts every row
+
+
+def test_ties_go_to_the_lower_class_as_argmax_breaks_them():
+    logits = torch.zeros(4, 2, 5)  # constant heads: every class tied
+    target = torch.tensor([0, 1, 2, 4])
+    assert topk_correct(logits, target, (1, 2, 5)).tolist() == [[1, 2, 4]] * 2
+    assert topk_correct(logits[:, 0], target, (1,)).tolist() == [(logits[:, 0].argmax(-1) == target).sum().item()]

@@ -130,3 +130,21 @@ def test_precision_is_checked_and_auto_resolves_per_device():
         resolve_precision("16-mixed", "cpu")
     assert resolve_precision("auto", "cpu") == ("bf16-mixed" if fast_bf16("cpu") else "32-true")
     assert resolve_precision("32-true", "cpu") == "32-true"
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_eager_step_flags_a_head_at_its_first_nan_softmax_not_at_an_overflow(precision):
+    """Weights that overflowed at an epoch's last update are caught by the next step's loss, as in the published
+    loop; a NaN softmax (a non-finite loss) is caught in its own epoch."""
+    from cog_pl.probe.workspace import HeadsWorkspace
+
+    x, y = data()
+    init = init_heads(D, C, 3, torch.Generator().manual_seed(5))
+    ws = HeadsWorkspace(x, y, B, init, 0.9, precision, torch.zeros(3 * C))
+    ws.step_lr.fill_(0.1)
+    ws.params[C : 2 * C, 0] = float("inf")  # head 1 overflowed on the last update of an epoch
+    ws.params_changed()
+    assert ws.take_flags().tolist() == [False, False, False]
+    ws.step(torch.arange(B))  # its logits are inf or NaN now: a non-finite loss
+    assert ws.take_flags().tolist() == [False, True, False]
+    assert ws.take_flags().tolist() == [False, True, False]  # its momentum stays NaN until it is rolled back

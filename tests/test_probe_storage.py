@@ -38,11 +38,15 @@ def test_a_local_sqlite_study_logs_ahead_and_its_file_alone_holds_it_after_close
 
 
 def test_a_sqlite_study_on_a_network_filesystem_keeps_the_rollback_journal(tmp_path, monkeypatch):
+    close_storage(resolve_storage(tmp_path / "copied.db"))  # made in WAL mode on a local disk, then "copied"
+    assert _journal_mode(tmp_path / "copied.db") == "wal"
     monkeypatch.setattr(storage_module, "filesystem_type", lambda path: "nfs4")
-    storage = resolve_storage(tmp_path / "study.db")
-    assert storage == f"sqlite:///{tmp_path / 'study.db'}"
-    _fill(storage)
-    assert _journal_mode(tmp_path / "study.db") == "delete"
+    for name in ("study.db", "copied.db"):
+        storage = resolve_storage(tmp_path / name)
+        assert isinstance(storage, optuna.storages.RDBStorage)
+        _fill(storage)
+        close_storage(storage)
+        assert _journal_mode(tmp_path / name) == "delete"
 
 
 def test_filesystem_type_is_that_of_the_longest_mount_above_the_path():

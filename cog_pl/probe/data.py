@@ -44,10 +44,10 @@ def load_split(directory: str | os.PathLike, device: torch.device | str = "cpu")
         raise ValueError(f"{directory}: features must be N x D and labels N, got {x.shape} and {y.shape}")
     if len(x) != len(y):
         raise ValueError(f"{directory}: {len(x)} features but {len(y)} labels")
-    stored = np.array(x)
-    if stored.dtype not in (np.dtype(np.float16), np.dtype(np.float32)):  # float64, big-endian, integers
-        stored = stored.astype(np.float32)
-    features = torch.from_numpy(stored).to(device).float()  # torch converts float16 several times faster than numpy
+    if x.dtype == np.dtype(np.float16):  # read as stored; torch converts several times faster than numpy
+        features = torch.from_numpy(np.array(x)).to(device).float()
+    else:  # float32 as mapped (no second copy on the CPU); float64, big-endian, integers converted
+        features = torch.from_numpy(np.asarray(x, dtype=np.float32)).to(device)
     labels = torch.from_numpy(y.astype(np.int64))
     if len(labels) and int(labels.min()) < 0:
         raise ValueError(f"{directory / 'labels.npy'}: negative labels (classes are numbered from 0)")

@@ -10,13 +10,14 @@ def topk_correct(logits: Tensor, target: Tensor, ks: tuple[int, ...] = (1, 5)) -
     """Number of rows whose target is among the ``k`` largest logits, for each ``k``.
 
     ``logits`` is ``(B, C)`` for one head or ``(B, K, C)`` for ``K`` heads; the result is ``(len(ks),)`` or
-    ``(K, len(ks))``. ``k`` larger than ``C`` counts every row. The target's rank is the number of logits above it
-    (a NaN counts as above; a NaN target is last), so a target tied with another class counts as the higher one.
+    ``(K, len(ks))``. ``k`` larger than ``C`` counts every row. The target's rank is the number of logits above it:
+    larger ones, NaN ones (a NaN target is last) and equal ones of a lower class, the order ``argmax`` breaks ties in.
     """
     shape = (target.shape[0],) + (1,) * (logits.dim() - 1)
     index = target.view(shape).expand(*logits.shape[:-1], 1)
     target_logit = torch.gather(logits, -1, index)
-    above = (~(logits <= target_logit)).sum(-1)  # (B,) or (B, K); the target itself is never above
+    lower = torch.arange(logits.shape[-1], device=logits.device) < index  # classes before the target
+    above = (~(logits <= target_logit) | ((logits == target_logit) & lower)).sum(-1)  # (B,) or (B, K)
     out = torch.stack([(above < min(k, logits.shape[-1])).sum(0) if k < logits.shape[-1]
                        else torch.full_like(above[0], target.shape[0]) for k in ks], dim=-1)
     return out

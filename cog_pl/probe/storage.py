@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
@@ -56,42 +57,67 @@ def _synchronous_normal(dbapi_connection, _record) -> None:
 
 
 @contextlib.contextmanager
-def _exclusive(path: Path):
-    """Hold an exclusive ``flock`` on ``path`` (created if absent; an empty file is an empty SQLite database).
-    SQLite's own locks are POSIX record locks, which ``flock`` does not touch on a local disk."""
+def _exclusive(directory: Path):
+    """Hold an exclusive ``flock`` on ``directory`` (not on the database: closing any descriptor of a file drops
+    every POSIX record lock the process holds on it, SQLite's included)."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock, as Optuna alone would do
         yield
         return
-    with open(path, "ab") as handle:
+    handle = os.open(directory, os.O_RDONLY)
+    try:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # releases the flock
+
+
+def _journal_mode(path: Path, mode: str) -> str:
+    """Set the file's journal mode (kept by the file); returns the mode in force afterwards."""
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=60)) as connection:
+            return connection.execute(f"PRAGMA journal_mode={mode}").fetchone()[0]
+    except sqlite3.Error as err:
+        raise ValueError(f"{path}: cannot open the study database ({err})") from err
+
+
+def _create(url: str, attempts: int = 5) -> RDBStorage:
+    """Optuna's storage, retried while another worker is creating the same new file's tables."""
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    for attempt in range(attempts):
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            return RDBStorage(url)
+        except (OperationalError, IntegrityError) as err:
+            racing = "already exists" in str(err) or "UNIQUE constraint failed: alembic_version" in str(err)
+            if not racing or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
-def sqlite_storage(path: Path) -> str | RDBStorage:
-    """The SQLite study file at ``path``: WAL mode on a local disk (see the module's docstring), else its URL.
+def sqlite_storage(path: Path) -> RDBStorage:
+    """The SQLite study file at ``path``: WAL mode on a local disk, the rollback journal on a network filesystem
+    (see the module's docstring).
 
     Workers that start together take turns to open it: Optuna creates a new database's tables without a lock, and
-    a second process creating them at the same moment fails ("table studies already exists")."""
+    a second process creating them at the same moment fails ("table studies already exists"). On a network
+    filesystem, where locks are not to be trusted, a worker that loses that race retries instead."""
     url = f"sqlite:///{path}"
     if filesystem_type(path.parent) in NETWORK_FILESYSTEMS:
-        return url
-    with _exclusive(path):
-        try:
-            with contextlib.closing(sqlite3.connect(path, timeout=60)) as connection:
-                mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]  # persistent, kept by the file
-        except sqlite3.Error as err:
-            raise ValueError(f"{path}: cannot open the study database ({err})") from err
-        storage = RDBStorage(url)
-    if mode == "wal":
-        from sqlalchemy import event
+        if path.exists() and _journal_mode(path, "DELETE") != "delete":  # a file made on a local disk, copied here
+            raise ValueError(f"{path}: a SQLite study in WAL mode on a network filesystem, which SQLite does not "
+                             "support, and it could not be switched back (is a worker using it?)")
+        return _create(url)
+    with _exclusive(path.parent):
+        mode = _journal_mode(path, "WAL")
+        storage = _create(url)
+        if mode == "wal":
+            from sqlalchemy import event
 
-        event.listen(storage.engine, "connect", _synchronous_normal)
-        storage.engine.dispose()  # the connections made while creating the schema: the next ones get the pragma
+            event.listen(storage.engine, "connect", _synchronous_normal)
+            storage.engine.dispose()  # the connections made while creating the schema: the next ones get the pragma
     return storage
 
 

@@ -1,15 +1,15 @@
 """Parameters, buffers and the training step of K heads, allocated once per run (:func:`train_heads`'s engine).
 
-The weights and biases of all heads live in one float32 matrix ``params`` of ``(K*C, width)``, a row per (head,
-class): its ``D`` weights, then its bias. The gradient of a row is then one product ``grad.T @ features``, and
-per-head learning rates and weight decays are per-row scalars. In ``"32-true"`` the forward product adds the bias
-(``addmm``) and the gradient product accumulates into the momentum buffer, as ``torch.optim.SGD`` would after
-autograd. In ``"bf16-mixed"`` the features carry a constant-1 column, so one bfloat16 product gives logits with the
-bias and one gives the gradient of weights and bias together (rows padded with zero columns to a multiple of 16,
-which stay zero). Fresh multi-megabyte tensors at every step would cost the CPU page faults that take as long as the
-arithmetic, hence the buffers; on the CPU the step's cost beyond the two products is mostly per-operation overhead,
-hence as few operations as the arithmetic allows (a batch's labels come gathered with the epoch's order; non-finite
-losses are accumulated through the epoch and read once at its end).
+The weights and biases of all heads live in one float32 matrix ``params`` of ``(K*C, width)``, a row per (head, class):
+its ``D`` weights, then its bias. The gradient of a row is then one product ``grad.T @ features``, and per-head learning
+rates and weight decays are per-row scalars. In ``"32-true"`` the forward product adds the bias (``addmm``) and the
+gradient product accumulates into the momentum buffer, as ``torch.optim.SGD`` would after autograd. In ``"bf16-mixed"``
+the features carry a constant-1 column, so one bfloat16 product gives logits with the bias and one gives the gradient of
+weights and bias together (rows padded with zero columns to a multiple of 16, which stay zero). Fresh multi-megabyte
+tensors at every step would cost the CPU page faults that take as long as the arithmetic, hence the buffers; on the CPU
+each operation beyond the two products and the softmax is a pass over megabytes the caches do not hold, hence as few
+operations as the arithmetic allows (a batch's labels come gathered with the epoch's order; a non-finite loss is read
+from the momentum once, at the epoch's end: :meth:`HeadsWorkspace.take_flags`).
 
 On CUDA two things remove work that is not arithmetic: the cross-entropy gradient and the update run as Triton
 kernels (:mod:`cog_pl.probe.kernels`), and :class:`GraphedStep` replays full batches from a captured CUDA graph, so
@@ -101,15 +101,16 @@ class HeadsWorkspace:
 
         The kernel flags a head at the step. The eager step leaves it to the momentum: a non-finite loss is a row
         whose softmax is NaN (a logit +inf or NaN), which makes the head's whole gradient, hence its momentum, NaN
-        until the head is rolled back; parameters that overflowed to inf count too. (A loss that is +inf only
-        because the target's logit is -inf while the rest of its row is finite needs weights near the float32
-        limit, which the protocol's ranges of lr and wd on unit-norm features never reach.)"""
+        until the head is rolled back. Weights that merely overflowed to inf make no NaN until the next step's
+        softmax does, as the published loop stops only at that step's loss. (A loss that is +inf only because the
+        target's logit is -inf while the rest of its row is finite needs weights near the float32 limit, which the
+        protocol's ranges of lr and wd on unit-norm features never reach.)"""
         flags = self.bad.clone()
         if not self.fused_grad:
-            heads = self.buf.view(self.k, -1), self.params.view(self.k, -1)
-            # one reduction each; a sum is finite unless a value is not (or the sum overflowed: then look closer)
-            if not bool(torch.isfinite(heads[0].sum(1) + heads[1].sum(1)).all()):
-                flags |= ~(torch.isfinite(heads[0]) & torch.isfinite(heads[1])).all(1)
+            momentum = self.buf.view(self.k, -1)
+            # one reduction: a sum is NaN when a value is (or when +inf meets -inf: then look closer)
+            if bool(torch.isnan(momentum.sum(1)).any()):
+                flags |= torch.isnan(momentum).any(1)
         self.bad.zero_()
         return flags
 
