@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from types import SimpleNamespace
 
 import torch
 from torch import Tensor
@@ -53,6 +54,7 @@ class HeadsWorkspace:
         self.wd = wd.contiguous()
         self._lr_rows, self._wd_rows = self.step_lr.view(-1, 1), self.wd.view(-1, 1)  # views: broadcast per row
         self.bad = torch.zeros(k, dtype=torch.bool, device=device)  # loss turned non-finite in this epoch
+        self._views: dict = {}
         if not (self.fused_grad and self.low):  # float32 logits and gradient (the kernel reads and writes bfloat16)
             self.logits_buf = torch.empty(batch_size, outputs, dtype=torch.float32, device=device)
             # the CPU's softmax reads a row before it writes it, so it may overwrite the logits (a smaller working set
@@ -141,22 +143,38 @@ class HeadsWorkspace:
 
     def step(self, idx: Tensor, labels: Tensor | None = None) -> None:
         """Train every head on the batch ``idx`` (``labels``: ``y[idx]``, if at hand)."""
-        nb, k, c = len(idx), self.k, self.c
-        xb = torch.index_select(self.x, 0, idx, out=self.xb[:nb])
-        logits = self.forward(xb)
+        nb, k = len(idx), self.k
         if self.fused_grad:  # the gradient in the products' dtype, the flags, in one kernel
+            xb = torch.index_select(self.x, 0, idx, out=self.xb[:nb])
+            logits = self.forward(xb)
             grad = self.grad_mm[:nb] if self.low else self.probs_buf[:nb]
             ce_grad_(logits, grad, self.y, idx, self.bad, k)
             self.update(xb, grad)
             return
+        v = self._views.get(nb) or self._make_views(nb)
+        xb = torch.index_select(self.x, 0, idx, out=v.xb)
         if self.low:
-            logits = self.logits_buf[:nb].copy_(logits)
-        probs = self.probs_buf[:nb].view(nb, k, c)
-        torch.softmax(logits.view(nb, k, c), 2, out=probs)
+            weights = self.params_mm if self.fused else self.params_mm.copy_(self.params)
+            torch.mm(xb, weights.T, out=v.logits_mm)
+            v.logits.copy_(v.logits_mm)
+        else:
+            torch.addmm(self.bias, xb, self.weight.T, out=v.logits)
+        torch.softmax(v.logits3, 2, out=v.probs3)
         target = (self.y[idx] if labels is None else labels).view(nb, 1, 1).expand(nb, k, 1)
-        probs.scatter_add_(2, target, self.minus_one[:nb])  # d(sum loss)/d(logits)
-        grad = self.grad_mm[:nb].copy_(probs.view(nb, -1)) if self.low else probs.view(nb, -1)
+        v.probs3.scatter_add_(2, target, v.minus_one)  # d(sum loss)/d(logits)
+        grad = v.grad_mm.copy_(v.probs) if self.low else v.probs
         self.update(xb, grad)
+
+    def _make_views(self, nb: int):
+        """The eager step's buffers cut to ``nb`` rows (each view costs a few microseconds to make)."""
+        k, c = self.k, self.c
+        v = SimpleNamespace(xb=self.xb[:nb], logits=self.logits_buf[:nb], probs=self.probs_buf[:nb],
+                            minus_one=self.minus_one[:nb])
+        v.logits3, v.probs3 = v.logits.view(nb, k, c), v.probs.view(nb, k, c)
+        if self.low:
+            v.logits_mm, v.grad_mm = self.logits_mm[:nb], self.grad_mm[:nb]
+        self._views[nb] = v
+        return v
 
 
 class GraphedStep:
