@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from test_probe_fixtures import write_features
 
+from cog_pl.datamodules.features import FeatureDataModule
 from cog_pl.probe.data import final_indices, tuning_indices
 from cog_pl.probe.protocol_run import Splits, probe
 from cog_pl.probe.tuner import SearchPlan
@@ -86,6 +87,12 @@ def test_feature_stores_are_checked_alone_and_as_a_pair(tmp_path):
     assert splits.num_classes == 4  # the store's classes, though no row carries the last one
     with pytest.raises(ValueError, match="differ in model: 'm' and 'other'"):
         Splits.load(_store_pair(tmp_path / "model", {"model": "other"}))
+    with pytest.raises(ValueError, match="differ in transform"):  # the datamodule's rule, one check for both
+        Splits.load(_store_pair(tmp_path / "transform", {"transform": {"crop": 160}}))
+    datamodule = FeatureDataModule(str(tmp_path / "transform"))
+    datamodule.store("train")
+    with pytest.raises(ValueError, match="differ in transform"):
+        datamodule.store("test")
     classes = [f"n{i:08d}" for i in range(4)]
     classes[2] = "n99999999"
     with pytest.raises(ValueError, match="different class lists .*first difference at position 2"):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from cog_pl.data.sampling import final_indices, tuning_indices
-from cog_pl.features.store import FeatureStore, StoreError, open_store
+from cog_pl.features.store import FeatureStore, check_pair, open_store
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -197,10 +197,5 @@ class FeatureDataModule(L.LightningDataModule):
 
 
 def _check_pair(train: FeatureStore, test: FeatureStore) -> None:
-    if train.features.shape[1] != test.features.shape[1]:
-        raise StoreError(f"{train.path} has {train.features.shape[1]}-d features but {test.path} "
-                         f"{test.features.shape[1]}-d")
-    for key in ("model", "weights_sha256", "domain", "classes", "transform", "level_file_sha256"):
-        if key in train.meta and key in test.meta and train.meta[key] != test.meta[key]:
-            raise StoreError(f"{train.path} and {test.path} differ in {key}: {train.meta[key]!r} vs "
-                             f"{test.meta[key]!r}")
+    metas = [{} if store.plain else store.meta for store in (train, test)]  # a plain store's meta is made up
+    check_pair(*metas, train.features.shape[1], test.features.shape[1], f"{train.path.parent}")

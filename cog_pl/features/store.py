@@ -150,15 +150,35 @@ def _compare(path: Path, meta: dict, expect: dict) -> None:
             raise StoreError(f"{path}: store was made with {key}={meta[key]!r}, but {want!r} was requested")
 
 
+PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "transform", "num_classes", "classes")
+
+
+def check_pair(train: dict[str, Any], test: dict[str, Any], train_dim: int, test_dim: int, where: str) -> None:
+    """Refuse a train and a test store that cannot be probed together: other feature widths, or metadata of another
+    model, weights, domain, level file, transform or class list (keys either store lacks are not compared)."""
+    if train_dim != test_dim:
+        raise StoreError(f"{where}: train features have {train_dim} dimensions, test features {test_dim}")
+    for key in PAIRED_KEYS:
+        a, b = train.get(key), test.get(key)
+        if a is None or b is None or a == b:
+            continue
+        if key == "classes":
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            raise StoreError(f"{where}: the train and test stores have different class lists ({len(a)} and "
+                             f"{len(b)} classes, first difference at position {first})")
+        raise StoreError(f"{where}: the train and test stores differ in {key}: {a!r} and {b!r}")
+
+
 def make_meta(**fields: Any) -> dict[str, Any]:
     """A v1 meta dict: format, version, software versions and creation time filled in; ``fields`` win."""
-    import torch
-
-    from cog_pl import __version__
-
     meta = {"format": STORE_FORMAT, "version": STORE_VERSION,
-            "versions": {"cog_pl": __version__, "torch": torch.__version__, "numpy": np.__version__},
             "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+    if "versions" not in fields:  # (torch only imported when the versions are not given)
+        import torch
+
+        from cog_pl import __version__
+
+        meta["versions"] = {"cog_pl": __version__, "torch": torch.__version__, "numpy": np.__version__}
     meta.update(fields)
     return meta
 

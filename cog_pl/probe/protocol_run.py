@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cog_pl.features.store import check_pair
 from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_split, sub_seed, tuning_indices
 from cog_pl.probe.storage import close_storage, resolve_storage
 from cog_pl.probe.study import open_study
@@ -38,28 +39,24 @@ class Splits:
     train_y: Tensor
     test_x: Tensor
     test_y: Tensor
-    declared_classes: int | None = None  # a feature store's num_classes; plain stores leave it to the labels
-
-    @property
-    def num_classes(self) -> int:
-        if self.declared_classes is not None:
-            return self.declared_classes
-        return int(max(self.train_y.max(), self.test_y.max())) + 1
+    num_classes: int  # a feature store's num_classes; for plain stores, the largest label + 1 of both splits
 
     @classmethod
     def load(cls, root: str | os.PathLike, normalize: bool = True, device: torch.device | str = "cpu") -> Splits:
         """Read ``root/train`` and ``root/test`` (feature stores, or plain features.npy + labels.npy); features go
         to ``device``. Stores are checked as :func:`cog_pl.features.store.open_store` checks them, and against
-        each other: a train and a test store of different models, domains or class lists are refused."""
+        each other before anything is read into memory: a train and a test store of different models, domains,
+        transforms, class lists or widths are refused."""
         root = Path(root)
         metas = [_store_meta(root / split) for split in ("train", "test")]
+        dims = [_feature_dim(root / split) for split in ("train", "test")]
+        if None not in dims:  # (a missing or unreadable file is named by load_split)
+            check_pair(metas[0] or {}, metas[1] or {}, *dims, str(root))
         (tx, ty), (sx, sy) = load_split(root / "train", device), load_split(root / "test", device)
-        if tx.shape[1] != sx.shape[1]:
-            raise ValueError(f"{root}: train features have {tx.shape[1]} dimensions, test features {sx.shape[1]}")
-        _check_pair(root, *metas)
         if normalize:
             tx, sx = l2_normalize(tx), l2_normalize(sx)
-        return cls(tx, ty, sx, sy, metas[0]["num_classes"] if metas[0] else None)
+        classes = metas[0]["num_classes"] if metas[0] else int(max(ty.max(), sy.max())) + 1
+        return cls(tx, ty, sx, sy, classes)
 
     @classmethod
     def for_probes(cls, root: str | os.PathLike, device: torch.device | str, protocol: ProbeProtocol,
@@ -100,9 +97,6 @@ def splits_device(root: str | os.PathLike, device: torch.device | str, free_byte
     return "cpu"
 
 
-PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "num_classes", "classes")
-
-
 def _store_meta(path: Path) -> dict[str, Any] | None:
     """A finished store's metadata, after the store's own checks; None for a plain store (or none at all)."""
     from cog_pl.features.store import is_complete, open_store
@@ -110,18 +104,15 @@ def _store_meta(path: Path) -> dict[str, Any] | None:
     return open_store(path).meta if is_complete(path) else None
 
 
-def _check_pair(root: Path, train: dict[str, Any] | None, test: dict[str, Any] | None) -> None:
-    if train is None or test is None:
-        return
-    for key in PAIRED_KEYS:
-        a, b = train.get(key), test.get(key)
-        if a is None or b is None or a == b:
-            continue
-        if key == "classes":
-            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            raise ValueError(f"{root}: the train and test stores have different class lists ({len(a)} and {len(b)} "
-                             f"classes, first difference at position {first})")
-        raise ValueError(f"{root}: the train and test stores differ in {key}: {a!r} and {b!r}")
+def _feature_dim(path: Path) -> int | None:
+    """The width of a split's features, read from the file's header; None where it cannot be read."""
+    import numpy as np
+
+    try:
+        shape = np.load(path / "features.npy", mmap_mode="r").shape
+    except (OSError, ValueError, EOFError):
+        return None
+    return int(shape[1]) if len(shape) == 2 else None
 
 
 def study_name(model: str, domain: str, shots: int | None, seed: int, protocol: ProbeProtocol,
