@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, ProbeProtocol, variant_domain
+from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, ProbeProtocol, check_domains, variant_domain
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +83,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         self.protocol  # noqa: B018 - refuses bad trials/epochs now, not after extraction
-        bad = [d for d in self.domains if d not in DOMAINS]
-        if bad:
-            raise ValueError(f"unknown domain(s) {', '.join(bad)}; choose from {', '.join(DOMAINS)}")
+        check_domains(self.domains)
         for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
             bad_shots = [s for s in shots if s is not None and not (isinstance(s, int) and s > 0)]
             if bad_shots:

@@ -19,6 +19,13 @@ VARIANT_SEP = "@"
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
+def check_domains(domains, who: str = "") -> None:
+    """Refuse names that are not domains of the benchmark, naming them and the choices (``who``: a prefix)."""
+    unknown = [d for d in domains if d not in DOMAINS]
+    if unknown:
+        raise ValueError(f"{who}unknown domain(s) {', '.join(unknown)}; choose from {', '.join(DOMAINS)}")
+
+
 def variant_domain(domain: str, variant: str) -> str:
     """The domain name of a level of a level variant, e.g. ``variant_domain("cog_l3", "wup") == "cog_l3@wup"``."""
     if domain not in LEVEL_OF_DOMAIN:

@@ -98,7 +98,9 @@ def test_build_on_an_incomplete_in21k_root_names_the_missing_synsets(tmp_path, c
 
 def test_reranking_the_official_concepts_refuses_eligibility_options(tmp_path, capsys):
     out = tmp_path / "v.json"
-    for extra in (["--min-images", "100"], ["--leaf-rule", "eligible"], ["--in21k-root", str(tmp_path)]):
+    # the protocol's own values too: given, they would be silently ignored
+    for extra in (["--min-images", "100"], ["--leaf-rule", "eligible"], ["--in21k-root", str(tmp_path)],
+                  ["--min-images", "782"], ["--leaf-rule", "in21k"]):
         assert main(["levels", "build", "--out", str(out), "--measure", "wup", "--concepts", "official", *extra]) == 2
         assert f"{extra[0]}: eligibility options" in capsys.readouterr().err
     assert not out.exists()

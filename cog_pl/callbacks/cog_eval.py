@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cog_pl.protocol import DOMAINS, ProbeProtocol
+from cog_pl.protocol import DOMAINS, ProbeProtocol, check_domains
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +44,7 @@ class CoGEvaluationCallback(L.Callback):
                  lrs: Sequence[float] = (0.3, 3.0, 30.0), weight_decay: float = 1e-6, epochs: int = 30,
                  batch_size: int = 128, seed: int = 0) -> None:
         super().__init__()
-        unknown = [d for d in domains if d not in DOMAINS]
-        if unknown:  # refused now rather than at the end of the first epoch
-            raise ValueError(f"CoGEvaluationCallback: unknown domain(s) {', '.join(unknown)}; choose from "
-                             f"{', '.join(DOMAINS)}")
+        check_domains(domains, "CoGEvaluationCallback: ")  # refused now rather than at the end of the first epoch
         if not in1k_root and "in1k" in domains:
             raise ValueError("CoGEvaluationCallback: in1k needs in1k_root (or leave in1k out of domains)")
         if not in21k_root and any(d != "in1k" for d in domains):

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from cog_pl.levels.variants import VARIANT_MEASURES
+from cog_pl.protocol import DOMAINS
 from cog_pl.wordnet.similarity import LCS_RULES
 
 
@@ -22,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp.add_argument("src", type=Path)
     imp.add_argument("out", type=Path)
     imp.add_argument("--model", required=True)
-    imp.add_argument("--domain", required=True, choices=("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"))
+    imp.add_argument("--domain", required=True, choices=DOMAINS)
     imp.add_argument("--split", choices=("train", "test"), help="needed when SRC is a single file")
     imp.add_argument("--weights-sha256", default=None)
     imp.add_argument("--overwrite", action="store_true")

@@ -37,9 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "as the paper's App. D does for its variants (the default for --measure text)")
     b.add_argument("--lcs", choices=LCS_RULES, default=_P.lcs,
                    help="lin's subsumer: 'deepest' (reproduces the official levels) or 'max-ic' (NLTK lin_similarity)")
-    b.add_argument("--leaf-rule", choices=("in21k", "eligible"), default=_P.leaf_rule,
-                   help="drop ancestors of any IN-21K concept (paper appendix) or of still-eligible ones")
-    b.add_argument("--min-images", type=int, default=_P.min_images)
+    # eligibility options default to None: given, even at the protocol's value, they are refused where no
+    # eligibility step runs
+    b.add_argument("--leaf-rule", choices=("in21k", "eligible"),
+                   help=f"drop ancestors of any IN-21K concept (paper appendix) or of still-eligible ones "
+                        f"(default {_P.leaf_rule})")
+    b.add_argument("--min-images", type=int, help=f"images a concept needs (default {_P.min_images})")
     b.add_argument("--plot", type=Path, help="also write the similarity-vs-rank PNG here")
     b.set_defaults(func=_build)
 
@@ -76,8 +79,9 @@ def _build(args: argparse.Namespace) -> int:
 
     if args.measure == "text" or args.concepts == "official":
         return _build_variant(args)
-    protocol = dataclasses.replace(_P, measure=args.measure, lcs=args.lcs, leaf_rule=args.leaf_rule,
-                                   min_images=args.min_images)
+    protocol = dataclasses.replace(_P, measure=args.measure, lcs=args.lcs,
+                                   leaf_rule=args.leaf_rule or _P.leaf_rule,
+                                   min_images=_P.min_images if args.min_images is None else args.min_images)
     discard = read_discard_list(args.discard, in21k_wnids()) if args.discard else []
     print(f"Building CoG levels ({protocol.measure}, lcs={protocol.lcs}, leaf rule {protocol.leaf_rule})")
     content = build_levels(protocol, discard, args.in21k_root, args.allow_missing)
@@ -110,7 +114,7 @@ def _build_variant(args: argparse.Namespace) -> int:
     if args.concepts == "eligible":
         raise ValueError("--measure text re-ranks the official 5000 concepts; --concepts eligible is not available")
     eligibility = {"--discard": args.discard, "--in21k-root": args.in21k_root, "--allow-missing": args.allow_missing,
-                   "--leaf-rule": args.leaf_rule != _P.leaf_rule, "--min-images": args.min_images != _P.min_images}
+                   "--leaf-rule": args.leaf_rule is not None, "--min-images": args.min_images is not None}
     ignored = [option for option, given in eligibility.items() if given]
     if ignored:
         raise ValueError(f"{', '.join(ignored)}: eligibility options, but re-ranking the official 5000 concepts "

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from cog_pl.data.imagenet import collate_images
 from cog_pl.features.store import is_complete, written_rows
-from cog_pl.protocol import DOMAINS
+from cog_pl.protocol import DOMAINS, check_domains
 
 logger = logging.getLogger(__name__)
 SPLITS = ("train", "test")
@@ -54,9 +54,7 @@ class ExtractionDataModule(L.LightningDataModule):
                  cache_dir: str | None = None, split_file_dir: str | None = None,
                  benchmark: str | None = None) -> None:
         super().__init__()
-        bad = [d for d in domains if d not in DOMAINS]
-        if bad:
-            raise ValueError(f"unknown domain(s) {', '.join(bad)}; expected some of {', '.join(DOMAINS)}")
+        check_domains(domains)
         bad = [s for s in splits if s not in SPLITS]
         if bad:
             raise ValueError(f"unknown split(s) {', '.join(bad)}; expected train and/or test")
