@@ -28,7 +28,3 @@ def level_content(onto):
     from cog_pl.levels.builder import build_levels
 
     return build_levels(onto=onto)
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one)")

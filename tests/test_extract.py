@@ -133,3 +133,18 @@ def test_a_split_left_to_extract_reads_only_that_split(roots, tmp_path):
                               domains=("in1k",), splits=("test",))
     dm.setup()
     assert [(t.domain, t.split) for t in dm.targets] == [("in1k", "test")] and len(dm.targets[0].dataset) > 0
+
+
+def test_resuming_with_the_train_store_finished_needs_no_train_images(roots, tmp_path):
+    """The default splits, the train store already written: only the test split is listed and extracted."""
+    import shutil
+
+    in1k, in21k = roots
+    dm = ExtractionDataModule(out=str(tmp_path / "o"), model_name="x", in1k_root=str(in1k), in21k_root=str(in21k),
+                              domains=("in1k",))
+    done = dm.store_path("in1k", "train")
+    done.mkdir(parents=True)
+    (done / "meta.json").write_text("{}")  # finished (its contents are not read when skipping)
+    shutil.rmtree(in1k / "train")
+    dm.setup()
+    assert [(t.domain, t.split) for t in dm.targets] == [("in1k", "test")] and dm.skipped == [done]
