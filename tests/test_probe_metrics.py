@@ -36,3 +36,28 @@ def test_ties_go_to_the_lower_class_as_argmax_breaks_them():
     target = torch.tensor([0, 1, 2, 4])
     assert topk_correct(logits, target, (1, 2, 5)).tolist() == [[1, 2, 4]] * 2
     assert topk_correct(logits[:, 0], target, (1,)).tolist() == [(logits[:, 0].argmax(-1) == target).sum().item()]
+
+
+def _by_rank(logits: torch.Tensor, target: torch.Tensor, ks) -> list:
+    """Row by row: the target's place among the logits, NaN first, ties in class order (argmax's)."""
+    flat, heads = logits.reshape(len(target), -1, logits.shape[-1]), []
+    for h in range(flat.shape[1]):
+        counts = [0] * len(ks)
+        for row, t in zip(flat[:, h].tolist(), target.tolist()):
+            key = [(0 if v != v else 1, -v if v == v else 0, c) for c, v in enumerate(row)]  # NaN ranks first
+            place = sorted(key).index(key[t]) if row[t] == row[t] else len(row)  # a NaN target: last
+            counts = [n + (place < k) for n, k in zip(counts, ks)]
+        heads.append(counts)
+    return heads if logits.dim() == 3 else heads[0]
+
+
+def test_counts_equal_a_row_by_row_ranking_with_ties_and_nan_mixed():
+    g = torch.Generator().manual_seed(1)
+    for shape, ties in (((300, 3, 7), True), ((300, 7), True), ((300, 2, 7), False)):
+        logits = torch.randn(*shape, generator=g)
+        if ties:  # coarse values: many rows hold equal logits
+            logits = (logits * 2).round()
+        logits[torch.rand(*shape, generator=g) < 0.03] = float("nan")
+        target = torch.randint(0, shape[-1], (shape[0],), generator=g)
+        ks = (1, 2, 5, 6)  # (k >= classes counts every row, NaN targets too: the test above)
+        assert topk_correct(logits, target, ks).tolist() == _by_rank(logits, target, ks)

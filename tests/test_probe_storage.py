@@ -100,3 +100,18 @@ def test_workers_starting_together_on_a_new_file_take_turns_creating_it(tmp_path
         p.join(120)
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
     assert len(optuna.load_study(study_name="s", storage=f"sqlite:///{path}").trials) == 8
+
+
+def test_a_new_file_skips_the_schema_check_and_an_existing_one_is_checked(tmp_path):
+    path = tmp_path / "optuna.db"
+    storage = resolve_storage(path)  # made here, under the directory lock: this Optuna's schema
+    assert storage.skip_compatibility_check
+    _fill(storage)
+    close_storage(storage)
+    reopened = resolve_storage(path)
+    assert not reopened.skip_compatibility_check
+    close_storage(reopened)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:  # as if written by another Optuna version
+        db.execute("UPDATE alembic_version SET version_num = 'v9.9.9.z'")
+    with pytest.raises(RuntimeError, match="no longer compatible"):
+        resolve_storage(path)

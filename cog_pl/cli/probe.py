@@ -41,6 +41,8 @@ RDB_MODULES = ("sqlalchemy.orm", "alembic.command", "alembic.config", "alembic.m
 
 
 def _setup(args: argparse.Namespace) -> None:
+    """The heavy imports (with the collector paused: :mod:`cog_pl.cli.startup`), threads and logging; called before
+    anything that imports torch."""
     from cog_pl.cli.startup import import_heavy
 
     import_heavy("torch", "optuna")
@@ -50,6 +52,7 @@ def _setup(args: argparse.Namespace) -> None:
     if "://" in storage or not storage.endswith(JOURNAL_SUFFIXES):
         logging.getLogger("alembic").setLevel(logging.WARNING)  # as Optuna sets it: its imports log at INFO
         import_heavy(*RDB_MODULES)  # what Optuna loads for a database storage
+    import_heavy("cog_pl.probe.protocol_run")
     import optuna
     import torch
 
@@ -59,9 +62,9 @@ def _setup(args: argparse.Namespace) -> None:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    _setup(args)
     from cog_pl.probe.protocol_run import Splits, probe
 
-    _setup(args)
     if args.results:
         from cog_pl.results import check_results_file
 
@@ -85,9 +88,9 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _protocol_cmd(args: argparse.Namespace) -> int:
+    _setup(args)
     from cog_pl.probe.protocol_run import run_protocol
 
-    _setup(args)
     shots = None if args.shots is None else tuple(None if s == "all" else int(s) for s in args.shots)
     rows = run_protocol(args.features, args.results, model=args.model, domain=args.domain,
                         storage=args.storage or Path(args.workdir) / "optuna.db", protocol=_protocol(args),

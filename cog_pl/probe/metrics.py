@@ -14,13 +14,23 @@ def topk_correct(logits: Tensor, target: Tensor, ks: tuple[int, ...] = (1, 5)) -
     larger ones, NaN ones (a NaN target is last) and equal ones of a lower class, the order ``argmax`` breaks ties in.
     """
     shape = (target.shape[0],) + (1,) * (logits.dim() - 1)
+    classes = logits.shape[-1]
     index = target.view(shape).expand(*logits.shape[:-1], 1)
     target_logit = torch.gather(logits, -1, index)
-    lower = torch.arange(logits.shape[-1], device=logits.device) < index  # classes before the target
-    above = (~(logits <= target_logit) | ((logits == target_logit) & lower)).sum(-1)  # (B,) or (B, K)
-    out = torch.stack([(above < min(k, logits.shape[-1])).sum(0) if k < logits.shape[-1]
-                       else torch.full_like(above[0], target.shape[0]) for k in ks], dim=-1)
-    return out
+    # rank = classes - #(at or below the target): larger and NaN logits count (a NaN target ranks last); masks are
+    # summed as bytes into int32 (a bool tensor summed into int64 takes several times as long as the comparison)
+    rank = classes - _count(logits <= target_logit)
+    equal = logits == target_logit
+    if bool((_count(equal) > 1).any()):  # a tie besides the target itself: equal logits of lower classes count
+        rank += _count(equal & (torch.arange(classes, device=logits.device) < index))
+    out = torch.stack([(rank < min(k, classes)).sum(0) if k < classes
+                       else torch.full_like(rank[0], target.shape[0], dtype=torch.long) for k in ks], dim=-1)
+    return out.long()
+
+
+def _count(mask: Tensor) -> Tensor:
+    """True values along the last dimension, as int32."""
+    return mask.view(torch.uint8).sum(-1, dtype=torch.int32)
 
 
 def percent(correct: Tensor, total: int) -> Tensor:

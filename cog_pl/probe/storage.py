@@ -82,13 +82,15 @@ def _journal_mode(path: Path, mode: str) -> str:
         raise ValueError(f"{path}: cannot open the study database ({err})") from err
 
 
-def _create(url: str, attempts: int = 5) -> RDBStorage:
-    """Optuna's storage, retried while another worker is creating the same new file's tables."""
+def _create(url: str, attempts: int = 5, new: bool = False) -> RDBStorage:
+    """Optuna's storage, retried while another worker is creating the same new file's tables. ``new``: the file is
+    one this process creates (under a lock), so its schema is this Optuna's and the version check is skipped (it
+    parses Alembic's migration scripts: some 30 ms)."""
     from sqlalchemy.exc import IntegrityError, OperationalError
 
     for attempt in range(attempts):
         try:
-            return RDBStorage(url)
+            return RDBStorage(url, skip_compatibility_check=new)
         except (OperationalError, IntegrityError) as err:
             racing = "already exists" in str(err) or "UNIQUE constraint failed: alembic_version" in str(err)
             if not racing or attempt == attempts - 1:
@@ -111,8 +113,9 @@ def sqlite_storage(path: Path) -> RDBStorage:
                              "support, and it could not be switched back (is a worker using it?)")
         return _create(url)
     with _exclusive(path.parent):
+        new = not path.exists() or path.stat().st_size == 0
         mode = _journal_mode(path, "WAL")
-        storage = _create(url)
+        storage = _create(url, new=new)
         if mode == "wal":
             from sqlalchemy import event
 
