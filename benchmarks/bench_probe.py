@@ -4,11 +4,11 @@
 Generates features with ``../shared/bench/make_features.py`` (its defaults) in a temporary directory, then runs
 ``../shared/bench/reference_protocol.py`` and ``cog-pl probe tune`` (fast mode; ``--fp32`` adds fast mode with
 float32 products, ``--journal`` fast mode with a journal-file study storage instead of the default SQLite,
-``--exact`` adds exact mode) as subprocesses one after the other with the same trials, epochs and
-seed, and prints wall seconds, the ratio (ours / reference) and the test top-1 difference (ours - reference).
-With ``--repeat N`` every side runs N times, the sides taking turns, and the best wall time of each is compared
-(noise on a shared machine only ever adds time); every run's time is printed too. Goal: ratio <= 0.2, difference
->= -0.5.
+``--exact`` adds exact mode) as subprocesses one after the other with the same trials, epochs and seed (ours as
+the ``cog-pl`` entry point runs it: ``python -m cog_pl.cli.main probe tune``), and prints wall seconds, the ratio
+(ours / reference) and the test top-1 difference (ours - reference). With ``--repeat N`` every side runs N times,
+the sides taking turns, and the best wall time of each is compared (noise on a shared machine only ever adds
+time); every run's time is printed too. Goal: ratio <= 0.2, difference >= -0.5.
 
     python benchmarks/bench_probe.py --trials 30 --epochs 30
 """
@@ -58,7 +58,7 @@ def main() -> int:
             """The commands of one turn; ours with a fresh work directory (a new study file) each turn."""
             out = {"reference": [sys.executable, str(a.bench_dir / "reference_protocol.py"), str(feats), *common]}
             work = Path(tmp) / f"turn{turn}"
-            ours = [sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(feats), *common,
+            ours = [sys.executable, "-m", "cog_pl.cli.main", "probe", "tune", "--features", str(feats), *common,
                     "--workdir", str(work)]
             out["cog-pl fast"] = [*ours, "--study-name", "fast"]
             if a.fp32:

@@ -108,8 +108,9 @@ def main() -> int:
     make_features(feats, a.classes, a.dim, a.train_per_class, a.test_per_class, a.noise, 0, a.device)
     print(f"features written in {time.perf_counter() - start:.1f}s: {feats}", flush=True)
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    cmd = [sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(feats), "--trials", str(a.trials),
-           "--epochs", str(a.epochs), "--seed", str(a.seed), "--device", a.device, "--workdir", str(a.workdir)]
+    cmd = [sys.executable, "-m", "cog_pl.cli.main", "probe", "tune", "--features", str(feats),
+           "--trials", str(a.trials), "--epochs", str(a.epochs), "--seed", str(a.seed), "--device", a.device,
+           "--workdir", str(a.workdir)]
     start = time.perf_counter()
     out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
     wall = time.perf_counter() - start

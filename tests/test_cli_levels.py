@@ -27,6 +27,23 @@ def test_help_lists_the_commands():
         assert cmd in out.stdout
 
 
+def test_a_named_command_starts_without_the_other_commands_modules():
+    out = subprocess.run([sys.executable, "-m", "cog_pl.cli.main", "-v", "probe", "tune", "--help"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "usage: cog-pl probe tune" in out.stdout
+    from cog_pl.cli.main import _command, build_parser
+
+    assert _command(["-v", "probe", "tune"]) == "probe" and _command(["--version"]) is None
+    with pytest.raises(SystemExit):  # only the probe command is registered
+        build_parser(only="probe").parse_args(["levels", "show"])
+    probe_only = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom cog_pl.cli.main import build_parser, _command\n"
+         "build_parser(only=_command(['probe', 'tune']))\nprint(sorted(m for m in sys.modules if m.startswith"
+         "('cog_pl.cli.')))\nprint('numpy' in sys.modules)"], capture_output=True, text=True, check=True)
+    modules, numpy = probe_only.stdout.splitlines()
+    assert "cog_pl.cli.levels" not in modules and "cog_pl.cli.probe" in modules and numpy == "False"
+
+
 def test_build_writes_file_report_and_plot(tmp_path, capsys, level_content):
     official = {w for ws in official_levels().values() for w in ws}
     dropped = next(w for w in level_content["ranking"] if w not in official)

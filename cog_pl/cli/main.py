@@ -16,7 +16,9 @@ COMMAND_MODULES = ("wordnet", "levels", "data", "features", "extract", "probe", 
 LIGHTNING_COMMANDS = {"extract": "cog_pl.cli.extract", "finetune": "cog_pl.finetune.cli"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``cog-pl`` parser; ``only``: register that command alone (each command module imports what its options
+    need, numpy for some: a command's start should not pay for the others)."""
     parser = argparse.ArgumentParser(
         prog="cog-pl",
         description="ImageNet-CoG: measure how well a visual representation generalizes to unseen concepts.",
@@ -24,9 +26,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cog-pl {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in COMMAND_MODULES if only is None else (only,):
         importlib.import_module(f"cog_pl.cli.{name}").register(sub)
     return parser
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command ``argv`` names, if it names one of COMMAND_MODULES (after the global options)."""
+    words = [a for a in argv if a not in ("-v", "--verbose")]
+    return words[0] if words and words[0] in COMMAND_MODULES else None
 
 
 class CommandError(Exception):
@@ -49,7 +57,7 @@ def _run(argv: list[str] | None) -> tuple[int, bool]:
     if argv and argv[0] in LIGHTNING_COMMANDS:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         return importlib.import_module(LIGHTNING_COMMANDS[argv[0]]).run(argv[1:]), False
-    parser = build_parser()
+    parser = build_parser(only=_command(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     if not getattr(args, "func", None):
