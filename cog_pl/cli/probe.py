@@ -168,20 +168,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> tuple[int, bool]:
+    """``cog-pl probe ARGV`` (a leading ``-v`` stays the global option it is there)."""
     import sys
 
-    parser = argparse.ArgumentParser(prog="cog-pl probe")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    add_subcommands(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
-    try:
-        return int(args.func(args) or 0), getattr(args, "fast_exit", False)
-    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as err:
-        if args.verbose:
-            raise
-        print(f"cog-pl probe: error: {err}", file=sys.stderr)
-        return 2, False
+    from cog_pl.cli.main import _run as run_command
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    flags = argv[:1] if argv[:1] in (["-v"], ["--verbose"]) else []
+    return run_command([*flags, "probe", *argv[len(flags):]])
 
 
 if __name__ == "__main__":
