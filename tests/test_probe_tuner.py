@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from test_probe_fixtures import write_features
 
 from cog_pl.probe.protocol_run import Splits, probe, run_protocol
+from cog_pl.probe.storage import close_storage, resolve_storage
 from cog_pl.probe.study import fail_stale_trials, open_study, worker_id
 from cog_pl.probe.tuner import SearchPlan, search_space
 from cog_pl.protocol import ProbeProtocol
@@ -116,6 +117,7 @@ def test_protocol_grid_writes_one_row_per_cell_and_resumes(splits, tmp_path):
     root = tmp_path / "feats"
     write_features(root, per_class=40)
     assert len(run_protocol(root, results, **kw)) == 4
+    assert not (tmp_path / "grid.db-wal").exists()  # the grid's one storage is closed: the file alone holds it
     rows = read_rows(results)
     assert sorted((r["shots"] or 0, r["seed"]) for r in rows) == [(0, 22), (0, 37), (2, 22), (2, 37)]
     assert run_protocol(root, results, **kw) == []
@@ -150,3 +152,14 @@ def test_leases_written_by_an_older_cog_pl_are_honoured(tmp_path):
     assert fail_stale_trials(study, stale_after=600) == 1
     states = {t._trial_id: t.state for t in study.get_trials()}
     assert states[fresh] == TrialState.RUNNING and states[silent] == TrialState.FAIL
+
+
+def test_a_storage_handed_to_probe_stays_open_for_its_owner(splits, tmp_path):
+    storage = resolve_storage(tmp_path / "s.db")
+    try:
+        for seed in (22, 37):  # two cells through one storage
+            probe(splits, seed=seed, shots=2, storage=storage, protocol=replace(PROTOCOL, trials=3), plan=PLAN)
+        assert storage.engine.pool.checkedin() >= 1  # its connections kept: not disposed behind its owner's back
+        assert len(optuna.get_all_study_summaries(storage)) == 2
+    finally:
+        close_storage(storage)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from optuna.storages import BaseStorage
 from torch import Tensor
 
 from cog_pl.features.store import check_pair
@@ -133,7 +134,8 @@ def set_flush_denormal(enabled: bool) -> bool:
     return bool(enabled and torch.set_flush_denormal(True))
 
 
-def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.PathLike, model: str = "model",
+def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.PathLike | BaseStorage,
+          model: str = "model",
           domain: str = "domain", protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
           device: str | torch.device = "cpu", name: str | None = None, flush_denormal: bool = True) -> dict[str, Any]:
     """Tune, retrain and test one probe; returns its result row. Test data never enters tuning or sampling."""
@@ -144,13 +146,14 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     tuning = ProbeData(splits.train_x[train_idx], splits.train_y[train_idx], splits.train_x[val_idx],
                        splits.train_y[val_idx], splits.num_classes).to(device)
     name = name or study_name(model, domain, shots, seed, protocol, plan, device)
-    storage = resolve_storage(storage)
+    opened = resolve_storage(storage)
     try:
-        study = open_study(storage, name, seed, plan.startup_trials)
+        study = open_study(opened, name, seed, plan.startup_trials)
         run_search(study, tuning, protocol, plan, seed)
         best = best_trial(study)
     finally:
-        close_storage(storage)
+        if opened is not storage:  # a storage object handed in stays open for its owner
+            close_storage(opened)
     del tuning
     tuned = time.perf_counter()
     final_idx = final_indices(splits.train_y, seed, shots)
@@ -176,7 +179,8 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
 
 
 def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: str, domain: str,
-                 storage: str | os.PathLike, protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
+                 storage: str | os.PathLike | BaseStorage, protocol: ProbeProtocol | None = None,
+                 plan: SearchPlan | None = None,
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                  device: str | torch.device = "cpu", restart_unfinished: bool = False) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end.
@@ -192,28 +196,30 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     plan = plan or SearchPlan()
     splits = Splits.for_probes(root, device, protocol, plan)
     rows = []
-    for n in shots:
-        for seed in seeds:
-            if (model, domain, n, seed) in done:
-                log.info("skip %s %s shots=%s seed=%s: row exists", model, domain, n, seed)
-                continue
-            if restart_unfinished:
-                _drop_study(storage, study_name(model, domain, n, seed, protocol, plan, device))
-            row = probe(splits, seed=seed, shots=n, storage=storage, model=model, domain=domain,
-                        protocol=protocol, plan=plan, device=device)
-            append_row(results, row)
-            rows.append(row)
+    opened = resolve_storage(storage)  # once for the grid: opening a study file costs some 30 ms
+    try:
+        for n in shots:
+            for seed in seeds:
+                if (model, domain, n, seed) in done:
+                    log.info("skip %s %s shots=%s seed=%s: row exists", model, domain, n, seed)
+                    continue
+                if restart_unfinished:
+                    _drop_study(opened, study_name(model, domain, n, seed, protocol, plan, device))
+                row = probe(splits, seed=seed, shots=n, storage=opened, model=model, domain=domain,
+                            protocol=protocol, plan=plan, device=device)
+                append_row(results, row)
+                rows.append(row)
+    finally:
+        if opened is not storage:
+            close_storage(opened)
     return rows
 
 
-def _drop_study(storage: str | os.PathLike, name: str) -> None:
+def _drop_study(storage: str | BaseStorage, name: str) -> None:
     import optuna
 
-    resolved = resolve_storage(storage)
     try:
-        optuna.delete_study(study_name=name, storage=resolved)
+        optuna.delete_study(study_name=name, storage=storage)
         log.info("restarting the unfinished study %s", name)
     except KeyError:
         pass
-    finally:
-        close_storage(resolved)
