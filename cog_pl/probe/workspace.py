@@ -55,7 +55,8 @@ class HeadsWorkspace:
         self._lr_rows, self._wd_rows = self.step_lr.view(-1, 1), self.wd.view(-1, 1)  # views: broadcast per row
         self.bad = torch.zeros(k, dtype=torch.bool, device=device)  # loss turned non-finite in this epoch
         self._views: dict = {}
-        self._buf_rows = batch_size  # the eager bfloat16 update keeps buf scaled by this (see update)
+        # the batch size the CPU's eager bfloat16 update keeps buf scaled by (see update); None: unscaled
+        self._buf_rows = batch_size if device.type == "cpu" else None
         if not (self.fused_grad and self.low):  # float32 logits and gradient (the kernel reads and writes bfloat16)
             self.logits_buf = torch.empty(batch_size, outputs, dtype=torch.float32, device=device)
             # the CPU's softmax reads a row before it writes it, so it may overwrite the logits (a smaller working set
@@ -128,11 +129,12 @@ class HeadsWorkspace:
         """One SGD step from ``grad`` = d(summed loss)/d(logits): ``g = grad.T @ xb / nb + wd * p``,
         ``buf = momentum * buf + g``, ``p -= lr * buf``.
 
-        The eager bfloat16 path keeps ``nb * buf`` in ``buf`` instead (for the batch size of its last step), which
-        takes the product as it comes: ``nb*buf = momentum * nb*buf + grad.T @ xb + nb*wd * p`` is one pass fewer
-        over the buffer than scaling the product, and ``p -= lr/nb * nb*buf`` is the same step. Only a change of
-        batch size (the last, smaller batch of an epoch, and the next full one) rescales the buffer. Zeroing a head's
-        buffer and reading NaN from it (:meth:`take_flags`) hold at any scale."""
+        On the CPU the eager bfloat16 path keeps ``nb * buf`` in ``buf`` instead (for the batch size of its last
+        step), which takes the product as it comes: ``nb*buf = momentum * nb*buf + grad.T @ xb + nb*wd * p`` is one
+        pass fewer over the buffer than scaling the product, and ``p -= lr/nb * nb*buf`` is the same step. Only a
+        change of batch size (the last, smaller batch of an epoch, and the next full one) rescales the buffer.
+        Zeroing a head's buffer and reading NaN from it (:meth:`take_flags`) hold at any scale. Not on CUDA: a
+        captured graph replays full batches without the Python that tracks the scale (:class:`GraphedStep`)."""
         nb = len(grad)
         params, buf = self.params, self.buf
         if not self.low:
@@ -143,13 +145,16 @@ class HeadsWorkspace:
             if self.fused:
                 sgd_update_(params, buf, product, self.params_mm, self.step_lr, self.wd, self.momentum, 1.0 / nb)
                 return
-            if nb != self._buf_rows:
-                buf.mul_(nb / self._buf_rows)
-                self._buf_rows = nb
-            torch.add(product, buf, alpha=self.momentum, out=buf)  # the bfloat16 product, added in float32
-            buf.addcmul_(params, self._wd_rows, value=float(nb))
-            params.addcmul_(buf, self._lr_rows, value=-1.0 / nb)
-            return
+            if self._buf_rows is None:
+                buf.mul_(self.momentum).add_(product, alpha=1.0 / nb)  # the bfloat16 product, added in float32
+            else:
+                if nb != self._buf_rows:
+                    buf.mul_(nb / self._buf_rows)
+                    self._buf_rows = nb
+                torch.add(product, buf, alpha=self.momentum, out=buf)
+                buf.addcmul_(params, self._wd_rows, value=float(nb))
+                params.addcmul_(buf, self._lr_rows, value=-1.0 / nb)
+                return
         buf.addcmul_(params, self._wd_rows)
         params.addcmul_(buf, self._lr_rows, value=-1.0)
 
