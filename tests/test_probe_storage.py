@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from cog_pl.probe import storage as storage_module
-from cog_pl.probe.storage import close_storage, filesystem_type, resolve_storage
+from cog_pl.probe.storage import close_storage, filesystem_type, opened, resolve_storage
 
 
 def _fill(storage, trials: int = 3) -> None:
@@ -71,7 +71,25 @@ def test_a_file_that_is_not_a_database_is_named(tmp_path):
 
 def test_journal_files_and_urls_are_taken_as_they_are(tmp_path):
     assert isinstance(resolve_storage(tmp_path / "study.log"), optuna.storages.JournalStorage)
-    assert resolve_storage("postgresql://host/db") == "postgresql://host/db"
+    url = f"sqlite:///{tmp_path / 'given.db'}"
+    storage = resolve_storage(url)  # one engine, which close_storage can close
+    assert isinstance(storage, optuna.storages.RDBStorage) and storage.url == url
+    assert _journal_mode(tmp_path / "given.db") == "delete"  # a URL is used as given: no write-ahead log
+    close_storage(storage)
+
+
+def test_a_storage_opened_for_a_block_is_closed_after_it_and_one_handed_in_is_not(tmp_path):
+    with opened(tmp_path / "made.db") as made:
+        _fill(made)
+        assert made.engine.pool.checkedin() >= 1
+    assert made.engine.pool.checkedin() == 0  # disposed: the file alone holds the study
+    assert not (tmp_path / "made.db-wal").exists()
+    handed = resolve_storage(tmp_path / "handed.db")
+    with opened(handed) as same:
+        assert same is handed
+        _fill(same)
+    assert handed.engine.pool.checkedin() >= 1  # its owner's to close
+    close_storage(handed)
 
 
 def _open_and_tell(path: str, start: float) -> None:

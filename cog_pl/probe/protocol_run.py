@@ -22,7 +22,7 @@ from torch import Tensor
 
 from cog_pl.features.store import check_pair
 from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_split, sub_seed, tuning_indices
-from cog_pl.probe.storage import close_storage, resolve_storage
+from cog_pl.probe.storage import opened
 from cog_pl.probe.study import open_study
 from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, train_probe
 from cog_pl.protocol import ProbeProtocol, as_record
@@ -138,7 +138,9 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
           model: str = "model",
           domain: str = "domain", protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
           device: str | torch.device = "cpu", name: str | None = None, flush_denormal: bool = True) -> dict[str, Any]:
-    """Tune, retrain and test one probe; returns its result row. Test data never enters tuning or sampling."""
+    """Tune, retrain and test one probe; returns its result row. Test data never enters tuning or sampling.
+
+    ``storage``: a path or URL (opened here and closed when tuning ends) or a storage object (left open)."""
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
     flushed = set_flush_denormal(flush_denormal)
     start = time.perf_counter()
@@ -146,14 +148,10 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     tuning = ProbeData(splits.train_x[train_idx], splits.train_y[train_idx], splits.train_x[val_idx],
                        splits.train_y[val_idx], splits.num_classes).to(device)
     name = name or study_name(model, domain, shots, seed, protocol, plan, device)
-    opened = resolve_storage(storage)
-    try:
-        study = open_study(opened, name, seed, plan.startup_trials)
+    with opened(storage) as study_storage:
+        study = open_study(study_storage, name, seed, plan.startup_trials)
         run_search(study, tuning, protocol, plan, seed)
         best = best_trial(study)
-    finally:
-        if opened is not storage:  # a storage object handed in stays open for its owner
-            close_storage(opened)
     del tuning
     tuned = time.perf_counter()
     final_idx = final_indices(splits.train_y, seed, shots)
@@ -196,26 +194,22 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     plan = plan or SearchPlan()
     splits = Splits.for_probes(root, device, protocol, plan)
     rows = []
-    opened = resolve_storage(storage)  # once for the grid: opening a study file costs some 30 ms
-    try:
+    with opened(storage) as grid_storage:  # once for the grid: opening a study database costs some 30 ms
         for n in shots:
             for seed in seeds:
                 if (model, domain, n, seed) in done:
                     log.info("skip %s %s shots=%s seed=%s: row exists", model, domain, n, seed)
                     continue
                 if restart_unfinished:
-                    _drop_study(opened, study_name(model, domain, n, seed, protocol, plan, device))
-                row = probe(splits, seed=seed, shots=n, storage=opened, model=model, domain=domain,
+                    _drop_study(grid_storage, study_name(model, domain, n, seed, protocol, plan, device))
+                row = probe(splits, seed=seed, shots=n, storage=grid_storage, model=model, domain=domain,
                             protocol=protocol, plan=plan, device=device)
                 append_row(results, row)
                 rows.append(row)
-    finally:
-        if opened is not storage:
-            close_storage(opened)
     return rows
 
 
-def _drop_study(storage: str | BaseStorage, name: str) -> None:
+def _drop_study(storage: BaseStorage, name: str) -> None:
     import optuna
 
     try:

@@ -124,14 +124,15 @@ def sqlite_storage(path: Path) -> RDBStorage:
     return storage
 
 
-def resolve_storage(storage: str | os.PathLike | BaseStorage) -> str | BaseStorage:
-    """A database URL as is; a journal file path (``*.log``, ``*.journal``, ``*.jsonl``) as a journal storage;
-    any other path as a SQLite file (:func:`sqlite_storage`)."""
+def resolve_storage(storage: str | os.PathLike | BaseStorage) -> BaseStorage:
+    """A storage object as is; a database URL as Optuna's database storage (one engine, so that its connections
+    can be closed: :func:`close_storage`); a journal file path (``*.log``, ``*.journal``, ``*.jsonl``) as a journal
+    storage; any other path as a SQLite file (:func:`sqlite_storage`)."""
     if isinstance(storage, BaseStorage):
         return storage
     text = str(storage)
     if "://" in text:
-        return text
+        return _create(text)
     path = Path(text).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix in JOURNAL_SUFFIXES:
@@ -139,7 +140,19 @@ def resolve_storage(storage: str | os.PathLike | BaseStorage) -> str | BaseStora
     return sqlite_storage(path)
 
 
-def close_storage(storage: str | BaseStorage) -> None:
+def close_storage(storage: BaseStorage) -> None:
     """Close a storage's database connections (a SQLite file in WAL mode then holds every commit itself)."""
     if isinstance(storage, RDBStorage):
         storage.engine.dispose()
+
+
+@contextlib.contextmanager
+def opened(storage: str | os.PathLike | BaseStorage):
+    """:func:`resolve_storage` for the duration of a block, closed afterwards unless it was handed in as a storage
+    object (which stays open for its owner)."""
+    resolved = resolve_storage(storage)
+    try:
+        yield resolved
+    finally:
+        if resolved is not storage:
+            close_storage(resolved)

@@ -55,8 +55,8 @@ class HeadsWorkspace:
         self._lr_rows, self._wd_rows = self.step_lr.view(-1, 1), self.wd.view(-1, 1)  # views: broadcast per row
         self.bad = torch.zeros(k, dtype=torch.bool, device=device)  # loss turned non-finite in this epoch
         self._views: dict = {}
-        # the batch size the CPU's eager bfloat16 update keeps buf scaled by (see update); None: unscaled
-        self._buf_rows = batch_size if device.type == "cpu" else None
+        # the batch size the CPU's eager bfloat16 update keeps buf scaled by (see update); None: buf unscaled
+        self._buf_rows = batch_size if device.type == "cpu" and self.low and not self.fused else None
         if not (self.fused_grad and self.low):  # float32 logits and gradient (the kernel reads and writes bfloat16)
             self.logits_buf = torch.empty(batch_size, outputs, dtype=torch.float32, device=device)
             # the CPU's softmax reads a row before it writes it, so it may overwrite the logits (a smaller working set
@@ -145,16 +145,15 @@ class HeadsWorkspace:
             if self.fused:
                 sgd_update_(params, buf, product, self.params_mm, self.step_lr, self.wd, self.momentum, 1.0 / nb)
                 return
-            if self._buf_rows is None:
-                buf.mul_(self.momentum).add_(product, alpha=1.0 / nb)  # the bfloat16 product, added in float32
-            else:
+            if self._buf_rows is not None:  # buf holds nb * momentum: the product as it comes
                 if nb != self._buf_rows:
                     buf.mul_(nb / self._buf_rows)
                     self._buf_rows = nb
-                torch.add(product, buf, alpha=self.momentum, out=buf)
+                torch.add(product, buf, alpha=self.momentum, out=buf)  # the bfloat16 product, added in float32
                 buf.addcmul_(params, self._wd_rows, value=float(nb))
                 params.addcmul_(buf, self._lr_rows, value=-1.0 / nb)
                 return
+            buf.mul_(self.momentum).add_(product, alpha=1.0 / nb)
         buf.addcmul_(params, self._wd_rows)
         params.addcmul_(buf, self._lr_rows, value=-1.0)
 
