@@ -78,6 +78,14 @@ def test_journal_files_and_urls_are_taken_as_they_are(tmp_path):
     close_storage(storage)
 
 
+def test_a_database_url_that_cannot_be_used_is_named_without_its_password(tmp_path):
+    with pytest.raises(ValueError, match=r"storage sqlite:///.*missing/x\.db: cannot open the study database"):
+        resolve_storage(f"sqlite:///{tmp_path / 'missing' / 'x.db'}")
+    with pytest.raises(ValueError, match=r"storage nosuchdb://me:\*\*\*@host/db: not a database URL") as caught:
+        resolve_storage("nosuchdb://me:secret@host/db")
+    assert "secret" not in str(caught.value)
+
+
 def test_a_storage_opened_for_a_block_is_closed_after_it_and_one_handed_in_is_not(tmp_path):
     with opened(tmp_path / "made.db") as made:
         _fill(made)

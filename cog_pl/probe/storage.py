@@ -124,6 +124,27 @@ def sqlite_storage(path: Path) -> RDBStorage:
     return storage
 
 
+def _database(url: str) -> RDBStorage:
+    """Optuna's storage for a database URL; a URL it cannot use is named (without its password) in a ValueError."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, OperationalError
+
+    try:
+        return _create(url)
+    except (ImportError, ArgumentError, OperationalError) as err:
+        try:
+            shown = make_url(url).render_as_string(hide_password=True)
+        except ArgumentError:
+            shown = url.split("://", 1)[0] + "://..."
+        if isinstance(err, OperationalError):
+            why = f"cannot open the study database ({err.orig})"
+        elif isinstance(err, ImportError):
+            why = f"the database driver for it is not installed ({err.__cause__ or err})"
+        else:
+            why = f"not a database URL SQLAlchemy can use ({err})"
+        raise ValueError(f"storage {shown}: {why}") from err
+
+
 def resolve_storage(storage: str | os.PathLike | BaseStorage) -> BaseStorage:
     """A storage object as is; a database URL as Optuna's database storage (one engine, so that its connections
     can be closed: :func:`close_storage`); a journal file path (``*.log``, ``*.journal``, ``*.jsonl``) as a journal
@@ -132,7 +153,7 @@ def resolve_storage(storage: str | os.PathLike | BaseStorage) -> BaseStorage:
         return storage
     text = str(storage)
     if "://" in text:
-        return _create(text)
+        return _database(text)
     path = Path(text).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix in JOURNAL_SUFFIXES:
