@@ -27,7 +27,7 @@ def _rows(dm, name):
     return dm._tensors[name][2]
 
 
-def test_tune_mode_cuts_val_first_and_never_opens_test(tmp_path):
+def test_tune_mode_cuts_val_first_and_never_reads_test_rows(tmp_path):
     root = _plain(tmp_path / "f")
     dm = FeatureDataModule(str(root), seed=22, stage_mode="tune", shots=4, device="cpu", batch_size=8)
     dm.setup("fit")
@@ -37,7 +37,7 @@ def test_tune_mode_cuts_val_first_and_never_opens_test(tmp_path):
     full = FeatureDataModule(str(root), seed=22, stage_mode="tune", device="cpu")
     full.setup()
     assert np.array_equal(full.val_idx, dm.val_idx) and set(dm.train_idx) <= set(full.train_idx)
-    assert "test" not in dm._stores
+    assert "test" not in dm._tensors and dm.test_idx is None  # the test store's header and labels checked, no row read
     with pytest.raises(RuntimeError, match="never reads the test set"):
         dm.test_dataloader()
     x, _ = next(iter(dm.train_dataloader()))

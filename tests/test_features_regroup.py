@@ -265,9 +265,10 @@ def test_a_concept_without_test_rows_is_named(tmp_path):
 
 def test_stores_of_another_model_are_refused(stores, tmp_path):
     root, everyone = stores
-    s = open_store(root / "m" / "cog_l2" / "train")
-    meta = {**s.meta, "weights_sha256": "ef" * 32}
-    write_store(root / "m" / "cog_l2" / "train", s.features, s.labels, s.index, meta, overwrite=True)
+    for split in ("train", "test"):  # a whole level of other weights (one split alone: refused as a pair)
+        s = open_store(root / "m" / "cog_l2" / split)
+        meta = {**s.meta, "weights_sha256": "ef" * 32}
+        write_store(root / "m" / "cog_l2" / split, s.features, s.labels, s.index, meta, overwrite=True)
     with pytest.raises(StoreError, match="weights_sha256=.*a variant regroups the features of one model"):
         regroup.regroup_variant(root, "m", level_file=write_level_file(tmp_path / "t.json", everyone))
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cog_pl.features.store import open_store
+from cog_pl.features.store import FeatureStore, open_store
 from cog_pl.probe.data import ProbeData, l2_normalize
 from cog_pl.probe.tuner import train_probe
 from cog_pl.protocol import ProbeProtocol
@@ -32,27 +32,40 @@ class NoiseRow:
     confidence: float
 
 
-def _load(path: Path) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, list[str]]:
-    store = open_store(path)
+def open_domains(features: str | Path, source: str, target: str) -> tuple[FeatureStore, FeatureStore]:
+    """``source``'s train store and ``target``'s test store under ``features``, refused unless they hold one model's
+    features (same width, and the same ``model`` where both record it)."""
+    root = Path(features)
+    src, tgt = open_store(root / source / "train"), open_store(root / target / "test")
+    if src.features.shape[1] != tgt.features.shape[1]:
+        raise ValueError(f"{source} has {src.features.shape[1]}-d features but {target} {tgt.features.shape[1]}-d: "
+                         "not the same model")
+    models = src.meta.get("model"), tgt.meta.get("model")
+    if None not in models and models[0] != models[1]:
+        raise ValueError(f"{src.path} holds features of {models[0]!r}, {tgt.path} of {models[1]!r}")
+    return src, tgt
+
+
+def _tensors(store: FeatureStore) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     x = l2_normalize(torch.from_numpy(np.asarray(store.features, dtype=np.float32)))
-    y = torch.from_numpy(np.asarray(store.labels, dtype=np.int64))
-    classes = list(store.meta.get("classes") or [str(c) for c in range(int(y.max()) + 1)])
-    return x, y, np.asarray(store.index), classes
+    y = torch.from_numpy(np.array(store.labels, dtype=np.int64))
+    classes = list(store.meta.get("classes") or [str(c) for c in range(store.num_classes)])
+    return x, y, classes
 
 
 def confident_predictions(features: str | Path, source: str, target: str, lr: float, wd: float,
                           threshold: float = 0.99, seed: int = 22, protocol: ProbeProtocol | None = None,
-                          image_key: Callable[[int], str] | None = None) -> list[NoiseRow]:
+                          image_key: Callable[[int], str] | None = None,
+                          stores: tuple[FeatureStore, FeatureStore] | None = None) -> list[NoiseRow]:
     """Images of ``target``'s test split that ``source``'s classifier assigns with probability >= ``threshold``.
 
-    ``features`` holds ``<domain>/train`` and ``<domain>/test`` stores of one model.
+    ``features`` holds ``<domain>/train`` and ``<domain>/test`` stores of one model; ``stores``: the two stores
+    already opened by :func:`open_domains`.
     """
     protocol = protocol or ProbeProtocol()
-    root = Path(features)
-    sx, sy, _, src_classes = _load(root / source / "train")
-    tx, ty, t_index, tgt_classes = _load(root / target / "test")
-    if sx.shape[1] != tx.shape[1]:
-        raise ValueError(f"{source} has {sx.shape[1]}-d features but {target} {tx.shape[1]}-d: not the same model")
+    src, tgt = stores or open_domains(features, source, target)
+    (sx, sy, src_classes), (tx, ty, tgt_classes) = _tensors(src), _tensors(tgt)
+    t_index = np.asarray(tgt.index)
     data = ProbeData(sx, sy, tx[:0], ty[:0], len(src_classes))  # the target's labels name other classes
     head = train_probe(data, [lr], [wd], protocol=protocol, seeds=[seed], perm_seed=seed)
     with torch.inference_mode():

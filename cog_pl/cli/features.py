@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from cog_pl.levels.variants import VARIANT_MEASURES
+from cog_pl.levels.measures import list_measures
 from cog_pl.protocol import DOMAINS
 from cog_pl.wordnet.similarity import LCS_RULES
 
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     exp.add_argument("out", type=Path, help="X_Y.pth file, or (for a root) the folder receiving features_*/X_Y.pth")
     exp.set_defaults(func=_export)
     info = fsub.add_parser("info", help="print a store's meta and shape")
-    info.add_argument("store", type=Path)
+    info.add_argument("store", type=Path, help="a split directory, or a root with train/ and test/ (checked as a pair)")
     info.set_defaults(func=_info)
     reg = fsub.add_parser("regroup", help="stores of a level variant, regrouped from the level stores (no extraction)",
                           description="A level variant re-ranks the same concepts by another similarity, so a model's "
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     reg.add_argument("--features-root", type=Path, required=True, help="the folder holding <model>/cog_l1 .. cog_l5")
     reg.add_argument("--model", required=True, help="the model folder under --features-root")
     src = reg.add_mutually_exclusive_group(required=True)
-    src.add_argument("--measure", choices=VARIANT_MEASURES, help="re-rank the stores' concepts by this similarity")
+    src.add_argument("--measure", choices=list_measures(), help="re-rank the stores' concepts by this similarity")
     src.add_argument("--levels", type=Path,
                      help="a level file (e.g. `cog-pl levels build --measure wup --concepts official --out F`)")
     reg.add_argument("--name", help="variant name in the domains cog_l<i>@<name> (default: the measure)")
@@ -73,25 +73,33 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from cog_pl.features.convert import export_pth
+    from cog_pl.features.convert import export_pair, export_pth
+    from cog_pl.features.pair import SPLITS
 
-    if (args.store / "train").is_dir():
-        pairs = [(args.store / s, args.out / f"features_{s}" / "X_Y.pth") for s in ("train", "test")]
+    if (args.store / "train").is_dir():  # a root: the pair, checked together
+        for split, written in zip(SPLITS, export_pair(args.store, args.out)):
+            print(f"{args.store / split} -> {written}")
     else:
-        pairs = [(args.store, args.out)]
-    for store, out in pairs:
-        export_pth(store, out)
-        print(f"{store} -> {out}")
+        print(f"{args.store} -> {export_pth(args.store, args.out)}")
     return 0
 
 
 def _info(args: argparse.Namespace) -> int:
-    from cog_pl.features.store import open_store
+    from cog_pl.features.pair import SPLITS, open_pair
+    from cog_pl.features.store import FeatureStore, open_store
 
-    s = open_store(args.store)
-    meta = {k: v for k, v in s.meta.items() if k != "classes"}
-    print(json.dumps({"path": str(s.path), "rows": len(s), "dim": int(s.features.shape[1]),
-                      "dtype": str(s.features.dtype), **meta}, indent=1))
+    def described(s: FeatureStore) -> dict:
+        meta = {k: v for k, v in s.meta.items() if k != "classes"}
+        return {"path": str(s.path), "rows": len(s), "dim": int(s.features.shape[1]), "dtype": str(s.features.dtype),
+                **meta}
+
+    if (args.store / "train").is_dir():  # a root: the pair, checked together
+        pair = open_pair(args.store)
+        info = {"path": str(pair.root), "model": pair.model, "domain": pair.domain, "num_classes": pair.num_classes,
+                "dim": pair.dim, **{split: described(pair[split]) for split in SPLITS}}
+    else:
+        info = described(open_store(args.store))
+    print(json.dumps(info, indent=1))
     return 0
 
 

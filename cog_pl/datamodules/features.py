@@ -4,9 +4,13 @@ Features are L2-normalised once, held as one float16 tensor in host or GPU memor
 gather ``x[idx]`` (cast to float32) and ``y[idx]``: no per-sample dataset calls, no collation. Batches are tuples
 ``(features [B, D] float32, labels [B] int64)``.
 
-Modes (PROTOCOL.md): ``stage_mode="tune"``: train = the 80 % left by :func:`~cog_pl.data.sampling.val_split` (or
-an N-shot sample of it), val = the 20 %; the test store is never opened for rows. ``"final"``: train = the full
-train store (or a fresh N-shot sample), test = the test store.
+Modes (docs/protocol.md): ``stage_mode="tune"``: train = the 80 % left by :func:`~cog_pl.data.sampling.val_split` (or
+an N-shot sample of it), val = the 20 %; no test row is read (the test store's header and labels are checked with
+the train store's, :func:`~cog_pl.features.pair.open_pair`). ``"final"``: train = the full train store (or a fresh
+N-shot sample), test = the test store.
+
+``device="auto"`` holds the features on the Trainer's device when they fit there (:func:`cog_pl.device.fits`,
+counting every tensor placed: features, labels and row indices), else in host memory.
 
 Under DDP every rank holds the data and takes its own shard: training batches come from one permutation shared by
 all ranks (seeded by ``seed`` and the epoch), padded by wrapping like ``DistributedSampler``; evaluation batches
@@ -26,7 +30,9 @@ import numpy as np
 import torch
 
 from cog_pl.data.sampling import final_indices, tuning_indices
-from cog_pl.features.store import FeatureStore, check_pair, open_store
+from cog_pl.device import fits, resolve_device
+from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.features.store import FeatureStore
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -100,62 +106,57 @@ class FeatureDataModule(L.LightningDataModule):
         self.root, self.seed, self.shots, self.stage_mode = Path(features), seed, shots, stage_mode
         self.batch_size, self.device_request, self.normalize = batch_size, device, normalize
         self.val_fraction = ProbeProtocol().val_fraction if val_fraction is None else val_fraction
-        self.expect = {k: v for k, v in (expect or {}).items() if k != "split"}
-        self._stores: dict[str, FeatureStore] = {}
+        self.expect = expect
+        self._pair: StorePair | None = None
         self.train_idx = self.val_idx = self.test_idx = None  # rows of the train / test stores in use
         self._tensors: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
+    @property
+    def pair(self) -> StorePair:
+        """The train and test stores, opened and checked together once (:func:`~cog_pl.features.pair.open_pair`)."""
+        if self._pair is None:
+            self._pair = open_pair(self.root, self.expect)
+        return self._pair
+
     def store(self, split: str) -> FeatureStore:
-        if split not in self._stores:
-            s = open_store(self.root / split, {**self.expect, "split": split} if self.expect else None)
-            if split == "test" and "train" in self._stores:
-                _check_pair(self._stores["train"], s)
-            self._stores[split] = s
-        return self._stores[split]
+        return self.pair[split]
 
     @property
     def num_classes(self) -> int:
-        meta = self.store("train").meta
-        if "classes" in meta:
-            return len(meta["classes"])
-        return max(int(self.store(s).labels.max()) + 1 for s in ("train", "test"))
+        return self.pair.num_classes
 
     @property
     def feature_dim(self) -> int:
-        return int(self.store("train").features.shape[1])
+        return self.pair.dim
 
-    def _device(self) -> torch.device:
+    def _device(self, needed: int) -> torch.device:
+        """Where the ``needed`` bytes of tensors go: the requested device, or for ``"auto"`` the Trainer's (the
+        current CUDA device without one) when they fit there, else the host."""
         if self.device_request != "auto":
-            return torch.device(self.device_request)
+            return resolve_device(self.device_request)
         trainer = self.trainer
-        dev = trainer.strategy.root_device if trainer is not None else (
-            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
-        if dev.type == "cuda":
-            need = sum(2 * len(rows) * self.feature_dim for _, _, rows in self._tensors.values())
-            free, _ = torch.cuda.mem_get_info(dev)
-            if need > 0.5 * free:
-                log.info("features (%.1f GB) stay in host memory: %.1f GB free on %s", need / 1e9, free / 1e9, dev)
-                return torch.device("cpu")
-        return dev
+        dev = trainer.strategy.root_device if trainer is not None else resolve_device("auto")
+        if fits(needed, dev, what=f"the features of {self.root}"):
+            return dev
+        log.info("features stay in host memory")
+        return torch.device("cpu")
 
     def setup(self, stage: str | None = None) -> None:
         if self._tensors:
             return
-        train = self.store("train")
+        train, test = self.pair.train, self.pair.test
         labels = np.asarray(train.labels)
         if self.stage_mode == "tune":
             self.train_idx, self.val_idx = tuning_indices(labels, self.val_fraction, self.seed, self.shots)
             splits = {"train": self.train_idx, "val": self.val_idx}
         else:
             self.train_idx = final_indices(labels, self.seed, self.shots)
-            test = self.store("test")
-            _check_pair(train, test)
             self.test_idx = np.arange(len(test), dtype=np.int64)
             splits = {"train": self.train_idx}
         needed = np.unique(np.concatenate(list(splits.values())))
         pools = {"train": (train, needed)}
         if self.stage_mode == "final":
-            pools["test"] = (self.store("test"), self.test_idx)
+            pools["test"] = (test, self.test_idx)
             splits["test"] = self.test_idx
         loaded = {}
         for name, (store, rows) in pools.items():
@@ -166,7 +167,8 @@ class FeatureDataModule(L.LightningDataModule):
         for name, idx in splits.items():
             x, y, rows = loaded["test" if name == "test" else "train"]
             self._tensors[name] = (x, y, torch.from_numpy(np.searchsorted(rows, idx)))
-        dev = self._device()
+        placed = {id(t): t for x, y, local in self._tensors.values() for t in (x, y, local)}  # shared ones once
+        dev = self._device(sum(t.numel() * t.element_size() for t in placed.values()))
         moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         for name, (x, y, local) in self._tensors.items():
             if id(x) not in moved:
@@ -195,7 +197,3 @@ class FeatureDataModule(L.LightningDataModule):
             raise RuntimeError("stage_mode='tune' never reads the test set; use stage_mode='final' to test")
         return self._loader("test", False)
 
-
-def _check_pair(train: FeatureStore, test: FeatureStore) -> None:
-    metas = [{} if store.plain else store.meta for store in (train, test)]  # a plain store's meta is made up
-    check_pair(*metas, train.features.shape[1], test.features.shape[1], f"{train.path.parent}")

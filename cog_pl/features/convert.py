@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from cog_pl import resources
-from cog_pl.features.store import StoreError, make_meta, open_store, write_store
+from cog_pl.features.pair import SPLITS, open_pair
+from cog_pl.features.store import FeatureStore, StoreError, make_meta, open_store, write_store
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 
 
@@ -60,9 +61,10 @@ def import_pth(pth: str | os.PathLike, out: str | os.PathLike, model: str, domai
     return write_store(out, x, y, None, meta, overwrite=overwrite)
 
 
-def export_pth(store: str | os.PathLike, out: str | os.PathLike) -> Path:
-    """Write a store's rows as the released code's ``X_Y.pth`` (float32 X, int64 Y)."""
-    s = open_store(store)
+def export_pth(store: str | os.PathLike | FeatureStore, out: str | os.PathLike) -> Path:
+    """Write a store's rows (a split folder, or an opened store) as the released code's ``X_Y.pth`` (float32 X,
+    int64 Y)."""
+    s = store if isinstance(store, FeatureStore) else open_store(store)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -70,3 +72,10 @@ def export_pth(store: str | os.PathLike, out: str | os.PathLike) -> Path:
                 "Y": torch.from_numpy(np.array(s.labels, dtype=np.int64))}, tmp)
     os.replace(tmp, out)
     return out
+
+
+def export_pair(root: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
+    """Write the train and test stores of ``root`` (checked together, :func:`~cog_pl.features.pair.open_pair`) as
+    the released code's ``<out>/features_{train,test}/X_Y.pth``."""
+    pair = open_pair(root)
+    return [export_pth(pair[split], Path(out) / f"features_{split}" / "X_Y.pth") for split in SPLITS]

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from cog_pl.features.pair import open_pair
 from cog_pl.features.store import (
     Chunk,
     FeatureStore,
@@ -94,7 +95,9 @@ def open_sources(model_root: str | os.PathLike) -> Sources:
                 raise StoreError(f"{path}: no complete feature store; level variants regroup the train and test "
                                  f"stores of {', '.join(SOURCE_DOMAINS)} (extract them first: `cog-pl run` or "
                                  f"`cog-pl extract`)")
-            stores[domain, split] = open_store(path)
+        pair = open_pair(model_root / domain)  # the train and test stores agree, class lists included
+        for split in SPLITS:
+            stores[domain, split] = pair[split]
     first = stores[SOURCE_DOMAINS[0], "train"]
     for store in stores.values():
         for key in _SAME_MODEL:
@@ -103,12 +106,7 @@ def open_sources(model_root: str | os.PathLike) -> Sources:
                                  f"{first.meta.get(key)!r}; a variant regroups the features of one model")
     level_of: dict[str, str] = {}
     for domain in SOURCE_DOMAINS:
-        train, test = stores[domain, "train"].meta["classes"], stores[domain, "test"].meta["classes"]
-        if train != test:
-            odd = sorted(set(train) ^ set(test)) or ["(same concepts, other label order)"]
-            raise StoreError(f"{model_root / domain}: the train and test stores differ in their classes, e.g. "
-                             f"{odd[0]}")
-        for w in train:
+        for w in stores[domain, "train"].meta["classes"]:
             if w in level_of:
                 raise StoreError(f"concept {w} is in the stores of both {level_of[w]} and {LEVEL_OF_DOMAIN[domain]}")
             level_of[w] = LEVEL_OF_DOMAIN[domain]

@@ -11,14 +11,13 @@ One directory per (model, domain, split), e.g. ``<root>/<model>/<domain>/<split>
 
 A store is complete if and only if ``meta.json`` exists: it is written last, inside a temporary sibling directory
 that is renamed into place, so an unfinished store never looks finished. A directory holding only
-``features.npy`` and ``labels.npy`` (``shared/bench/make_features.py``) is accepted as a *plain* store, with a
-synthesised meta.
+``features.npy`` and ``labels.npy`` (as synthetic feature generators write) is accepted as a *plain* store, with a
+synthesised meta. A train/test pair of stores is opened with :func:`cog_pl.features.pair.open_pair`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from cog_pl.io import write_json
+from cog_pl.provenance import provenance
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,12 @@ class FeatureStore:
     def plain(self) -> bool:
         return self.meta.get("format") != STORE_FORMAT
 
+    @property
+    def num_classes(self) -> int:
+        """The classes of meta.json (``num_classes``, checked against the ``classes`` list); for a plain store, its
+        largest label + 1."""
+        return int(self.meta["num_classes"])
+
     def __len__(self) -> int:
         return len(self.labels)
 
@@ -71,18 +77,14 @@ def is_complete(path: str | os.PathLike) -> bool:
     return (Path(path) / "meta.json").is_file()
 
 
-def is_plain(path: str | os.PathLike) -> bool:
-    """True for a plain store: ``features.npy`` and ``labels.npy`` and neither ``meta.json`` nor ``index.npy``."""
-    p = Path(path)
-    return ((p / "features.npy").is_file() and (p / "labels.npy").is_file()
-            and not (p / "meta.json").exists() and not (p / "index.npy").exists())
-
-
 def _load(path: Path, name: str) -> np.ndarray:
+    if not (path / name).is_file():
+        raise StoreError(f"{path / name}: no such file (a store holds features.npy and labels.npy, a v1 store also "
+                         "index.npy and meta.json)")
     try:
         return np.load(path / name, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise StoreError(f"{path / name}: unreadable ({err})") from err
+    except (OSError, ValueError, EOFError) as err:
+        raise StoreError(f"{path / name}: not a readable .npy file, truncated or corrupt ({err})") from err
 
 
 def open_store(path: str | os.PathLike, expect: dict[str, Any] | None = None) -> FeatureStore:
@@ -102,23 +104,25 @@ def open_store(path: str | os.PathLike, expect: dict[str, Any] | None = None) ->
             raise StoreError(f"{path}: store version {meta.get('version')}, this cog_pl reads version "
                              f"{STORE_VERSION}")
         features, labels, index = (_load(path, f"{n}.npy") for n in ("features", "labels", "index"))
-    elif is_plain(path):
+    elif (path / "index.npy").exists():
+        raise StoreError(f"{path}: incomplete feature store (no meta.json: unfinished or interrupted write)")
+    elif (path / "features.npy").exists() or (path / "labels.npy").exists():
         features, labels = _load(path, "features.npy"), _load(path, "labels.npy")
         index = np.arange(len(labels), dtype=np.int64)
         meta = {"format": "plain", "split": path.name, "num_rows": len(labels),
-                "dim": int(features.shape[1]) if features.ndim == 2 else None,
-                "num_classes": int(labels.max()) + 1 if len(labels) else 0}
+                "dim": int(features.shape[1]) if features.ndim == 2 else None}
     else:
-        raise StoreError(f"{path}: incomplete feature store (no meta.json: unfinished or interrupted write)"
-                         if (path / "features.npy").exists() else
-                         f"{path}: not a feature store (no features.npy, labels.npy, meta.json)")
-    _validate(path, features, labels, index, meta)
+        raise StoreError(f"{path}: not a feature store (no features.npy, labels.npy, meta.json)")
+    high = _validate(path, features, labels, index, meta)
+    if meta["format"] != STORE_FORMAT:
+        meta["num_classes"] = high + 1  # a plain store records no classes: its largest label + 1
     if expect:
         _compare(path, meta, expect)
     return FeatureStore(path, features, labels, index, meta)
 
 
-def _validate(path: Path, features: np.ndarray, labels: np.ndarray, index: np.ndarray, meta: dict) -> None:
+def _validate(path: Path, features: np.ndarray, labels: np.ndarray, index: np.ndarray, meta: dict) -> int:
+    """Refuse a store whose arrays or meta are inconsistent; returns its largest label (-1 when it has none)."""
     if features.ndim != 2 or not np.issubdtype(features.dtype, np.floating):
         raise StoreError(f"{path}: features.npy is {features.dtype} {features.shape}, expected a float N x D array")
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
@@ -126,14 +130,22 @@ def _validate(path: Path, features: np.ndarray, labels: np.ndarray, index: np.nd
     if not len(features) == len(labels) == len(index):
         raise StoreError(f"{path}: row counts differ: features {len(features)}, labels {len(labels)}, "
                          f"index {len(index)}")
-    if meta.get("format") == STORE_FORMAT and (meta["num_rows"], meta["dim"]) != features.shape:
+    low, high = (int(labels.min()), int(labels.max())) if len(labels) else (0, -1)
+    if meta.get("format") != STORE_FORMAT:
+        if low < 0:
+            raise StoreError(f"{path / 'labels.npy'}: negative labels (classes are numbered from 0)")
+        return high
+    if (meta["num_rows"], meta["dim"]) != features.shape:
         raise StoreError(f"{path}: meta.json says {meta['num_rows']} x {meta['dim']}, features.npy is "
                          f"{features.shape[0]} x {features.shape[1]}")
-    if meta.get("format") == STORE_FORMAT and len(labels):
-        low, high = int(labels.min()), int(labels.max())
-        if low < 0 or high >= meta["num_classes"]:
-            raise StoreError(f"{path}: labels.npy holds labels {low}..{high}, outside 0..{meta['num_classes'] - 1} "
-                             "(the classes of meta.json)")
+    classes = meta.get("classes")
+    if classes is not None and len(classes) != meta["num_classes"]:
+        raise StoreError(f"{path / 'meta.json'}: num_classes is {meta['num_classes']} but classes lists "
+                         f"{len(classes)}")
+    if low < 0 or high >= meta["num_classes"]:
+        raise StoreError(f"{path}: labels.npy holds labels {low}..{high}, outside 0..{meta['num_classes'] - 1} "
+                         "(the classes of meta.json)")
+    return high
 
 
 def _compare(path: Path, meta: dict, expect: dict) -> None:
@@ -150,37 +162,10 @@ def _compare(path: Path, meta: dict, expect: dict) -> None:
             raise StoreError(f"{path}: store was made with {key}={meta[key]!r}, but {want!r} was requested")
 
 
-PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "transform", "num_classes", "classes")
-
-
-def check_pair(train: dict[str, Any], test: dict[str, Any], train_dim: int, test_dim: int, where: str) -> None:
-    """Refuse a train and a test store that cannot be probed together: other feature widths, or metadata of another
-    model, weights, domain, level file, transform or class list (keys either store lacks are not compared)."""
-    if train_dim != test_dim:
-        raise StoreError(f"{where}: train features have {train_dim} dimensions, test features {test_dim}")
-    for key in PAIRED_KEYS:
-        a, b = train.get(key), test.get(key)
-        if a is None or b is None or a == b:
-            continue
-        if key == "classes":
-            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            raise StoreError(f"{where}: the train and test stores have different class lists ({len(a)} and "
-                             f"{len(b)} classes, first difference at position {first})")
-        raise StoreError(f"{where}: the train and test stores differ in {key}: {a!r} and {b!r}")
-
-
 def make_meta(**fields: Any) -> dict[str, Any]:
-    """A v1 meta dict: format, version, software versions and creation time filled in; ``fields`` win."""
-    meta = {"format": STORE_FORMAT, "version": STORE_VERSION,
-            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
-    if "versions" not in fields:  # (torch only imported when the versions are not given)
-        import torch
-
-        from cog_pl import __version__
-
-        meta["versions"] = {"cog_pl": __version__, "torch": torch.__version__, "numpy": np.__version__}
-    meta.update(fields)
-    return meta
+    """A v1 meta dict: format, version, software versions and creation time (:func:`cog_pl.provenance.provenance`,
+    no library imported) filled in; ``fields`` win."""
+    return {"format": STORE_FORMAT, "version": STORE_VERSION, **provenance(), **fields}
 
 
 class StoreWriter:

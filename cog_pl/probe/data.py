@@ -1,15 +1,13 @@
 """Features for probing: loading, L2 normalisation, the per-class validation split and N-shot samples.
 
-A split directory holds ``features.npy`` (float16 or float32, ``N x D``) and ``labels.npy`` (int64, ``N``); a plain
-root holds ``train/`` and ``test/`` split directories. The validation split and N-shot samples are the shared
-ones of :mod:`cog_pl.data.sampling` (pure functions of the labels and a seed).
+Stores are opened and checked by :func:`cog_pl.features.pair.open_pair`; :func:`load_store` reads an opened one
+into tensors. The validation split and N-shot samples are the shared ones of :mod:`cog_pl.data.sampling` (pure
+functions of the labels and a seed).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from cog_pl.data.sampling import final_indices, tuning_indices  # noqa: F401 - the probe's sampling rule
+from cog_pl.features.store import FeatureStore
 
 
 def sub_seed(seed: int, *keys: int) -> int:
@@ -24,37 +23,22 @@ def sub_seed(seed: int, *keys: int) -> int:
     return int(np.random.SeedSequence([seed, *keys]).generate_state(1, dtype=np.uint32)[0])
 
 
-def load_split(directory: str | os.PathLike, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
-    """Features (float32, on ``device``) and labels (int64, on the CPU) of one split directory.
+def load_store(store: FeatureStore, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """Features (float32, on ``device``) and labels (int64, on the CPU) of an opened store (its checks done by
+    :func:`~cog_pl.features.store.open_store`); refuses rows holding NaN or infinite values.
 
     The features travel to ``device`` in the dtype they are stored in (half the bytes for float16 stores) and are
     converted and checked there."""
-    directory = Path(directory)
-    arrays = []
-    for name in ("features.npy", "labels.npy"):
-        path = directory / name
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file (a split directory holds features.npy and labels.npy)")
-        try:
-            arrays.append(np.load(path, mmap_mode="r"))
-        except (ValueError, OSError, EOFError) as err:
-            raise ValueError(f"{path}: not a readable .npy file, truncated or corrupt ({err})") from err
-    x, y = arrays
-    if x.ndim != 2 or y.ndim != 1:
-        raise ValueError(f"{directory}: features must be N x D and labels N, got {x.shape} and {y.shape}")
-    if len(x) != len(y):
-        raise ValueError(f"{directory}: {len(x)} features but {len(y)} labels")
+    x = store.features
     if x.dtype == np.dtype(np.float16):  # read as stored; torch converts several times faster than numpy
         features = torch.from_numpy(np.array(x)).to(device).float()
-    else:  # float32 as mapped (no second copy on the CPU); float64, big-endian, integers converted
+    else:  # float32 as mapped (no second copy on the CPU); float64, big-endian converted
         features = torch.from_numpy(np.asarray(x, dtype=np.float32)).to(device)
-    labels = torch.from_numpy(y.astype(np.int64))
-    if len(labels) and int(labels.min()) < 0:
-        raise ValueError(f"{directory / 'labels.npy'}: negative labels (classes are numbered from 0)")
+    labels = torch.from_numpy(np.array(store.labels, dtype=np.int64))
     if not bool(torch.isfinite(features.sum())):  # one reduction; rows counted only when it is not finite
         bad = int((~torch.isfinite(features)).any(dim=1).sum())
         if bad:
-            raise ValueError(f"{directory / 'features.npy'}: {bad} rows hold NaN or infinite values")
+            raise ValueError(f"{store.path / 'features.npy'}: {bad} rows hold NaN or infinite values")
     return features, labels
 
 

@@ -1,0 +1,90 @@
+"""A train/test pair of feature stores, opened and checked once: what every reader of a store root starts from.
+
+:func:`open_pair` opens ``<root>/train`` and ``<root>/test`` with :func:`~cog_pl.features.store.open_store` (each
+store's own checks: headers, shapes, dtypes, labels within the classes, ``classes`` consistent with
+``num_classes``, ``expect``), then checks that the two belong together: the same feature width and, where both
+stores record them, the same model, weights, domain, level file, transform and classes. The returned
+:class:`StorePair` holds both memory-mapped stores and what readers need (class count, width, model, domain), so the
+probe, ``FeatureDataModule`` and ``cog-pl features`` never reopen a split folder or decide these again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cog_pl.features.store import FeatureStore, StoreError, open_store
+
+SPLITS = ("train", "test")
+#: Meta keys the two stores of a pair must agree on (compared where both record them).
+PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "transform", "num_classes", "classes")
+
+
+@dataclass(frozen=True)
+class StorePair:
+    """The train and test stores of one (model, domain), checked together.
+
+    ``num_classes``: the stores' class count (``len(classes)`` of meta.json, which must equal its ``num_classes``);
+    for two plain stores, the largest label of both + 1. ``model`` and ``domain`` come from the stores' metadata; plain
+    stores record neither, and the folder names (``<model>/<domain>/``) stand in."""
+
+    root: Path
+    train: FeatureStore
+    test: FeatureStore
+    num_classes: int
+    dim: int
+    model: str
+    domain: str
+
+    @property
+    def plain(self) -> bool:
+        """True when neither store has a meta.json (nothing about their origin can be verified)."""
+        return self.train.plain and self.test.plain
+
+    def __getitem__(self, split: str) -> FeatureStore:
+        if split not in SPLITS:
+            raise KeyError(f"split {split!r}; a store pair holds {' and '.join(SPLITS)}")
+        return self.train if split == "train" else self.test
+
+
+def open_pair(root: str | os.PathLike, expect: dict[str, Any] | None = None) -> StorePair:
+    """Open and check ``root/train`` and ``root/test`` (v1 or plain stores) once; ``expect``: meta values each store
+    must hold (keys of :data:`~cog_pl.features.store.CHECKED_KEYS`; ``split`` is set per store)."""
+    root = Path(root)
+    given = {k: v for k, v in (expect or {}).items() if k != "split"}
+    train, test = (open_store(root / s, {**given, "split": s} if given else None) for s in SPLITS)
+    dim = _check_together(train, test, root)
+    recorded = [s.meta for s in (train, test) if not s.plain]  # a plain store's meta is made up
+    if recorded:
+        num_classes = recorded[0]["num_classes"]
+        for store in (train, test):  # a plain half of a mixed pair: its labels must be the other's classes
+            if store.num_classes > num_classes:
+                raise StoreError(f"{store.path / 'labels.npy'}: labels up to {store.num_classes - 1}, but "
+                                 f"{root} has {num_classes} classes")
+    else:
+        num_classes = max(train.num_classes, test.num_classes)
+    model = next((m["model"] for m in recorded if m.get("model")), root.resolve().parent.name)
+    domain = next((m["domain"] for m in recorded if m.get("domain")), root.resolve().name)
+    return StorePair(root, train, test, int(num_classes), dim, model, domain)
+
+
+def _check_together(train: FeatureStore, test: FeatureStore, root: Path) -> int:
+    """Refuse a train and a test store that cannot be probed together: other feature widths, or metadata of another
+    model, weights, domain, level file, transform or class list; returns the width."""
+    train_dim, test_dim = train.features.shape[1], test.features.shape[1]
+    if train_dim != test_dim:
+        raise StoreError(f"{root}: train features have {train_dim} dimensions, test features {test_dim}")
+    if train.plain or test.plain:
+        return int(train_dim)
+    for key in PAIRED_KEYS:
+        a, b = train.meta.get(key), test.meta.get(key)
+        if a is None or b is None or a == b:
+            continue
+        if key == "classes":
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            raise StoreError(f"{root}: the train and test stores have different class lists ({len(a)} and "
+                             f"{len(b)} classes, first difference at position {first})")
+        raise StoreError(f"{root}: the train and test stores differ in {key}: {a!r} and {b!r}")
+    return int(train_dim)
