@@ -1,53 +1,112 @@
-"""The results store: one row per (model, domain, shots, seed) in one SQLite file.
+"""The results store: one row per (model, method, domain, shots, seed) in one SQLite file.
 
-Format version 1: table ``rows(model, domain, shots, seed, row, updated)`` with the key as primary key (``shots`` 0
-stands for all data) and ``row`` the whole result as JSON (protocol values, mode, hyper-parameters, top-1/top-5,
-timings, versions). Each append is one transaction, so many processes (DDP ranks, cluster jobs) can write the same
-file and a reader never sees half a row; resuming means skipping keys that exist. Tables and plots are computed from
-these rows only (:mod:`cog_pl.report`).
+Format version 2: table ``rows(model, method, domain, shots, seed, row, updated)`` with the key as primary key
+(``shots`` 0 stands for all data) and ``row`` the whole result as JSON (protocol values, mode, hyper-parameters,
+top-1/top-5, timings, versions). ``method`` is how the backbone was evaluated (:data:`METHODS`); a level variant stays
+a domain of its own (``cog_l3@wup``, :func:`cog_pl.protocol.variant_domain`). Each append is one transaction, so many
+processes (DDP ranks, cluster jobs) can write the same file and a reader never sees half a row; resuming means skipping
+keys that exist. Tables and plots are computed from these rows only (:mod:`cog_pl.report`).
+
+A version-1 file (key ``(model, domain, shots, seed)``, fine-tuned rows as model ``<name>@finetune``) is migrated in
+place, in one transaction, the first time this code opens it: ``<name>@finetune`` becomes model ``<name>``, method
+``finetune``; every other row is a ``linear`` probe's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import os
-import platform
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
-KEY_FIELDS = ("model", "domain", "shots", "seed")
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS rows (
-    model TEXT NOT NULL, domain TEXT NOT NULL, shots INTEGER NOT NULL, seed INTEGER NOT NULL,
-    row TEXT NOT NULL, updated TEXT NOT NULL, PRIMARY KEY (model, domain, shots, seed));
-CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
+from cog_pl.provenance import created
+
+FORMAT_VERSION = 2
+#: Evaluation methods, in report order, and their labels in the report's tables.
+METHODS = {"linear": "linear probe", "finetune": "fine-tuned", "knn": "k-NN"}
+#: The method of a row that names none (rows written by hand or before format 2).
+DEFAULT_METHOD = "linear"
+KEY_FIELDS = ("model", "method", "domain", "shots", "seed")
+_ROWS = """(
+    model TEXT NOT NULL, method TEXT NOT NULL, domain TEXT NOT NULL, shots INTEGER NOT NULL, seed INTEGER NOT NULL,
+    row TEXT NOT NULL, updated TEXT NOT NULL, PRIMARY KEY (model, method, domain, shots, seed))"""
+_SCHEMA = (f"CREATE TABLE IF NOT EXISTS rows {_ROWS}; "
+           "CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);")
+FORMAT = f"cog-pl-results v{FORMAT_VERSION}"
+_V1 = "cog-pl-results v1"
+_V1_FINETUNE_SUFFIX = "@finetune"
+
+
+def method_of(row: dict[str, Any]) -> str:
+    """The row's method (:data:`DEFAULT_METHOD` where it names none); an unknown one is refused by name."""
+    method = row.get("method") or DEFAULT_METHOD
+    if method not in METHODS:
+        raise ValueError(f"result row of {row.get('model')!r} on {row.get('domain')!r} has method {method!r}; "
+                         f"known methods: {', '.join(METHODS)}")
+    return method
 
 
 def row_key(row: dict[str, Any]) -> tuple:
-    """The identity of a row: (model, domain, shots or None for all data, seed)."""
-    return tuple(row[f] for f in KEY_FIELDS)
+    """The identity of a row: (model, method, domain, shots or None for all data, seed)."""
+    return row["model"], method_of(row), row["domain"], row["shots"], row["seed"]
 
 
-FORMAT = f"cog-pl-results v{FORMAT_VERSION}"
+def _migrate_v1(path: Path) -> None:
+    """Rewrite a version-1 file as version 2 in one transaction (a process that migrated it first wins); on any
+    error the file is left as it was."""
+    con = sqlite3.connect(path, timeout=120, isolation_level=None)  # the migration's own BEGIN/COMMIT
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            if con.execute("SELECT value FROM info WHERE key='format'").fetchone()[0] == _V1:
+                con.execute(f"CREATE TABLE rows_v2 {_ROWS}")
+                for model, row, updated in con.execute("SELECT model, row, updated FROM rows").fetchall():
+                    values = (*_v2_key_and_row(model, row), updated)
+                    con.execute("INSERT INTO rows_v2 VALUES (?, ?, ?, ?, ?, ?, ?)", values)
+                con.execute("DROP TABLE rows")
+                con.execute("ALTER TABLE rows_v2 RENAME TO rows")
+                con.execute("UPDATE info SET value=? WHERE key='format'", (FORMAT,))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    except (sqlite3.Error, KeyError, ValueError) as err:
+        raise ValueError(f"results file {path} is in format {_V1!r} and could not be migrated to {FORMAT!r} "
+                         f"(left unchanged): {err}") from err
+    finally:
+        con.close()
+
+
+def _v2_key_and_row(model: str, row: str) -> tuple:
+    """A version-1 row as version 2: model ``<name>@finetune`` is model ``<name>``, method ``finetune``."""
+    data = json.loads(row)
+    if model.endswith(_V1_FINETUNE_SUFFIX):
+        data["model"], data["method"] = model[: -len(_V1_FINETUNE_SUFFIX)], "finetune"
+    data["method"] = method_of(data)
+    if "format_version" in data:
+        data["format_version"] = FORMAT_VERSION
+    key = row_key(data)
+    return (*key[:3], key[3] or 0, key[4], json.dumps(data, sort_keys=True))
+
+
+def _open(path: Path, write: bool) -> sqlite3.Connection:
+    if write:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return sqlite3.connect(path, timeout=120)
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=120)
 
 
 @contextlib.contextmanager
 def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.Connection | None]:
     """A connection to a results file whose format row says it is ours, in this version. Readers open the file
     read-only and get None for an empty file; a writer creates the tables in a new or empty file. Both refuse a
-    database of something else (an Optuna study given as results, say) and another format version."""
+    database of something else (an Optuna study given as results, say) and another format version; both migrate a
+    version-1 file in place first."""
     path = Path(path)
-    if write:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        con = sqlite3.connect(path, timeout=120)
-    else:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=120)
+    con = _open(path, write)
     try:
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -65,6 +124,9 @@ def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.C
         if found is None or "rows" not in tables:
             raise ValueError(f"results file {path} is not a cog-pl results database (an SQLite file without its "
                              f"tables: {', '.join(sorted(tables)) or 'none'})")
+        if found[0] == _V1:
+            _migrate_v1(path)
+            found = (FORMAT,)
         if found[0] != FORMAT:
             raise ValueError(f"results file {path} is in format {found[0]!r}; this cog-pl reads and writes {FORMAT!r}")
         with con:
@@ -74,54 +136,43 @@ def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.C
 
 
 def check_results_file(path: str | os.PathLike) -> None:
-    """Refuse, before any work, a results file that exists but is not a results database of this format."""
+    """Refuse, before any work, a results file that exists but is not a results database of this format (a
+    version-1 file is migrated)."""
     if Path(path).exists():
         with _connect(path):
             pass
 
 
 def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """All rows (none when the file does not exist)."""
+    """All rows (none when the file does not exist), each with its ``method``."""
     if not Path(path).exists():
         return []
     with _connect(path) as con:
         if con is None:
             return []
-        return [json.loads(r[0]) for r in con.execute("SELECT row FROM rows ORDER BY model, domain, shots, seed")]
+        cur = con.execute("SELECT row FROM rows ORDER BY model, method, domain, shots, seed")
+        return [json.loads(r[0]) for r in cur]
 
 
 def has_row(path: str | os.PathLike, key: tuple) -> bool:
-    """Whether the row of ``key`` exists."""
+    """Whether the row of ``key`` (as :func:`row_key` makes it) exists."""
+    if len(key) != len(KEY_FIELDS):
+        raise ValueError(f"a result key is ({', '.join(KEY_FIELDS)}); got {key!r}")
     if not Path(path).exists():
         return False
-    model, domain, shots, seed = key
+    model, method, domain, shots, seed = key
     with _connect(path) as con:
         if con is None:
             return False
-        cur = con.execute("SELECT 1 FROM rows WHERE model=? AND domain=? AND shots=? AND seed=?",
-                          (model, domain, shots or 0, seed))
+        cur = con.execute("SELECT 1 FROM rows WHERE model=? AND method=? AND domain=? AND shots=? AND seed=?",
+                          (model, method, domain, shots or 0, seed))
         return cur.fetchone() is not None
 
 
 def append_row(path: str | os.PathLike, row: dict[str, Any]) -> None:
-    """Add the row, or replace the row of the same key, in one transaction."""
-    model, domain, shots, seed = row_key(row)
-    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    """Add the row, or replace the row of the same key, in one transaction; the stored row names its method."""
+    model, method, domain, shots, seed = row_key(row)
     with _connect(path, write=True) as con:
-        con.execute("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?)",
-                    (model, domain, shots or 0, seed, json.dumps(row, sort_keys=True), now))
-
-
-def versions() -> dict[str, str]:
-    """Versions of the libraries that shape a result (from package metadata, nothing imported)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from cog_pl import __version__
-
-    out = {"cog_pl": __version__, "python": platform.python_version()}
-    for name in ("torch", "optuna", "lightning", "numpy", "timm"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "absent"
-    return out
+        con.execute("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (model, method, domain, shots or 0, seed, json.dumps({**row, "method": method}, sort_keys=True),
+                     created()))

@@ -33,7 +33,10 @@ def results(tmp_path):
 def test_rows_round_trip_replace_and_skip(results):
     rows = read_rows(results)
     assert len(rows) == 2 * 6 * 2 * 2
-    assert has_row(results, ("dino", "cog_l3", None, 37)) and not has_row(results, ("dino", "cog_l3", 8, 37))
+    assert has_row(results, ("dino", "linear", "cog_l3", None, 37))
+    assert not has_row(results, ("dino", "linear", "cog_l3", 8, 37))
+    assert not has_row(results, ("dino", "finetune", "cog_l3", None, 37))
+    assert {r["method"] for r in rows} == {"linear"}  # a row naming no method is a linear probe's
     append_row(results, _row("dino", "cog_l3", None, 37, 1.0))  # same key: replaced, not duplicated
     rows = read_rows(results)
     assert len(rows) == 48 and [r["test_top1"] for r in rows if r["model"] == "dino" and r["domain"] == "cog_l3"
@@ -103,12 +106,12 @@ def test_results_of_something_else_or_another_format_are_refused_untouched(tmp_p
     newer = tmp_path / "newer.sqlite"
     append_row(newer, row)
     con = sqlite3.connect(newer)
-    con.execute("UPDATE info SET value = 'cog-pl-results v2' WHERE key = 'format'")
+    con.execute("UPDATE info SET value = 'cog-pl-results v3' WHERE key = 'format'")
     con.commit()
     con.close()
-    with pytest.raises(ValueError, match="in format 'cog-pl-results v2'; this cog-pl reads and writes"):
+    with pytest.raises(ValueError, match="in format 'cog-pl-results v3'; this cog-pl reads and writes"):
         read_rows(newer)
-    with pytest.raises(ValueError, match="v2"):
+    with pytest.raises(ValueError, match="v3"):
         append_row(newer, row)
 
 
@@ -118,7 +121,7 @@ def test_reading_results_writes_nothing_and_waits_for_no_writer(tmp_path):
     writer = sqlite3.connect(path)
     writer.execute("BEGIN IMMEDIATE")  # a protocol run in the middle of appending a row
     try:
-        assert read_rows(path)[0]["seed"] == 22 and has_row(path, ("m", "in1k", None, 22))
+        assert read_rows(path)[0]["seed"] == 22 and has_row(path, ("m", "linear", "in1k", None, 22))
     finally:
         writer.rollback()
         writer.close()

@@ -81,3 +81,8 @@ def test_report_has_the_variants_table_and_plot(tmp_path):
             append_row(plain, row)
     files = write_report(plain, tmp_path / "plain")
     assert "variants" not in files and "Level variants" not in files["markdown"].read_text()
+
+
+def test_fine_tuned_rows_on_the_levels_stay_out_of_the_variants_table():
+    tuned = [{**_row("dino", f"cog_l{i}", 22, 99.0), "method": "finetune"} for i in range(1, 6)]
+    assert variant_lines([*_rows(), *tuned]) == variant_lines(_rows())

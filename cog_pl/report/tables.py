@@ -4,8 +4,9 @@ A row is a dict with at least ``model``, ``domain``, ``shots`` (``None`` = all d
 ``test_top5`` (percent). Relative accuracy is the difference in top-1 points to the baseline model on the same
 domain and shots (the paper's "relative to ResNet-50" plots). Domains of level variants (``cog_l3@wup``) come after
 the official ones, grouped by variant; the main tables show the official domains and the variants get their own
-table (:mod:`cog_pl.report.variants`). Fine-tuned models (``<name>@finetune``, paper App. C.2) are set against their
-linear probes in a section of their own rather than listed among the probes.
+table (:mod:`cog_pl.report.variants`). Cells are grouped by the rows' ``method`` (:data:`cog_pl.results.METHODS`): the
+main tables are the linear probes'; fine-tuned models (method ``finetune``, paper App. C.2) are set against their
+linear probes in a section of their own.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from cog_pl.protocol import DOMAINS, split_domain
+from cog_pl.results import DEFAULT_METHOD, METHODS, method_of
 
 DOMAIN_LABELS = {"in1k": "IN-1K", **{f"cog_l{i}": f"L{i}" for i in range(1, 6)}}
 
@@ -41,9 +43,10 @@ def is_variant(domain: str) -> bool:
 
 @dataclass(frozen=True)
 class Cell:
-    """One (model, domain, shots) entry aggregated over seeds."""
+    """One (model, method, domain, shots) entry aggregated over seeds."""
 
     model: str
+    method: str
     domain: str
     shots: int | None
     top1: float
@@ -65,21 +68,24 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
-    """Aggregate rows over seeds; with a ``baseline`` model, fill ``relative`` where it has the same cell."""
+    """Aggregate rows over seeds per (model, method, domain, shots); with a ``baseline`` model, fill ``relative``
+    against the baseline's linear probe on the same domain and shots (the paper's reference, for every method)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
-        groups[r["model"], r["domain"], r.get("shots")].append(r)
+        groups[r["model"], method_of(r), r["domain"], r.get("shots")].append(r)
     cells = {}
-    for (model, domain, shots), rs in groups.items():
+    for (model, method, domain, shots), rs in groups.items():
         top1, std = mean_std([float(r["test_top1"]) for r in rs])
         top5, _ = mean_std([float(r.get("test_top5", math.nan)) for r in rs])
-        cells[model, domain, shots] = Cell(model, domain, shots, top1, std, top5, len({r["seed"] for r in rs}))
+        cells[model, method, domain, shots] = Cell(model, method, domain, shots, top1, std, top5,
+                                                   len({r["seed"] for r in rs}))
     if baseline:
         for key, c in list(cells.items()):
-            base = cells.get((baseline, key[1], key[2]))
+            base = cells.get((baseline, DEFAULT_METHOD, key[2], key[3]))
             if base is not None:
                 cells[key] = Cell(**{**asdict(c), "relative": c.top1 - base.top1})
-    return sorted(cells.values(), key=lambda c: (c.model, domain_key(c.domain), -1 if c.shots is None else c.shots))
+    return sorted(cells.values(), key=lambda c: (c.model, list(METHODS).index(c.method), domain_key(c.domain),
+                                                 -1 if c.shots is None else c.shots))
 
 
 def domains_of(cells: Sequence[Cell]) -> list[str]:
@@ -112,9 +118,9 @@ def csv_table(cells: Sequence[Cell]) -> str:
     """Long format: one line per cell."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["model", "domain", "shots", "top1_mean", "top1_std", "top5_mean", "seeds", "top1_relative"])
+    w.writerow(["model", "method", "domain", "shots", "top1_mean", "top1_std", "top5_mean", "seeds", "top1_relative"])
     for c in cells:
-        w.writerow([c.model, c.domain, c.shots_label, f"{c.top1:.4f}", f"{c.top1_std:.4f}", f"{c.top5:.4f}",
+        w.writerow([c.model, c.method, c.domain, c.shots_label, f"{c.top1:.4f}", f"{c.top1_std:.4f}", f"{c.top5:.4f}",
                     c.seeds, "" if c.relative is None else f"{c.relative:.4f}"])
     return buf.getvalue()
 
@@ -141,7 +147,7 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
     if shots:
         parts += ["", "## Few-shot: test top-1 (%) per number of images per concept"]
         for d in domains_of([c for c in cells if c.shots is not None]):
-            sel = [c for c in cells if c.domain == d and not is_finetuned(c.model)]
+            sel = [c for c in cells if c.domain == d and c.method == DEFAULT_METHOD]
             models = sorted({c.model for c in sel})
             by = {(c.model, c.shots): c for c in sel}
             cols = [*shots, None]
@@ -154,47 +160,44 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
     return "\n".join(parts) + "\n"
 
 
-FINETUNE_SUFFIX = "@finetune"
-
-
-def is_finetuned(model: str) -> bool:
-    return model.endswith(FINETUNE_SUFFIX)
-
-
 def official_cells(cells: Iterable[Cell]) -> list[Cell]:
-    """The linear probes' cells on the official domains: no level variant, no fine-tuned model."""
-    return [c for c in cells if not is_variant(c.domain) and not is_finetuned(c.model)]
+    """The linear probes' cells on the official domains: no level variant, no other method."""
+    return [c for c in cells if not is_variant(c.domain) and c.method == DEFAULT_METHOD]
+
+
+def _finetune_pairs(cells: Sequence[Cell]) -> tuple[list[str], dict[tuple[str, str, str], Cell]]:
+    """The models with fine-tuned cells, and the all-data cells by (model, method, domain)."""
+    by = {(c.model, c.method, c.domain): c for c in cells if c.shots is None}
+    return sorted({c.model for c in cells if c.method == "finetune"}), by
 
 
 def finetune_markdown(cells: Sequence[Cell]) -> str:
     """Markdown table of the linear probe's and the fine-tuned model's top-1 per domain (all data), per model."""
-    by = {(c.model, c.domain): c for c in cells if c.shots is None}
-    models = sorted({c.model[: -len(FINETUNE_SUFFIX)] for c in cells if is_finetuned(c.model)})
-    domains = [d for d in DOMAINS if any((m + FINETUNE_SUFFIX, d) in by for m in models)]
+    models, by = _finetune_pairs(cells)
+    domains = [d for d in DOMAINS if any((m, "finetune", d) in by for m in models)]
     lines = ["| model | method | " + " | ".join(DOMAIN_LABELS[d] for d in domains) + " | seeds |",
              "|---" * (len(domains) + 3) + "|"]
     for m in models:
-        for name, method in ((m, "linear probe"), (m + FINETUNE_SUFFIX, "fine-tuned")):
-            got = [by.get((name, d)) for d in domains]
+        for method in (DEFAULT_METHOD, "finetune"):
+            got = [by.get((m, method, d)) for d in domains]
             seeds = sorted({c.seeds for c in got if c is not None})
-            lines.append(f"| {m} | {method} | " + " | ".join("–" if c is None else f"{c.top1:.2f}" for c in got)
-                         + " | " + ("/".join(map(str, seeds)) or "–") + " |")
+            vals = " | ".join("–" if c is None else f"{c.top1:.2f}" for c in got)
+            lines.append(f"| {m} | {METHODS[method]} | {vals} | " + ("/".join(map(str, seeds)) or "–") + " |")
     return "\n".join(lines)
 
 
 def finetune_relative(cells: Sequence[Cell]) -> str:
-    """Markdown table of ``100 * probe / fine-tuned`` top-1 per domain, for models with ``<name>@finetune`` rows."""
-    by = {(c.model, c.domain): c for c in cells if c.shots is None}
-    models = sorted({c.model[: -len(FINETUNE_SUFFIX)] for c in cells if c.model.endswith(FINETUNE_SUFFIX)})
-    models = [m for m in models if any((m, d) in by for d in DOMAINS)]
+    """Markdown table of ``100 * probe / fine-tuned`` top-1 per domain, for models with fine-tuned cells."""
+    models, by = _finetune_pairs(cells)
+    models = [m for m in models if any((m, DEFAULT_METHOD, d) in by for d in DOMAINS)]
     if not models:
         return ""
-    domains = [d for d in DOMAINS if any((m, d) in by and (m + FINETUNE_SUFFIX, d) in by for m in models)]
+    domains = [d for d in DOMAINS if any((m, DEFAULT_METHOD, d) in by and (m, "finetune", d) in by for m in models)]
     lines = ["| model | " + " | ".join(DOMAIN_LABELS[d] for d in domains) + " |", "|---" * (len(domains) + 1) + "|"]
     for m in models:
         vals = []
         for d in domains:
-            probe, ft = by.get((m, d)), by.get((m + FINETUNE_SUFFIX, d))
+            probe, ft = by.get((m, DEFAULT_METHOD, d)), by.get((m, "finetune", d))
             vals.append(f"{100 * probe.top1 / ft.top1:.1f}" if probe and ft and ft.top1 > 0 else "–")
         lines.append(f"| {m} | " + " | ".join(vals) + " |")
     return "\n".join(lines)

@@ -13,9 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cog_pl.levels.variants import VARIANT_MEASURES
+from cog_pl.levels.measures import list_measures
 from cog_pl.protocol import LEVEL_OF_DOMAIN, split_domain
 from cog_pl.report.tables import mean_std
+from cog_pl.results import DEFAULT_METHOD, method_of
 
 OFFICIAL = "lin (official)"
 
@@ -43,11 +44,12 @@ class VariantLine:
 
 
 def variant_lines(rows: Iterable[dict], shots: int | None = None) -> list[VariantLine]:
-    """One line per (model, measure) of the models that have variant rows, the official levels first."""
+    """One line per (model, measure) of the models that have variant rows, the official levels first; linear
+    probes' rows only."""
     top1: dict[tuple[str, str], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in rows:
         base, variant = split_domain(r["domain"])
-        if base in LEVEL_OF_DOMAIN and r.get("shots") == shots:
+        if base in LEVEL_OF_DOMAIN and r.get("shots") == shots and method_of(r) == DEFAULT_METHOD:
             top1[r["model"], variant or OFFICIAL][LEVEL_OF_DOMAIN[base]][r["seed"]] = float(r["test_top1"])
     models = {m for m, measure in top1 if measure != OFFICIAL}
     lines = []
@@ -65,9 +67,10 @@ def variant_lines(rows: Iterable[dict], shots: int | None = None) -> list[Varian
 def _rank(measure: str) -> tuple[int, str]:
     if measure == OFFICIAL:
         return -1, ""
-    if measure in VARIANT_MEASURES:
-        return VARIANT_MEASURES.index(measure), ""
-    return len(VARIANT_MEASURES), measure
+    known = list_measures()
+    if measure in known:
+        return known.index(measure), ""
+    return len(known), measure
 
 
 def variants_markdown(lines: Sequence[VariantLine]) -> str:
