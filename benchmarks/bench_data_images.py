@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from cog_pl.data.imagenet import SynsetSource, decode_image
+from cog_pl.data.imagenet import decode_image
+from cog_pl.data.sources import SynsetSource
 from cog_pl.data.transforms import build_transform, protocol_transform
 from cog_pl.datamodules.images import ImageDataModule
 

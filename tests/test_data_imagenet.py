@@ -5,13 +5,8 @@ import torch
 from conftest_data import bad_bytes, jpeg_bytes, write_synset
 from torch.utils.data import DataLoader
 
-from cog_pl.data.imagenet import (
-    ImageDataset,
-    SynsetSource,
-    UnreadableImageError,
-    collate_images,
-    read_error_log,
-)
+from cog_pl.data.imagenet import ImageDataset, UnreadableImageError, collate_images, read_error_log
+from cog_pl.data.sources import SynsetSource
 from cog_pl.data.transforms import TransformConfig, build_transform
 
 FILES = {"n01_a.JPEG": jpeg_bytes(1), "n01_b.JPEG": jpeg_bytes(2), "n01_bad.JPEG": bad_bytes("corrupt"),

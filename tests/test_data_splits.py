@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest_data import TINY_PROTOCOL, tiny  # noqa: F401 - fixture
 
-from cog_pl.data.imagenet import SynsetSource
+from cog_pl.data.sources import SynsetSource
 from cog_pl.data.splits import (
     build_split,
     check_split,

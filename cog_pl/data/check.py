@@ -17,7 +17,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from cog_pl import resources
 from cog_pl.benchmark import Benchmark
-from cog_pl.data.imagenet import SynsetSource, load_image
+from cog_pl.data.imagenet import load_image
+from cog_pl.data.sources import ImageSource, open_source
 from cog_pl.data.splits import build_split, check_split, installed_split_path, load_split
 from cog_pl.protocol import FeatureProtocol
 
@@ -79,7 +80,7 @@ class DataReport:
 class _DecodeAll(Dataset):
     """Decodes ``(domain, source, wnid, filename)`` rows, returning ``None`` or the error message."""
 
-    def __init__(self, rows: list[tuple[str, SynsetSource, str, str]]) -> None:
+    def __init__(self, rows: list[tuple[str, ImageSource, str, str]]) -> None:
         self.rows = rows
 
     def __len__(self) -> int:
@@ -102,7 +103,7 @@ def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict, benchmark
         if not (root / sub).is_dir():
             report.add("error", "in1k", "missing folder", f"{root / sub} is not a directory")
             continue
-        source = SynsetSource(root / sub, cache_dir)
+        source = open_source(root / sub, cache_dir=cache_dir)
         present = 0
         for wnid in wnids:
             if not source.has(wnid):
@@ -123,7 +124,7 @@ def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict, benchmark
     report.counts["in1k"] = counts
 
 
-def _check_level(level: str, source: SynsetSource, report: DataReport, protocol: FeatureProtocol, cache_dir,
+def _check_level(level: str, source: ImageSource, report: DataReport, protocol: FeatureProtocol, cache_dir,
                  split_file: str | None, rows: dict, benchmark: Benchmark | None) -> None:
     domain = f"cog_l{level[1]}"
     installed = installed_split_path(level, cache_dir)
@@ -165,7 +166,7 @@ def check_data(in1k_root: str | os.PathLike | None = None, in21k_root: str | os.
     if in1k_root is not None:
         _check_in1k(Path(in1k_root), report, cache_dir, rows, custom)
     if in21k_root is not None:
-        source = SynsetSource(in21k_root, cache_dir)
+        source = open_source(in21k_root, cache_dir=cache_dir)
         for level in levels:
             _check_level(level, source, report, protocol, cache_dir, (split_files or {}).get(level), rows, custom)
     if decode:

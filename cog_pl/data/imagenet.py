@@ -1,8 +1,7 @@
 """ImageNet read in place, in the shapes it is distributed in, and a map-style dataset over chosen images.
 
-A :class:`SynsetSource` is a folder holding, per synset, either a sub-folder of images (IN-1K ``train/`` and
-``val/``, IN-21K Winter 2021) or an uncompressed tar (IN-21K Fall 2011, IN-1K ``ILSVRC2012_img_train`` unpacked
-one level). Tars are read through a cached member index (:mod:`cog_pl.data.tar_index`), never unpacked.
+Images come from an :class:`~cog_pl.data.sources.ImageSource` (:mod:`cog_pl.data.sources`: folders or tars per
+synset, and any source registered there), opened by :func:`~cog_pl.data.sources.open_source`.
 
 :class:`ImageDataset` returns ``{"image": FloatTensor[3,S,S], "label": int, "index": int}`` where ``index`` is the
 row of the dataset, so that an extraction writer can place each row at its index under DDP.
@@ -22,7 +21,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from cog_pl.data.tar_index import TarIndex
+from cog_pl.data.sources import ImageSource
 
 log = logging.getLogger(__name__)
 
@@ -33,72 +32,13 @@ class UnreadableImageError(OSError):
     """An image that cannot be read or decoded; the message names the file."""
 
 
-class SynsetSource:
-    """One folder or one tar per synset under ``root``; lists and reads images by ``(wnid, filename)``."""
-
-    def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> None:
-        self.root = Path(root)
-        if not self.root.is_dir():
-            raise FileNotFoundError(f"image root {self.root} is not a directory")
-        self.cache_dir = cache_dir
-        self._tars: dict[str, TarIndex] = {}
-        self._lists: dict[str, list[str]] = {}
-        self._layouts: dict[str, str | None] = {}
-
-    def layout(self, wnid: str) -> str | None:
-        """``"folder"``, ``"tar"`` or ``None`` when the synset is missing (a folder wins over a tar)."""
-        if wnid not in self._layouts:
-            if (self.root / wnid).is_dir():
-                self._layouts[wnid] = "folder"
-            elif (self.root / f"{wnid}.tar").is_file():
-                self._layouts[wnid] = "tar"
-            else:
-                self._layouts[wnid] = None
-        return self._layouts[wnid]
-
-    def has(self, wnid: str) -> bool:
-        return self.layout(wnid) is not None
-
-    def _tar(self, wnid: str) -> TarIndex:
-        if wnid not in self._tars:
-            self._tars[wnid] = TarIndex.open(self.root / f"{wnid}.tar", self.cache_dir)
-        return self._tars[wnid]
-
-    def list(self, wnid: str) -> list[str]:
-        """Sorted image filenames of a synset; ``FileNotFoundError`` naming it when missing."""
-        if wnid not in self._lists:
-            kind = self.layout(wnid)
-            if kind == "folder":
-                with os.scandir(self.root / wnid) as it:
-                    names = sorted(e.name for e in it if not e.name.startswith(".") and e.is_file())
-            elif kind == "tar":
-                names = [n for n in self._tar(wnid).names() if not n.startswith(".")]
-            else:
-                raise FileNotFoundError(f"synset {wnid} is missing under {self.root} (no {wnid}/ nor {wnid}.tar)")
-            self._lists[wnid] = names
-        return self._lists[wnid]
-
-    def where(self, wnid: str, filename: str) -> str:
-        """A human-readable location for messages."""
-        if self.layout(wnid) == "tar":
-            return f"{self.root / (wnid + '.tar')}:{filename}"
-        return str(self.root / wnid / filename)
-
-    def read(self, wnid: str, filename: str) -> bytes:
-        """The encoded bytes of one image."""
-        if self.layout(wnid) == "tar":
-            return self._tar(wnid).read(filename)
-        with open(self.root / wnid / filename, "rb") as fh:
-            return fh.read()
-
-
 def decode_image(data: bytes) -> Image.Image:
     """Fully decode encoded bytes to an RGB image; raises on corrupt or truncated data."""
     with Image.open(io.BytesIO(data)) as img:
         return img.convert("RGB")  # convert() loads every pixel: a truncated file fails here
 
 
-def load_image(source: SynsetSource, wnid: str, filename: str) -> Image.Image:
+def load_image(source: ImageSource, wnid: str, filename: str) -> Image.Image:
     """Read and decode one image, or raise :class:`UnreadableImageError` naming it."""
     try:
         return decode_image(source.read(wnid, filename))
@@ -115,7 +55,7 @@ class ImageDataset(Dataset):
     ``None``, which :func:`collate_images` drops.
     """
 
-    def __init__(self, source: SynsetSource, samples: Sequence[tuple[str, str]], labels: Sequence[int],
+    def __init__(self, source: ImageSource, samples: Sequence[tuple[str, str]], labels: Sequence[int],
                  transform: Callable[[Image.Image], torch.Tensor], on_error: str = "fail",
                  error_log: str | os.PathLike | None = None) -> None:
         if on_error not in ERROR_POLICIES:

@@ -1,4 +1,4 @@
-"""Seeded, per-class sampling for the probes: the 20 % validation split and N-shot samples (PROTOCOL.md).
+"""Seeded, per-class sampling for the probes: the 20 % validation split and N-shot samples (docs/protocol.md).
 
 Plain numpy functions of the labels and an explicit seed. Each class draws from its own generator,
 ``numpy.random.default_rng([seed, class])``, so a class's draw does not depend on the other classes, on the order

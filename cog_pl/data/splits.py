@@ -92,7 +92,7 @@ class LevelSplit:
 
 def build_split(level: str, source, seed: int = 0, protocol: FeatureProtocol | None = None,
                 benchmark: Benchmark | None = None) -> LevelSplit:
-    """Apply the rule to the images a :class:`~cog_pl.data.imagenet.SynsetSource` holds; missing synsets get none.
+    """Apply the rule to the images a :class:`~cog_pl.data.sources.ImageSource` holds; missing synsets get none.
 
     ``benchmark`` gives the level's concepts and test images (the official ones by default).
     """

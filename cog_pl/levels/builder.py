@@ -7,32 +7,28 @@ Level file format ``cog-pl-levels`` version 1 (JSON, written atomically):
 - ``similarity``: ``{wnid: float}`` for every eligible concept; ``closest_seen``: the IN-1K concept that attains it;
 - ``eligibility``: the steps with ``dropped`` and ``remaining`` counts;
 - ``settings``: the level protocol values, the discard list and the image-count source;
-- ``versions``: cog_pl, nltk, numpy, python, WordNet; ``created``: UTC time.
+- ``versions``: the libraries' (:func:`cog_pl.provenance.versions`) and WordNet's; ``created``: UTC time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
-import platform
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from cog_pl import __version__
 from cog_pl.io import read_json, write_json
 from cog_pl.levels.counts import image_counts
 from cog_pl.levels.eligibility import eligible_concepts
+from cog_pl.levels.measures import similarity_to_set
 from cog_pl.levels.ranking import cut_levels, rank
 from cog_pl.protocol import LevelProtocol, as_record
+from cog_pl.provenance import provenance
 from cog_pl.resources import LEVELS, in1k_wnids, in21k_wnids
 from cog_pl.wordnet import get_wordnet
 from cog_pl.wordnet.ontology import Ontology
-from cog_pl.wordnet.similarity import similarity_to_set
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +66,7 @@ def build_levels(protocol: LevelProtocol = DEFAULT, discard: Iterable[str] = (),
         logger.debug("  %-52s %6d  (-%d)", s.name, s.remaining, s.dropped)
     t = time.perf_counter()
     seen = [w for w in in1k if w in onto.index]
-    sim, arg = similarity_to_set(onto, eligible, seen, protocol.measure, protocol.lcs)
+    sim, closest = similarity_to_set(protocol.measure, eligible, seen, onto, protocol.lcs)
     timings["similarity_s"] = time.perf_counter() - t
     similarity = {w: float(v) for w, v in zip(eligible, sim)}
     ranked = rank(similarity)
@@ -82,7 +78,7 @@ def build_levels(protocol: LevelProtocol = DEFAULT, discard: Iterable[str] = (),
         "levels": {k: sorted(v) for k, v in levels.items()},
         "ranking": ranked,
         "similarity": similarity,
-        "closest_seen": {w: seen[int(a)] for w, a in zip(eligible, arg)},
+        "closest_seen": dict(zip(eligible, closest)),
         "eligibility": [dataclasses.asdict(s) for s in steps],
         "settings": {
             "protocol": as_record(protocol),
@@ -90,17 +86,9 @@ def build_levels(protocol: LevelProtocol = DEFAULT, discard: Iterable[str] = (),
             "image_counts": str(in21k_root) if in21k_root else "fall11 (ImageNet ReleaseStatus.xml)",
             "ranking_ties": "decreasing similarity, then increasing wnid",
         },
-        "versions": versions(),
         "timings": {k: round(v, 3) for k, v in timings.items()},
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **provenance(wordnet=get_wordnet().get_version()),
     }
-
-
-def versions() -> dict[str, str]:
-    import nltk
-
-    return {"cog_pl": __version__, "nltk": nltk.__version__, "numpy": np.__version__,
-            "python": platform.python_version(), "wordnet": get_wordnet().get_version()}
 
 
 def write_level_file(path: str | Path, content: Mapping[str, Any]) -> None:

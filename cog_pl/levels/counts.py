@@ -1,43 +1,31 @@
 """Images per synset: the shipped Fall 2011 table, or counted on the user's own ImageNet-21K.
 
-An IN-21K root holds one folder per synset (Winter 2021 layout, ``n01440764/*.JPEG``) or one tar per synset (Fall
-2011 layout, ``n01440764.tar``). Counting reads folder listings and tar headers only, never image data.
+The root is read as an image source (:func:`cog_pl.data.sources.open_source`: one folder or tar per synset, or any
+registered layout), so a count is the number of images the splits are later built from. Counting reads folder
+listings and tar headers only (the tar indexes it builds are the ones extraction reuses), never image data.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import tarfile
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from cog_pl.data.sources import ImageSource, open_source
 from cog_pl.resources import fall11_image_counts
 
 logger = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp", ".webp")
 
-
-def _is_image(name: str) -> bool:
-    return name.lower().endswith(IMAGE_EXTENSIONS)
-
-
-def count_synset(root: Path, wnid: str) -> int | None:
-    """Images of one synset under ``root`` (folder or tar); ``None`` when the synset is absent."""
-    folder = root / wnid
-    if folder.is_dir():
-        with os.scandir(folder) as it:
-            return sum(1 for e in it if _is_image(e.name) and e.is_file())
-    tar = root / f"{wnid}.tar"
-    if tar.is_file():
-        try:
-            with tarfile.open(tar) as tf:
-                return sum(1 for m in tf if m.isfile() and _is_image(m.name))
-        except (tarfile.TarError, OSError, EOFError) as err:
-            raise ValueError(f"unreadable tar {tar}: {err}") from err
-    return None
+def count_synset(source: ImageSource, wnid: str) -> int | None:
+    """Images of one synset of ``source``; ``None`` when the synset is absent."""
+    if not source.has(wnid):
+        return None
+    try:
+        return len(source.list(wnid))
+    except OSError as err:
+        raise ValueError(f"unreadable synset {source.where(wnid, '')}: {err}") from err
 
 
 def count_images(root: str | Path, wnids: Iterable[str], allow_missing: bool = False,
@@ -51,8 +39,9 @@ def count_images(root: str | Path, wnids: Iterable[str], allow_missing: bool = F
     if not root.is_dir():
         raise FileNotFoundError(f"IN-21K root {root} is not a folder")
     wnids = list(wnids)
+    source = open_source(root)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        found = dict(zip(wnids, pool.map(lambda w: count_synset(root, w), wnids)))
+        found = dict(zip(wnids, pool.map(lambda w: count_synset(source, w), wnids)))
     missing = sorted(w for w, n in found.items() if n is None)
     empty = sorted(w for w, n in found.items() if n == 0)
     if empty:

@@ -1,6 +1,6 @@
 """Which unseen ImageNet-21K concepts are eligible for the CoG levels (paper Sec. 3.2 and App. A.1).
 
-Steps, in the order of PROTOCOL.md, each reported with the count that remains:
+Steps, in the order of docs/protocol.md, each reported with the count that remains:
 
 1. drop the IN-1K concepts (the seen concepts);
 2. drop ancestors of IN-1K concepts ("cat" goes, since "tiger cat" is seen);

