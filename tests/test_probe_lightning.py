@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,9 +16,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from test_probe_fixtures import write_features
 
-from cog_pl.callbacks.optuna import OptunaTrialCallback
+from cog_pl.cli.main import main
+from cog_pl.cli.probe_lightning import run as cli_main
 from cog_pl.datamodules.features import FeatureDataModule
-from cog_pl.probe.cli import main as cli_main
+from cog_pl.probe.callback import OptunaTrialCallback
 from cog_pl.probe.lightning_tune import lightning_objective
 from cog_pl.probe.module import LinearProbe
 from cog_pl.probe.schedule import lr_sequence
@@ -57,6 +59,21 @@ def test_cli_fit_then_test_from_the_config_file(features, tmp_path):
     assert tested.trainer.callback_metrics["test/top5"] >= tested.trainer.callback_metrics["test/top1"]
 
 
+def test_cog_pl_probe_hands_the_rest_of_the_line_to_the_lightning_cli(features, tmp_path, capsys):
+    """``cog-pl probe fit|validate|test`` take LightningCLI's options as typed, with no warning about ``args``
+    (the test's own ``sys.argv`` holds pytest's arguments, as a console script's holds the whole line)."""
+    common = ["--config", str(CONFIG), "--data.features", str(features), "--trainer.max_epochs", "1",
+              "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["probe", "fit", *common]) == 0
+        assert main(["-v", "probe", "validate", *common, "--ckpt_path", "last"]) == 0
+        with pytest.raises(SystemExit) as help_exit:
+            main(["probe", "test", "--help"])
+    assert help_exit.value.code == 0 and "usage: cog-pl probe [options] test" in capsys.readouterr().out
+    assert not [w for w in caught if "args parameter" in str(w.message)]
+
+
 def test_module_follows_the_published_lr_sequence(features):
     dm = FeatureDataModule(str(features), stage_mode="tune", batch_size=64, device="cpu")
     model = LinearProbe(dm.num_classes, dm.feature_dim, lr=3.0, weight_decay=1e-6)
@@ -76,12 +93,14 @@ def test_bf16_autocast_trains(features):
 
 @pytest.mark.slow
 def test_ddp_two_cpu_processes_from_the_config_files(features, tmp_path):
-    cmd = [sys.executable, "-m", "cog_pl.probe.cli", "fit", "--config", str(CONFIG), "--config",
+    """``cog-pl probe fit`` as typed: Lightning starts the second process from the same command line."""
+    cmd = [str(Path(sys.executable).with_name("cog-pl")), "probe", "fit", "--config", str(CONFIG), "--config",
            str(REPO / "configs" / "probe" / "ddp_cpu.yaml"), "--data.features", str(features),
            "--data.batch_size", "32", "--trainer.max_epochs", "2", "--trainer.default_root_dir", str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:]
+    assert "args parameter" not in out.stdout  # each process parses the line Lightning relaunched
     assert "distributed_backend=gloo" in out.stdout and "All distributed processes registered" in out.stdout
     assert list(tmp_path.rglob("*.ckpt"))
 

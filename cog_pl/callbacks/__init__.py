@@ -1,7 +1,8 @@
-"""Lightning callbacks: feature-store writing, Optuna trial reporting, CoG evaluation during training."""
+"""Lightning callbacks: CoG evaluation during training, and the public callbacks of extraction (feature-store
+writing, :mod:`cog_pl.extract.writer`) and of the probe (Optuna trial reporting, :mod:`cog_pl.probe.callback`)."""
 
 from cog_pl.callbacks.cog_eval import CoGEvaluationCallback
-from cog_pl.callbacks.feature_writer import FeatureStoreWriter
-from cog_pl.callbacks.optuna import OptunaTrialCallback
+from cog_pl.extract.writer import FeatureStoreWriter
+from cog_pl.probe.callback import OptunaTrialCallback
 
 __all__ = ["CoGEvaluationCallback", "FeatureStoreWriter", "OptunaTrialCallback"]

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cog_pl.protocol import DOMAINS, ProbeProtocol, check_domains
+from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol, check_domains
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class CoGEvaluationCallback(L.Callback):
                  domains: Sequence[str] = DOMAINS, every_n_epochs: int = 1, at_fit_end: bool = True,
                  concepts: int = 20, train_images: int = 20, test_images: int = 10, transform: Any = "protocol",
                  lrs: Sequence[float] = (0.3, 3.0, 30.0), weight_decay: float = 1e-6, epochs: int = 30,
-                 batch_size: int = 128, seed: int = 0) -> None:
+                 batch_size: int = FeatureProtocol().batch_size, seed: int = 0) -> None:
         super().__init__()
         check_domains(domains, "CoGEvaluationCallback: ")  # refused now rather than at the end of the first epoch
         if not in1k_root and "in1k" in domains:

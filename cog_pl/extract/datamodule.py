@@ -2,7 +2,7 @@
 
 Stores live at ``<out>/<model>/<domain>/<split>/``. A complete store (``meta.json`` present) is skipped; an
 unfinished one is resumed: only the rows whose done bit is 0 are loaded. ``targets`` tells the
-:class:`~cog_pl.callbacks.feature_writer.FeatureStoreWriter` where each dataloader's rows go.
+:class:`~cog_pl.extract.writer.FeatureStoreWriter` where each dataloader's rows go.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from cog_pl.data.imagenet import collate_images
 from cog_pl.features.store import is_complete, written_rows
-from cog_pl.protocol import DOMAINS, check_domains
+from cog_pl.protocol import DOMAINS, FeatureProtocol, check_domains
 
 logger = logging.getLogger(__name__)
 SPLITS = ("train", "test")
@@ -50,7 +50,8 @@ class ExtractionDataModule(L.LightningDataModule):
 
     def __init__(self, out: str = "features", model_name: str = "model", in1k_root: str | None = None,
                  in21k_root: str | None = None, domains: Sequence[str] = DOMAINS, splits: Sequence[str] = SPLITS,
-                 transform: Any = "protocol", batch_size: int = 128, num_workers: int = 4, on_error: str = "fail",
+                 transform: Any = "protocol", batch_size: int = FeatureProtocol().batch_size, num_workers: int = 4,
+                 on_error: str = "fail",
                  cache_dir: str | None = None, split_file_dir: str | None = None,
                  benchmark: str | None = None) -> None:
         super().__init__()

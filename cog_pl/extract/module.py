@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import platform
 from typing import Any
 
 import torch
 
-from cog_pl import __version__
-from cog_pl.callbacks.feature_writer import FeatureStoreWriter
+from cog_pl.extract.writer import FeatureStoreWriter
 from cog_pl.models import build_backbone
 from cog_pl.models.module import BackboneModule
+from cog_pl.provenance import provenance
 
 
 class FeatureExtractor(BackboneModule):
@@ -48,9 +46,6 @@ class FeatureExtractor(BackboneModule):
 
     def store_meta(self, precision: str | None = None) -> dict[str, Any]:
         """What every feature store made by this extractor records about the model."""
-        import timm
-        import torchvision
-
         spec = self.backbone.spec
         return {
             "format": "cog-pl-features", "version": 1,
@@ -58,7 +53,5 @@ class FeatureExtractor(BackboneModule):
             "weights": self.backbone.weights, "weights_sha256": self.backbone.weights_sha256,
             "transform": self.transform_config.as_record(),
             "precision": precision or (str(self.trainer.precision) if self._trainer is not None else None),
-            "versions": {"cog_pl": __version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
-                         "timm": timm.__version__, "python": platform.python_version()},
-            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            **provenance(),
         }

@@ -7,7 +7,8 @@
 - ``storage`` / ``study`` / ``tuner``: where a study lives (SQLite in WAL mode by default), worker leases and
   the batched or exact TPE search.
 - ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
-- ``module`` / ``datamodule`` / ``cli`` / ``lightning_tune``: the Lightning shell (``LinearProbe``).
+- ``module`` / ``callback`` / ``lightning_tune``: the Lightning shell (``LinearProbe``, the Optuna trial callback;
+  its LightningCLI is :mod:`cog_pl.cli.probe_lightning`).
 """
 
 from cog_pl.data.sampling import few_shot, val_split

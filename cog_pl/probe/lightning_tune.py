@@ -12,8 +12,8 @@ from typing import Any
 import lightning as L
 import optuna
 
-from cog_pl.callbacks.optuna import OptunaTrialCallback
 from cog_pl.datamodules.features import FeatureDataModule
+from cog_pl.probe.callback import OptunaTrialCallback
 from cog_pl.probe.module import LinearProbe
 from cog_pl.protocol import ProbeProtocol
 
