@@ -5,6 +5,7 @@
 - :func:`resolve_precision`: one vocabulary, Lightning's (``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ...), plus
   ``"auto"``: ``"bf16-mixed"`` where bfloat16 matrix products are fast on the device (:func:`fast_bf16`), else
   ``"32-true"``. A stage that runs only some precisions passes ``allowed``.
+- :func:`trainer_options`: a stage's Lightning ``accelerator``/``devices``/``precision``, "auto" resolved by the two.
 - :func:`fits`: whether ``needed`` bytes fit in a device's free memory with a safety margin (:data:`FIT_FRACTION`);
   host memory always "fits" (the operating system pages).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -49,6 +51,17 @@ def accelerator(device: str | torch.device = "auto") -> str:
     """Lightning's ``accelerator`` for a device request (``"cuda"`` or ``"cpu"``, or the request's type)."""
     dev = resolve_device(device)
     return "cuda" if dev.type == "cuda" else dev.type
+
+
+def trainer_options(accelerator: str = "auto", devices: int | str = "auto", precision: str | int = "32-true",
+                    allowed: Sequence[str] = PRECISIONS) -> dict[str, Any]:
+    """A Lightning Trainer's ``accelerator``, ``devices`` and ``precision`` for a stage: accelerator ``"auto"`` is
+    the device :func:`resolve_device` picks (``"cuda"`` or ``"cpu"``), precision ``"auto"`` is resolved on that
+    device (:func:`resolve_precision`), so the Trainer and the rows get the values the stage really ran with."""
+    if accelerator in (None, "", "auto"):
+        accelerator = resolve_device("auto").type
+    on = "cuda" if accelerator in ("cuda", "gpu") else accelerator
+    return {"accelerator": accelerator, "devices": devices, "precision": resolve_precision(precision, on, allowed)}
 
 
 def fast_bf16(device: str | torch.device) -> bool:

@@ -5,7 +5,7 @@ from the five level stores (:mod:`cog_pl.features.regroup`, no extraction) and p
 with ``variant_seeds`` and ``variant_shots`` (all data by default), which the report compares with the official levels.
 
 With ``finetune`` (keyword arguments of :func:`cog_pl.finetune.compare.finetune_domains`: recipe, epochs, precision,
-...), the backbone is also fine-tuned on every domain (paper App. C.2; rows ``<model>@finetune``, ``finetune_seeds``)
+...), the backbone is also fine-tuned on every domain (paper App. C.2; rows of method ``finetune``, ``finetune_seeds``)
 and the report sets the probes against it.
 
 Each stage resumes: complete feature stores are skipped and interrupted ones continued; result rows that exist are
@@ -22,9 +22,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, ProbeProtocol, check_domains, variant_domain
+from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, FeatureProtocol, ProbeProtocol, check_domains, variant_domain
+
+if TYPE_CHECKING:
+    from cog_pl.probe.tuner import SearchPlan
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +37,55 @@ FINETUNE_SET_BY_RUN = ("model", "checkpoint", "results", "domains", "in1k_root",
 
 
 @dataclass
+class ExtractOptions:
+    """The extraction's Lightning Trainer and loaders (Lightning's meanings); the protocol's batch and precision."""
+
+    devices: Any = "auto"
+    accelerator: str = "auto"
+    precision: str = FeatureProtocol().precision  # or "auto" (cog_pl.device.resolve_precision)
+    strategy: str = "auto"
+    num_nodes: int = 1
+    batch_size: int = FeatureProtocol().batch_size
+    num_workers: int = 4
+
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """The Trainer's options, ``"auto"`` accelerator and precision resolved
+        (:func:`cog_pl.device.trainer_options`)."""
+        from cog_pl.device import trainer_options
+
+        return {**trainer_options(self.accelerator, self.devices, self.precision), "strategy": self.strategy,
+                "num_nodes": self.num_nodes}
+
+
+@dataclass
+class ProbeOptions:
+    """The probes' search (protocol trials and epochs, :class:`~cog_pl.probe.tuner.SearchPlan` mode, trial batch and
+    precision) and the device they run on."""
+
+    trials: int = ProbeProtocol().trials
+    epochs: int = ProbeProtocol().epochs
+    mode: str = "fast"  # or "exact": trials one at a time, as published
+    device: str = "auto"  # cog_pl.device.resolve_device
+    precision: str = "auto"  # "auto", "32-true" or "bf16-mixed" (SearchPlan)
+    trial_batch: int | None = None  # None: SearchPlan's
+
+    @property
+    def protocol(self) -> ProbeProtocol:
+        """The published protocol with these trials and epochs."""
+        return dataclasses.replace(ProbeProtocol(), trials=self.trials, epochs=self.epochs)
+
+    def plan(self) -> SearchPlan:
+        from cog_pl.probe.tuner import SearchPlan
+
+        batch = {} if self.trial_batch is None else {"trial_batch": self.trial_batch}
+        return SearchPlan(mode=self.mode, precision=self.precision, **batch)
+
+
+@dataclass
 class RunConfig:
-    """What ``cog-pl run`` does; every field has the protocol's value by default."""
+    """What ``cog-pl run`` does; every field has the protocol's value by default. One options object per stage:
+    ``extract``, ``probe`` and ``finetune`` (keyword arguments of :func:`~cog_pl.finetune.compare.finetune_domains`,
+    its Trainer's ``devices``/``accelerator``/``precision`` among them; None: no fine-tuning)."""
 
     model: str
     in1k_root: str | None
@@ -45,17 +95,10 @@ class RunConfig:
     domains: tuple[str, ...] = DOMAINS
     seeds: tuple[int, ...] = ProbeProtocol().seeds
     shots: tuple[int | None, ...] = (None, *ProbeProtocol().shots)
-    trials: int = ProbeProtocol().trials
-    epochs: int = ProbeProtocol().epochs
-    exact: bool = False
     benchmark: str | None = None
     transform: Any = None  # None: the backbone's own
-    batch_size: int = 128
-    num_workers: int = 4
-    devices: Any = "auto"
-    accelerator: str = "auto"
-    precision: str = "32-true"
-    probe_device: str = "auto"
+    extract: ExtractOptions = field(default_factory=ExtractOptions)
+    probe: ProbeOptions = field(default_factory=ProbeOptions)
     check: bool = True
     baseline: str | None = None
     progress: bool = True
@@ -64,7 +107,6 @@ class RunConfig:
     variant_shots: tuple[int | None, ...] = (None,)
     finetune: dict[str, Any] | None = None  # finetune_domains keyword arguments; None: no fine-tuning
     finetune_seeds: tuple[int, ...] | None = None  # None: the first of the seeds (finetune_seed_values)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def variant_domains(self) -> tuple[str, ...]:
@@ -78,11 +120,12 @@ class RunConfig:
 
     @property
     def protocol(self) -> ProbeProtocol:
-        """The probe protocol of the run: the published values with its trials and epochs."""
-        return dataclasses.replace(ProbeProtocol(), trials=self.trials, epochs=self.epochs)
+        """The probe protocol of the run: the published values with the probe options' trials and epochs."""
+        return self.probe.protocol
 
     def __post_init__(self) -> None:
         self.protocol  # noqa: B018 - refuses bad trials/epochs now, not after extraction
+        self._check_devices()
         check_domains(self.domains)
         for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
             bad_shots = [s for s in shots if s is not None and not (isinstance(s, int) and s > 0)]
@@ -90,14 +133,14 @@ class RunConfig:
                 raise ValueError(f"invalid shot value(s) {bad_shots} in {name}: use 'all' (None) or positive "
                                  f"integers (protocol: {', '.join(map(str, ProbeProtocol().shots))})")
         if self.variants:
-            from cog_pl.levels.variants import VARIANT_MEASURES, require_text_model
+            from cog_pl.levels.measures import get_measure, list_measures
 
-            bad = [v for v in self.variants if v not in VARIANT_MEASURES]
+            bad = [v for v in self.variants if v not in list_measures()]
             if bad:
                 raise ValueError(f"unknown level variant(s) {', '.join(bad)}; choose from "
-                                 f"{', '.join(VARIANT_MEASURES)}")
-            if "text" in self.variants:
-                require_text_model("the level variant 'text'", "or drop 'text' from the variants")
+                                 f"{', '.join(list_measures())}")
+            for v in self.variants:
+                get_measure(v).require(f"the level variant {v!r}", f"or drop {v!r} from the variants")
             lacking = [d for d in LEVEL_OF_DOMAIN if d not in self.domains]
             if lacking:
                 raise ValueError(f"level variants regroup the features of all five levels; add {', '.join(lacking)} "
@@ -112,6 +155,20 @@ class RunConfig:
                 raise FileNotFoundError(f"{flag} {root} is not a folder")
         if self.finetune is not None:
             self._check_finetune()
+
+    def _check_devices(self) -> None:
+        """Refuse a probe mode, device or precision, or an extraction precision, before any work."""
+        from cog_pl.device import resolve_device, resolve_precision
+
+        try:
+            self.probe.plan()
+            resolve_device(self.probe.device)
+        except ValueError as err:
+            raise ValueError(f"probe options: {err}") from None
+        try:
+            resolve_precision(self.extract.precision, "cpu")
+        except ValueError as err:
+            raise ValueError(f"extraction options: {err}") from None
 
     def _check_finetune(self) -> None:
         """Refuse a ``finetune`` option, recipe key or precision the fine-tuning would fail on after the probes."""
@@ -195,16 +252,17 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any]:
     from cog_pl.extract.datamodule import ExtractionDataModule
     from cog_pl.extract.module import FeatureExtractor
 
+    opts = cfg.extract
+    trainer_kw = opts.trainer_kwargs()
     model = FeatureExtractor(cfg.model, cfg.checkpoint)
     transform = cfg.transform or model.transform_config
     dm = ExtractionDataModule(out=str(out / "features"), model_name=model.model_name, in1k_root=cfg.in1k_root,
                               in21k_root=cfg.in21k_root, domains=cfg.domains, transform=transform,
-                              batch_size=cfg.batch_size, num_workers=cfg.num_workers, benchmark=cfg.benchmark)
+                              batch_size=opts.batch_size, num_workers=opts.num_workers, benchmark=cfg.benchmark)
     dm.setup("predict")
-    dm.finish_ready(model.store_meta(cfg.precision), model.feature_dim)
+    dm.finish_ready(model.store_meta(trainer_kw["precision"]), model.feature_dim)
     if dm.targets:
-        trainer = L.Trainer(accelerator=cfg.accelerator, devices=cfg.devices, precision=cfg.precision, logger=False,
-                            enable_checkpointing=False, enable_model_summary=False,
+        trainer = L.Trainer(**trainer_kw, logger=False, enable_checkpointing=False, enable_model_summary=False,
                             enable_progress_bar=cfg.progress)
         trainer.predict(model, datamodule=dm, return_predictions=False)
     for path in dm.skipped:
@@ -216,12 +274,13 @@ def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
     """The stores of each level variant, regrouped from the level stores (finished ones skipped)."""
     from cog_pl.features.regroup import SPLITS, regroup_variant
     from cog_pl.features.store import is_complete
+    from cog_pl.levels.measures import get_measure
 
     root = out / "features"
     todo = [m for m in cfg.variants if not all(is_complete(root / model_name / variant_domain(d, m) / s)
                                                for d in LEVEL_OF_DOMAIN for s in SPLITS)]
     onto = None
-    if any(m != "text" for m in todo):  # one WordNet ontology for every WordNet measure
+    if any(get_measure(m).wordnet for m in todo):  # one WordNet ontology for every WordNet measure
         from cog_pl.levels.builder import build_ontology
 
         onto = build_ontology()
@@ -235,16 +294,10 @@ def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
 
 
 def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
+    from cog_pl.device import resolve_device
     from cog_pl.probe.protocol_run import run_protocol
-    from cog_pl.probe.tuner import SearchPlan
 
-    protocol = cfg.protocol
-    plan = SearchPlan(mode="exact" if cfg.exact else "fast")
-    device = cfg.probe_device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    protocol, plan, device = cfg.protocol, cfg.probe.plan(), str(resolve_device(cfg.probe.device))
     grid = [(d, tuple(cfg.seeds), tuple(cfg.shots)) for d in cfg.domains]
     variant_seeds = tuple(cfg.seeds if cfg.variant_seeds is None else cfg.variant_seeds)
     grid += [(d, variant_seeds, tuple(cfg.variant_shots)) for d in cfg.variant_domains]

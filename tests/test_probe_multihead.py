@@ -124,12 +124,13 @@ def test_bf16_mixed_k_heads_equal_separate_runs(device):
 def test_precision_is_checked_and_auto_resolves_per_device():
     import pytest
 
-    from cog_pl.probe.multihead import fast_bf16, resolve_precision
+    from cog_pl.device import fast_bf16, resolve_precision
+    from cog_pl.probe.multihead import PRECISIONS
 
     with pytest.raises(ValueError, match="precision"):
-        resolve_precision("16-mixed", "cpu")
-    assert resolve_precision("auto", "cpu") == ("bf16-mixed" if fast_bf16("cpu") else "32-true")
-    assert resolve_precision("32-true", "cpu") == "32-true"
+        resolve_precision("16-mixed", "cpu", PRECISIONS)
+    assert resolve_precision("auto", "cpu", PRECISIONS) == ("bf16-mixed" if fast_bf16("cpu") else "32-true")
+    assert resolve_precision("32-true", "cpu", PRECISIONS) == "32-true"
 
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])

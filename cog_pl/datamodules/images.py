@@ -18,9 +18,11 @@ from torch.utils.data import DataLoader
 
 from cog_pl import resources
 from cog_pl.benchmark import Benchmark, load_benchmark
-from cog_pl.data.imagenet import DecodedImages, ImageDataset, SynsetSource, collate_images
+from cog_pl.data.imagenet import DecodedImages, ImageDataset, collate_images
+from cog_pl.data.sources import ImageSource, get_source, open_source
 from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
-from cog_pl.data.transforms import TransformConfig, build_transform, resolve_transform
+from cog_pl.data.transforms import TransformConfig, build_transform
+from cog_pl.models.transform import resolve_transform
 from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, FeatureProtocol
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,8 @@ class ImageDataModule(L.LightningDataModule):
     ``benchmark``: a benchmark file (:mod:`cog_pl.benchmark`) giving the concepts and test images; None = official.
     ``cache_images``: decode each split once at ``setup`` (with ``num_workers`` workers) and serve it from memory,
     for small datasets read for many epochs (fine-tuning on the demo); the loaders then run in the main process.
+    ``source``: how the images are stored, a name of :func:`~cog_pl.data.sources.list_sources` or ``"auto"`` (detected
+    from the root).
     """
 
     domain: str = ""
@@ -40,7 +44,8 @@ class ImageDataModule(L.LightningDataModule):
     def __init__(self, transform: str | TransformConfig | None = "protocol", batch_size: int = 128,
                  num_workers: int = 4, on_error: str = "fail", error_log: str | None = None,
                  shuffle_train: bool = True, predict_split: str = "test", pin_memory: bool = True,
-                 cache_dir: str | None = None, benchmark: str | None = None, cache_images: bool = False) -> None:
+                 cache_dir: str | None = None, benchmark: str | None = None, cache_images: bool = False,
+                 source: str = "auto") -> None:
         super().__init__()
         self.benchmark = benchmark
         self._definition: Benchmark | None = None
@@ -50,8 +55,14 @@ class ImageDataModule(L.LightningDataModule):
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
         self.on_error, self.error_log, self.cache_dir = on_error, error_log, cache_dir
         self.shuffle_train, self.predict_split = shuffle_train, predict_split
-        self.cache_images = cache_images
+        self.cache_images, self.source_kind = cache_images, source
+        if source != "auto":
+            get_source(source)  # an unknown name is refused now, listing the known ones
         self.datasets: dict[str, ImageDataset | DecodedImages] = {}
+
+    def open_source(self, root: str) -> ImageSource:
+        """``root`` opened as this datamodule's kind of source."""
+        return open_source(root, self.source_kind, self.cache_dir)
 
     @property
     def definition(self) -> Benchmark:
@@ -73,7 +84,7 @@ class ImageDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return len(self.classes)
 
-    def _rows(self, split: str) -> tuple[SynsetSource, list[tuple[str, str]], list[int]]:
+    def _rows(self, split: str) -> tuple[ImageSource, list[tuple[str, str]], list[int]]:
         raise NotImplementedError
 
     def stage_splits(self, stage: str | None) -> tuple[str, ...]:
@@ -124,7 +135,7 @@ class ImageDataModule(L.LightningDataModule):
         return meta
 
 
-def _require(source: SynsetSource, wnids: list[str] | tuple[str, ...], what: str) -> None:
+def _require(source: ImageSource, wnids: list[str] | tuple[str, ...], what: str) -> None:
     missing = [w for w in wnids if not source.has(w)]
     if missing:
         raise FileNotFoundError(f"{len(missing)} {what} synset(s) missing under {source.root}: "
@@ -145,8 +156,8 @@ class ImageNetDataModule(ImageDataModule):
     def classes(self) -> tuple[str, ...]:
         return self.definition.in1k
 
-    def _rows(self, split: str) -> tuple[SynsetSource, list[tuple[str, str]], list[int]]:
-        source = SynsetSource(os.path.join(self.root, "train" if split == "train" else "val"), self.cache_dir)
+    def _rows(self, split: str) -> tuple[ImageSource, list[tuple[str, str]], list[int]]:
+        source = self.open_source(os.path.join(self.root, "train" if split == "train" else "val"))
         _require(source, self.classes, f"IN-1K {'train' if split == 'train' else 'val'}")
         samples, labels = [], []
         for label, wnid in enumerate(self.classes):
@@ -174,7 +185,7 @@ class CoGLevelDataModule(ImageDataModule):
         self.domain = DOMAIN_OF_LEVEL[self.level]
         self.root, self.split_file, self.split_seed = root, split_file, split_seed
         self.protocol = protocol or (self.custom.feature_protocol() if self.custom else FeatureProtocol())
-        self._source: SynsetSource | None = None
+        self._source: ImageSource | None = None
         self._split: LevelSplit | None = None
 
     @property
@@ -182,9 +193,9 @@ class CoGLevelDataModule(ImageDataModule):
         return self.definition.classes(self.level)
 
     @property
-    def source(self) -> SynsetSource:
+    def source(self) -> ImageSource:
         if self._source is None:
-            self._source = SynsetSource(self.root, self.cache_dir)
+            self._source = self.open_source(self.root)
         return self._source
 
     @property
@@ -213,7 +224,7 @@ class CoGLevelDataModule(ImageDataModule):
             self._split = split
         return self._split
 
-    def _rows(self, split: str) -> tuple[SynsetSource, list[tuple[str, str]], list[int]]:
+    def _rows(self, split: str) -> tuple[ImageSource, list[tuple[str, str]], list[int]]:
         samples, labels = self.split.samples(split)
         return self.source, samples, labels
 

@@ -3,7 +3,7 @@
 One recipe, used by ``cog-pl demo --finetune`` (:func:`cog_pl.finetune.compare.finetune_domains`) and spelt out for
 ``cog-pl finetune fit/test`` in ``configs/finetune/demo.yaml`` (a test keeps the two equal). Tuned on the default
 demo for speed and margin: 10 epochs on images decoded once and kept in memory, bf16 autocast where the machine has
-native bf16, channels-last convolutions; about 50 s for the six domains on 2 CPU cores.
+native bf16, channels-last convolutions (the README gives its time).
 """
 
 from __future__ import annotations

@@ -9,76 +9,66 @@ from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
-import torch
 
-from cog_pl.finetune.cli import FINETUNE_SUFFIX, result_row
+from cog_pl.device import resolve_precision, trainer_options
 from cog_pl.finetune.module import FineTuneClassifier
+from cog_pl.finetune.rows import METHOD, result_row
 from cog_pl.results import append_row, has_row
 
 logger = logging.getLogger(__name__)
 
 
-#: ``precision`` values: ``"auto"`` (:func:`resolve_precision`) or a precision of Lightning's Trainer (a test keeps
-#: these within what Lightning accepts).
-PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64",
-              32, 16, 64)
 #: Arguments of :class:`FineTuneClassifier` that :func:`finetune_domains` sets itself, hence no recipe keys.
 SET_PER_DOMAIN = ("model", "num_classes", "checkpoint")
 
 
 def check_options(precision: Any, recipe: dict[str, Any] | None) -> None:
-    """Refuse an unknown ``precision`` or ``recipe`` key by name, before any data is read."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r}; expected one of {', '.join(map(str, PRECISIONS))}")
+    """Refuse an unknown ``precision`` (:func:`cog_pl.device.resolve_precision`'s vocabulary) or ``recipe`` key by
+    name, before any data is read."""
+    resolve_precision(precision, "cpu")
     allowed = [k for k in inspect.signature(FineTuneClassifier).parameters if k not in SET_PER_DOMAIN]
     bad = [k for k in recipe or {} if k not in allowed]
     if bad:
         raise ValueError(f"unknown recipe key(s) {', '.join(bad)}; FineTuneClassifier takes {', '.join(allowed)}")
 
 
-def resolve_precision(precision: str) -> str:
-    """A Lightning precision; ``"auto"``: ``bf16-mixed`` where this machine computes in bf16 natively (the probe's
-    rule, :func:`cog_pl.probe.multihead.fast_bf16`), else ``32-true``. Other values go to the Trainer as they are."""
-    if precision != "auto":
-        return precision
-    from cog_pl.probe.multihead import fast_bf16
-
-    return "bf16-mixed" if fast_bf16("cuda" if torch.cuda.is_available() else "cpu") else "32-true"
-
-
 def finetune_domains(model: str, checkpoint: str | None, results: str, domains: Sequence[str], *,
                      in1k_root: str | None, in21k_root: str | None, benchmark: str | None = None,
                      transform: Any = None, epochs: int = 10, seed: int = 22, batch_size: int = 128,
-                     recipe: dict[str, Any] | None = None, precision: str = "32-true", cache_images: bool = False,
-                     num_workers: int = 0, progress: bool = False) -> list[dict[str, Any]]:
+                     recipe: dict[str, Any] | None = None, precision: str = "32-true", devices: int | str = 1,
+                     accelerator: str = "auto", cache_images: bool = False, num_workers: int = 0,
+                     progress: bool = False) -> list[dict[str, Any]]:
     """One fine-tuning run per domain (train split -> test split); rows that exist are skipped.
 
-    ``recipe``: keyword arguments of :class:`FineTuneClassifier`. ``precision``: the Trainer's, or ``"auto"``
-    (:func:`resolve_precision`). ``cache_images``: decode each domain's images once and serve them from memory
-    (:class:`~cog_pl.data.imagenet.DecodedImages`), for small domains read for many epochs such as the demo's.
-    Each row records the recipe, epochs, precision and seconds it took.
+    ``transform``: as the image datamodules take it; ``None``: the backbone's own
+    (:func:`~cog_pl.models.transform.backbone_transform`, the transform its features are extracted with).
+    ``recipe``: keyword arguments of :class:`FineTuneClassifier`. ``precision``, ``devices``, ``accelerator``: the
+    Trainer's, ``"auto"`` resolved by :func:`cog_pl.device.trainer_options`. ``cache_images``: decode each domain's
+    images once and serve them from memory (:class:`~cog_pl.data.imagenet.DecodedImages`), for small domains read for
+    many epochs such as the demo's.
+    Each row records the recipe, epochs, precision, devices, accelerator and seconds it took.
     """
     from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
-    from cog_pl.models import resolve_spec
+    from cog_pl.models import backbone_transform, resolve_spec
 
     check_options(precision, recipe)
-    precision = resolve_precision(precision)
+    transform = backbone_transform(model) if transform is None else transform
+    trainer_kw = trainer_options(accelerator, devices, precision)
     rows = []
     for domain in domains:
         name = resolve_spec(model).name
-        key = (name + FINETUNE_SUFFIX, domain, None, seed)
+        key = (name, METHOD, domain, None, seed)
         if has_row(results, key):
             logger.info("skip fine-tuning %s on %s: row exists", name, domain)
             continue
         common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers, "benchmark": benchmark,
-                  "cache_images": cache_images, "pin_memory": torch.cuda.is_available()}
+                  "cache_images": cache_images, "pin_memory": trainer_kw["accelerator"] == "cuda"}
         dm = (ImageNetDataModule(root=in1k_root, **common) if domain == "in1k"
               else CoGLevelDataModule(level=domain, root=in21k_root, **common))
         L.seed_everything(seed, verbose=False)
         net = FineTuneClassifier(model, dm.num_classes, checkpoint, **(recipe or {}))
         start = time.perf_counter()
-        trainer = L.Trainer(max_epochs=epochs, accelerator="cpu" if not torch.cuda.is_available() else "auto",
-                            devices=1, precision=precision, logger=False, enable_checkpointing=False,
+        trainer = L.Trainer(max_epochs=epochs, **trainer_kw, logger=False, enable_checkpointing=False,
                             enable_model_summary=False, enable_progress_bar=progress)
         trainer.fit(net, datamodule=dm)
         trainer.test(net, datamodule=dm, verbose=False)

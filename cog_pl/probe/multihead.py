@@ -35,31 +35,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from cog_pl.device import resolve_precision
 from cog_pl.probe.metrics import percent, topk_correct
 from cog_pl.probe.schedule import cosine_factor
 from cog_pl.probe.workspace import HeadsWorkspace, on_device_of_first_argument, stepper
 
+#: The precisions the heads run (:func:`cog_pl.device.resolve_precision`'s ``allowed`` for the probes).
 PRECISIONS = ("32-true", "bf16-mixed")
-
-
-def fast_bf16(device: torch.device | str) -> bool:
-    """True where bfloat16 matrix products are much faster than float32 ones: recent GPUs, CPUs with AMX/BF16."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # private, hence looked up with a default
-        return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
-    return False
-
-
-def resolve_precision(precision: str, device: torch.device | str) -> str:
-    """``"auto"`` becomes ``"bf16-mixed"`` where :func:`fast_bf16` holds, else ``"32-true"``."""
-    if precision == "auto":
-        return "bf16-mixed" if fast_bf16(device) else "32-true"
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be 'auto' or one of {PRECISIONS}, got {precision!r}")
-    return precision
 
 
 def init_heads(dim: int, classes: int, k: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -123,7 +105,7 @@ def train_heads(
     k, c = len(lrs), num_classes
     base_lr = torch.tensor(lrs, dtype=torch.float32, device=device).repeat_interleave(c)  # (K*C,): a row per class
     wd = torch.tensor(wds, dtype=torch.float32, device=device).repeat_interleave(c)
-    ws = HeadsWorkspace(x, y, batch_size, init, momentum, resolve_precision(precision, device), wd)
+    ws = HeadsWorkspace(x, y, batch_size, init, momentum, resolve_precision(precision, device, PRECISIONS), wd)
     step = stepper(ws, batch_size)
     params, buf = ws.params, ws.buf  # params: (K*C, width), a row per (head, class): weights, then bias
     weight, bias = ws.weight.T.view(dim, k, c), ws.bias.view(k, c)  # views of params

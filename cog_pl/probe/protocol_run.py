@@ -13,107 +13,79 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from optuna.storages import BaseStorage
 from torch import Tensor
 
-from cog_pl.features.store import check_pair
-from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_split, sub_seed, tuning_indices
+from cog_pl.device import fits, resolve_device
+from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_store, sub_seed, tuning_indices
 from cog_pl.probe.storage import opened
 from cog_pl.probe.study import open_study
 from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, train_probe
 from cog_pl.protocol import ProbeProtocol, as_record
-from cog_pl.results import FORMAT_VERSION, append_row, read_rows, row_key, versions
+from cog_pl.provenance import versions
+from cog_pl.results import FORMAT_VERSION, append_row, read_rows, row_key
 
 log = logging.getLogger(__name__)
+#: The method of the rows written here (:data:`cog_pl.results.METHODS`).
+METHOD = "linear"
 
 
 @dataclass
 class Splits:
     """Normalised train and test features of one domain, in memory (features on the probe's device, labels on the
-    CPU)."""
+    CPU), with the class count, model and domain of its stores (:class:`~cog_pl.features.pair.StorePair`)."""
 
     train_x: Tensor
     train_y: Tensor
     test_x: Tensor
     test_y: Tensor
-    num_classes: int  # a feature store's num_classes; for plain stores, the largest label + 1 of both splits
+    num_classes: int
+    model: str | None = None
+    domain: str | None = None
 
     @classmethod
-    def load(cls, root: str | os.PathLike, normalize: bool = True, device: torch.device | str = "cpu") -> Splits:
-        """Read ``root/train`` and ``root/test`` (feature stores, or plain features.npy + labels.npy); features go
-        to ``device``. Stores are checked as :func:`cog_pl.features.store.open_store` checks them, and against
-        each other before anything is read into memory: a train and a test store of different models, domains,
-        transforms, class lists or widths are refused."""
-        root = Path(root)
-        metas = [_store_meta(root / split) for split in ("train", "test")]
-        dims = [_feature_dim(root / split) for split in ("train", "test")]
-        if None not in dims:  # (a missing or unreadable file is named by load_split)
-            check_pair(metas[0] or {}, metas[1] or {}, *dims, str(root))
-        (tx, ty), (sx, sy) = load_split(root / "train", device), load_split(root / "test", device)
+    def load(cls, root: str | os.PathLike | StorePair, normalize: bool = True,
+             device: torch.device | str = "cpu") -> Splits:
+        """Read the train and test stores of ``root`` (a store root, opened and checked by
+        :func:`~cog_pl.features.pair.open_pair`, or a pair it opened); features go to ``device``."""
+        pair = root if isinstance(root, StorePair) else open_pair(root)
+        (tx, ty), (sx, sy) = load_store(pair.train, device), load_store(pair.test, device)
         if normalize:
             tx, sx = l2_normalize(tx), l2_normalize(sx)
-        classes = metas[0]["num_classes"] if metas[0] else int(max(ty.max(), sy.max())) + 1
-        return cls(tx, ty, sx, sy, classes)
+        return cls(tx, ty, sx, sy, pair.num_classes, pair.model, pair.domain)
 
     @classmethod
-    def for_probes(cls, root: str | os.PathLike, device: torch.device | str, protocol: ProbeProtocol,
+    def for_probes(cls, root: str | os.PathLike | StorePair, device: torch.device | str, protocol: ProbeProtocol,
                    plan: SearchPlan) -> Splits:
         """:meth:`load` for probes on ``device``, the features placed by :func:`splits_device`."""
-        place = splits_device(root, device, heads=max(plan.startup_trials, plan.trial_batch),
+        pair = root if isinstance(root, StorePair) else open_pair(root)
+        place = splits_device(pair, device, heads=max(plan.startup_trials, plan.trial_batch),
                               batch_size=protocol.batch_size)
-        return cls.load(root, normalize=protocol.normalize, device=place)
+        return cls.load(pair, normalize=protocol.normalize, device=place)
 
 
-def splits_device(root: str | os.PathLike, device: torch.device | str, free_bytes: int | None = None,
+def splits_device(pair: StorePair, device: torch.device | str, free_bytes: int | None = None,
                   heads: int = 10, batch_size: int = 1024) -> str:
-    """Where :meth:`Splits.load` should put the features of ``root`` for probes on ``device``: the GPU itself when the
-    features, a probe's copies of them and its workspace for up to ``heads`` heads fit in its free memory
-    (``free_bytes``; measured when None, counting memory PyTorch's allocator holds unused), else the host, from where
-    each probe moves only its own rows."""
-    device = torch.device(device)
+    """Where :meth:`Splits.load` should put the features of ``pair`` for probes on ``device``: the GPU itself when
+    the features, a probe's copies of them and its workspace for up to ``heads`` heads fit in its free memory
+    (:func:`cog_pl.device.fits`; ``free_bytes`` measured when None), else the host, from where each probe moves only
+    its own rows."""
+    device = resolve_device(device) if device == "auto" else torch.device(device)
     if device.type != "cuda":
         return str(device)
-    import numpy as np
-
-    try:
-        (n, d), (m, _) = (np.load(Path(root) / s / "features.npy", mmap_mode="r").shape for s in ("train", "test"))
-        classes = int(np.load(Path(root) / "train" / "labels.npy", mmap_mode="r").max()) + 1
-    except (OSError, ValueError):
-        return str(device)  # loading names the problem
-    columns = heads * classes
+    (n, d), m = pair.train.features.shape, len(pair.test)
+    columns = heads * pair.num_classes
     needed = (4 * (n + m) * d + 4 * n * d + 2 * n * (d + 16)  # float32 splits, tuning rows, bfloat16 features
               + 20 * (d + 16) * columns  # parameters, momentum, snapshot, their bfloat16 copies
               + 12 * batch_size * columns + 4 * 8192 * columns)  # a batch's logits and gradient, an evaluation chunk
-    if free_bytes is None:
-        free_bytes = (torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device)
-                      - torch.cuda.memory_allocated(device))
-    if needed <= 0.9 * free_bytes:
+    if fits(needed, device, free_bytes, what=f"the features of {pair.root} and a probe's workspace"):
         return str(device)
-    log.info("features stay in host memory: %.1f GB would not fit in the %.1f GB free on %s", needed / 1e9,
-             free_bytes / 1e9, device)
+    log.info("features stay in host memory; each probe moves its own rows to %s", device)
     return "cpu"
-
-
-def _store_meta(path: Path) -> dict[str, Any] | None:
-    """A finished store's metadata, after the store's own checks; None for a plain store (or none at all)."""
-    from cog_pl.features.store import is_complete, open_store
-
-    return open_store(path).meta if is_complete(path) else None
-
-
-def _feature_dim(path: Path) -> int | None:
-    """The width of a split's features, read from the file's header; None where it cannot be read."""
-    import numpy as np
-
-    try:
-        shape = np.load(path / "features.npy", mmap_mode="r").shape
-    except (OSError, ValueError, EOFError):
-        return None
-    return int(shape[1]) if len(shape) == 2 else None
 
 
 def study_name(model: str, domain: str, shots: int | None, seed: int, protocol: ProbeProtocol,
@@ -164,7 +136,8 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     end = time.perf_counter()
     log.info("%s: lr %.4g wd %.3g -> test top-1 %.2f", name, lr, wd, float(result.top1[0]))
     return {
-        "format_version": FORMAT_VERSION, "model": model, "domain": domain, "shots": shots, "seed": seed,
+        "format_version": FORMAT_VERSION, "model": model, "method": METHOD, "domain": domain, "shots": shots,
+        "seed": seed,
         "lr": lr, "wd": wd, "best_trial": best.number, "val_top1": best.value,
         "val_top5": best.user_attrs.get(RESULT_ATTR, {}).get("val_top5"), "test_top1": float(result.top1[0]),
         "test_top5": float(result.top5[0]), "final_diverged_epoch": result.diverged_epoch[0],
@@ -176,13 +149,15 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     }
 
 
-def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: str, domain: str,
+def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: str | None = None,
+                 domain: str | None = None,
                  storage: str | os.PathLike | BaseStorage, protocol: ProbeProtocol | None = None,
                  plan: SearchPlan | None = None,
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                  device: str | torch.device = "cpu", restart_unfinished: bool = False) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end.
 
+    ``model`` and ``domain`` default to the stores' (their meta, else the folder names).
     ``restart_unfinished``: a cell whose study exists but whose row does not (a single worker killed mid-cell) is
     tuned again from an empty study, so the resumed run ends with exactly the rows of an uninterrupted one. Leave it
     off when several workers share the studies: they resume each other's studies instead.
@@ -193,11 +168,13 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     done = {row_key(r) for r in read_rows(results)}
     plan = plan or SearchPlan()
     splits = Splits.for_probes(root, device, protocol, plan)
+    model = model or splits.model
+    domain = domain or splits.domain
     rows = []
-    with opened(storage) as grid_storage:  # once for the grid: opening a study database costs some 30 ms
+    with opened(storage) as grid_storage:  # opened once for the whole grid
         for n in shots:
             for seed in seeds:
-                if (model, domain, n, seed) in done:
+                if (model, METHOD, domain, n, seed) in done:
                     log.info("skip %s %s shots=%s seed=%s: row exists", model, domain, n, seed)
                     continue
                 if restart_unfinished:

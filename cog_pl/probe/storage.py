@@ -85,7 +85,7 @@ def _journal_mode(path: Path, mode: str) -> str:
 def _create(url: str, attempts: int = 5, new: bool = False) -> RDBStorage:
     """Optuna's storage, retried while another worker is creating the same new file's tables. ``new``: the file is
     one this process creates (under a lock), so its schema is this Optuna's and the version check is skipped (it
-    parses Alembic's migration scripts: some 30 ms)."""
+    parses Alembic's migration scripts)."""
     from sqlalchemy.exc import IntegrityError, OperationalError
 
     for attempt in range(attempts):

@@ -23,8 +23,9 @@ import torch
 from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from cog_pl.device import resolve_precision
 from cog_pl.probe.data import ProbeData, sub_seed
-from cog_pl.probe.multihead import HeadsResult, init_heads, resolve_precision, train_heads
+from cog_pl.probe.multihead import PRECISIONS, HeadsResult, init_heads, train_heads
 from cog_pl.probe.study import past_budget, progress, stamp
 from cog_pl.protocol import ProbeProtocol
 
@@ -49,13 +50,13 @@ class SearchPlan:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.precision != "auto":
-            resolve_precision(self.precision, "cpu")  # rejects an unknown value
+            resolve_precision(self.precision, "cpu", PRECISIONS)  # rejects an unknown value
 
     def precision_on(self, device: torch.device | str) -> str:
         """The precision trials and the final probe run with on ``device``."""
         if self.precision == "auto" and self.mode == "exact":
             return "32-true"
-        return resolve_precision(self.precision, device)
+        return resolve_precision(self.precision, device, PRECISIONS)
 
     def batch_size(self, started: int) -> int:
         """Trials to ask next, given how many the study has started (finished or running)."""

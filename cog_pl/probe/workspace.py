@@ -175,7 +175,7 @@ class HeadsWorkspace:
         self.update(xb, v.grad.copy_(v.probs) if self.low else v.probs)
 
     def _make_views(self, nb: int) -> SimpleNamespace:
-        """The step's buffers cut to ``nb`` rows, made once per batch size (a dozen views cost 4 % of a CPU step)."""
+        """The step's buffers cut to ``nb`` rows, made once per batch size (not a dozen views each step)."""
         k, c = self.k, self.c
         v = SimpleNamespace(xb=self.xb[:nb])
         if self.low:
