@@ -1,33 +1,82 @@
-"""Atomic file writing (a reader sees the old file or the complete new one, never a partial one), JSON reading and
-file hashes."""
+"""Atomic file writing (a reader sees the old file or the complete new one, never a partial one), JSON reading,
+file hashes, the umask's file modes and one-line disk-full errors."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+#: errno values that mean the file system is full (ENOSPC) or the user's quota is spent (EDQUOT).
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFullError(OSError):
+    """No space left for a file; the message (one line) names the file and, where known, the bytes needed."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def disk_full(path: str | os.PathLike, needed: int | None = None) -> DiskFullError:
+    """The error for a write to ``path`` that ran out of space: the path, the bytes needed (when known) and free."""
+    path = Path(path)
+    try:
+        free = f"{shutil.disk_usage(next(p for p in (path, *path.parents) if p.exists())).free} bytes free"
+    except (OSError, StopIteration):
+        free = "free space unknown"
+    need = "" if needed is None else f"{needed} bytes needed, "
+    return DiskFullError(errno.ENOSPC, f"disk full: cannot write {path} ({need}{free})", str(path))
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where Linux reports it (``/proc/self/status``)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # elsewhere: set and restore (racy only against threads changing the umask)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(directory: bool = False) -> int:
+    """The mode ``open``/``mkdir`` would give a new file (0o666) or directory (0o777) under the umask; ``mkstemp``
+    and ``mkdtemp`` create 0o600/0o700, which callers writing outputs others read reset to this."""
+    return (0o777 if directory else 0o666) & ~umask()
+
 
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """Open a temporary file beside ``path``; on success it is flushed, fsynced and renamed over ``path``."""
+    """Open a temporary file beside ``path`` (mode per the umask); on success it is flushed, fsynced and renamed over
+    ``path``. A full disk raises :class:`DiskFullError` naming ``path``, and leaves neither file half-made."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        if err.errno in DISK_FULL:
+            raise disk_full(path) from err
+        raise
+    try:
+        os.fchmod(fd, default_mode())
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(err, OSError) and not isinstance(err, DiskFullError) and err.errno in DISK_FULL:
+            raise disk_full(path) from err
         raise
 
 

@@ -8,8 +8,10 @@ With ``finetune`` (keyword arguments of :func:`cog_pl.finetune.compare.finetune_
 ...), the backbone is also fine-tuned on every domain (paper App. C.2; rows of method ``finetune``, ``finetune_seeds``)
 and the report sets the probes against it.
 
-Each stage resumes: complete feature stores are skipped and interrupted ones continued; result rows that exist are
-skipped and interrupted Optuna studies continued from their SQLite storage; the report is recomputed from rows.
+Each stage resumes: complete feature stores are skipped and interrupted ones continued, each only when made by the
+same model, weights, precision, transform and data (else refused; ``overwrite`` replaces them); result rows that
+exist are skipped and interrupted Optuna studies continued from their SQLite storage; the report is recomputed from
+rows.
 Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite``, ``optuna.db``, ``report/``.
 """
 
@@ -24,7 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, FeatureProtocol, ProbeProtocol, check_domains, variant_domain
+from cog_pl.protocol import (
+    DOMAINS,
+    LEVEL_OF_DOMAIN,
+    FeatureProtocol,
+    ProbeProtocol,
+    check_domains,
+    check_grid,
+    variant_domain,
+)
 
 if TYPE_CHECKING:
     from cog_pl.probe.tuner import SearchPlan
@@ -33,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 #: Arguments of :func:`~cog_pl.finetune.compare.finetune_domains` the run sets itself, hence no ``finetune`` keys.
 FINETUNE_SET_BY_RUN = ("model", "checkpoint", "results", "domains", "in1k_root", "in21k_root", "benchmark",
-                       "transform", "seed", "progress")
+                       "transform", "seed", "progress", "overwrite")
 
 
 @dataclass
@@ -47,6 +57,8 @@ class ExtractOptions:
     num_nodes: int = 1
     batch_size: int = FeatureProtocol().batch_size
     num_workers: int = 4
+    on_error: str = "fail"  # an unreadable image: "fail" naming it, or "skip" it (recorded in its store's meta.json)
+    max_skipped: float = 0.001  # with "skip": at most this fraction of a split (or, >= 1, this many images)
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """The Trainer's options, ``"auto"`` accelerator and precision resolved
@@ -107,6 +119,7 @@ class RunConfig:
     variant_shots: tuple[int | None, ...] = (None,)
     finetune: dict[str, Any] | None = None  # finetune_domains keyword arguments; None: no fine-tuning
     finetune_seeds: tuple[int, ...] | None = None  # None: the first of the seeds (finetune_seed_values)
+    overwrite: bool = False  # replace what earlier runs made (feature stores: extracted and regrouped again)
 
     @property
     def variant_domains(self) -> tuple[str, ...]:
@@ -125,6 +138,10 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         self.protocol  # noqa: B018 - refuses bad trials/epochs now, not after extraction
+        for name, seeds in (("seeds", self.seeds), ("variant_seeds", self.variant_seeds),
+                            ("finetune_seeds", self.finetune_seeds)):
+            if seeds is not None:
+                check_grid(seeds, names=(name, "shots"))
         self._check_devices()
         check_domains(self.domains)
         for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
@@ -228,7 +245,7 @@ def run(cfg: RunConfig) -> RunSummary:
     from cog_pl.report.build import write_report
     from cog_pl.results import read_rows
 
-    report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline)
+    report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline, features=out / "features")
     return RunSummary(out, stores, written, len(read_rows(out / "results.sqlite")), report, seconds)
 
 
@@ -253,17 +270,18 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any]:
     from cog_pl.extract.module import FeatureExtractor
 
     opts = cfg.extract
-    trainer_kw = opts.trainer_kwargs()
     model = FeatureExtractor(cfg.model, cfg.checkpoint)
+    trainer = L.Trainer(**opts.trainer_kwargs(), logger=False, enable_checkpointing=False,
+                        enable_model_summary=False, enable_progress_bar=cfg.progress)
     transform = cfg.transform or model.transform_config
     dm = ExtractionDataModule(out=str(out / "features"), model_name=model.model_name, in1k_root=cfg.in1k_root,
                               in21k_root=cfg.in21k_root, domains=cfg.domains, transform=transform,
-                              batch_size=opts.batch_size, num_workers=opts.num_workers, benchmark=cfg.benchmark)
+                              batch_size=opts.batch_size, num_workers=opts.num_workers, benchmark=cfg.benchmark,
+                              on_error=opts.on_error, max_skipped=opts.max_skipped, overwrite=cfg.overwrite)
+    dm.model_meta = model.store_meta(str(trainer.precision))  # what existing stores are checked against
     dm.setup("predict")
-    dm.finish_ready(model.store_meta(trainer_kw["precision"]), model.feature_dim)
+    dm.finish_ready(dm.model_meta, model.feature_dim)
     if dm.targets:
-        trainer = L.Trainer(**trainer_kw, logger=False, enable_checkpointing=False, enable_model_summary=False,
-                            enable_progress_bar=cfg.progress)
         trainer.predict(model, datamodule=dm, return_predictions=False)
     for path in dm.skipped:
         logger.info("feature store complete, skipped: %s", path)
@@ -277,8 +295,8 @@ def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
     from cog_pl.levels.measures import get_measure
 
     root = out / "features"
-    todo = [m for m in cfg.variants if not all(is_complete(root / model_name / variant_domain(d, m) / s)
-                                               for d in LEVEL_OF_DOMAIN for s in SPLITS)]
+    todo = [m for m in cfg.variants if cfg.overwrite or not all(
+        is_complete(root / model_name / variant_domain(d, m) / s) for d in LEVEL_OF_DOMAIN for s in SPLITS)]
     onto = None
     if any(get_measure(m).wordnet for m in todo):  # one WordNet ontology for every WordNet measure
         from cog_pl.levels.builder import build_ontology
@@ -286,7 +304,7 @@ def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
         onto = build_ontology()
     paths = []
     for measure in cfg.variants:
-        result = regroup_variant(root, model_name, measure=measure, onto=onto)
+        result = regroup_variant(root, model_name, measure=measure, onto=onto, overwrite=cfg.overwrite)
         logger.info("level variant %s: %d stores written, %d already there (%s)", measure, len(result.written),
                     len(result.skipped), result.level_file)
         paths += [root / model_name / d / s for d in result.domains for s in SPLITS]
@@ -295,19 +313,24 @@ def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
 
 def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
     from cog_pl.device import resolve_device
-    from cog_pl.probe.protocol_run import run_protocol
+    from cog_pl.features.pair import open_pair
+    from cog_pl.probe.protocol_run import grid_todo, run_protocol
 
     protocol, plan, device = cfg.protocol, cfg.probe.plan(), str(resolve_device(cfg.probe.device))
     grid = [(d, tuple(cfg.seeds), tuple(cfg.shots)) for d in cfg.domains]
     variant_seeds = tuple(cfg.seeds if cfg.variant_seeds is None else cfg.variant_seeds)
     grid += [(d, variant_seeds, tuple(cfg.variant_shots)) for d in cfg.variant_domains]
+    for domain, seeds, shots in grid:  # a row made with other inputs is refused before any probe runs
+        grid_todo(open_pair(out / "features" / model_name / domain), out / "results.sqlite", model=model_name,
+                  domain=domain, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
+                  overwrite=cfg.overwrite)
     written = 0
     for i, (domain, seeds, shots) in enumerate(grid, 1):
         logger.info("[%d/%d] probes on %s: %d seeds x %d shot settings", i, len(grid), domain, len(seeds),
                     len(shots))
         rows = run_protocol(out / "features" / model_name / domain, out / "results.sqlite", model=model_name,
                             domain=domain, storage=out / "optuna.db", protocol=protocol, plan=plan,
-                            seeds=seeds, shots=shots, device=device, restart_unfinished=True)
+                            seeds=seeds, shots=shots, device=device, overwrite=cfg.overwrite)
         written += len(rows)
     return written
 
@@ -322,7 +345,8 @@ def _finetune(cfg: RunConfig, out: Path, transform: Any) -> int:
         logger.info("fine-tuning %s on %d domains, seed %d", cfg.model, len(cfg.domains), seed)
         rows = finetune_domains(cfg.model, cfg.checkpoint, str(out / "results.sqlite"), cfg.domains,
                                 in1k_root=cfg.in1k_root, in21k_root=cfg.in21k_root, benchmark=cfg.benchmark,
-                                transform=transform, seed=seed, progress=cfg.progress, **cfg.finetune)
+                                transform=transform, seed=seed, progress=cfg.progress, overwrite=cfg.overwrite,
+                                **cfg.finetune)
         written += len(rows)
     return written
 

@@ -102,8 +102,9 @@ class ProbeProtocol:
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "trials"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"probe protocol: {name} must be at least 1, got {getattr(self, name)}")
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"probe protocol: {name} must be at least 1 (an integer), got "
+                                 f"{getattr(self, name)!r}")
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"probe protocol: val_fraction must be between 0 and 1, got {self.val_fraction}")
         if not 0 <= self.momentum < 1:
@@ -114,8 +115,22 @@ class ProbeProtocol:
                 raise ValueError(f"probe protocol: {name} must be (low, high) with 0 < low <= high, got {(low, high)}")
         if self.sampler not in SAMPLERS:
             raise ValueError(f"probe protocol: sampler {self.sampler!r}; this code implements {', '.join(SAMPLERS)}")
-        if any(n < 1 for n in self.shots):
-            raise ValueError(f"probe protocol: shots must be at least 1, got {self.shots}")
+        check_grid(self.seeds, self.shots, "probe protocol: ")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_grid(seeds, shots=(), who: str = "", names: tuple[str, str] = ("seeds", "shots")) -> None:
+    """Refuse seeds that are not integers >= 0 (numpy's seeds) and shot counts that are neither None (all data) nor
+    integers >= 1, naming the values (``who``: a prefix; ``names``: what the seeds and shots are called)."""
+    bad = [s for s in seeds if not (_is_int(s) and s >= 0)]
+    if bad or not len(seeds):
+        raise ValueError(f"{who}{names[0]} must be at least 0 (integers, one or more), got {list(seeds)}")
+    bad = [n for n in shots if n is not None and not (_is_int(n) and n >= 1)]
+    if bad:
+        raise ValueError(f"{who}{names[1]} must be 'all' or at least 1 (integers), got {bad}")
 
 
 def as_record(obj: Any) -> dict[str, Any]:

@@ -40,10 +40,18 @@ def test_problems_are_named_counted_and_fail_the_check(tiny, tmp_path, capsys): 
     assert "[cog_l2] missing test images: 1" in out and gone.split("/")[1] in out
     assert f"{w_few} (" in out and "1 train images, expected 3..6" in out
     assert "[cog_l3] unreadable test images: 1" in out and "not a recognised image format" in out
-    assert "warnings (1):\n  [cog_l4] unreadable train images: 1" in out and "truncated" in out
-    assert "FAILED: 4 error(s)" in out, out
+    assert "[cog_l4] unreadable train images: 1" in out and "truncated" in out  # extraction would stop at it
+    assert "FAILED: 5 error(s)" in out, out
     assert "cog_l2      3/3            18        8" in out and "decoded 120 images: 2 unreadable" in out
     assert sorted(line.split("\t")[0] for line in bad_list.read_text().splitlines()) == sorted([corrupt, cut])
+    # under the skip policy, as extraction does, they are skipped within the cap (warnings) and errors past it
+    code, out = _run(capsys, "--in21k-root", str(in21k), "--decode", "--workers", "0", "--on-error", "skip")
+    assert code == 1 and "FAILED: 3 error(s)" in out, out
+    assert "warnings (2):" in out and "[cog_l3] unreadable test images (skipped): 1" in out
+    assert "[cog_l4] unreadable train images (skipped): 1" in out
+    code, out = _run(capsys, "--in21k-root", str(in21k), "--decode", "--workers", "0", "--on-error", "skip",
+                     "--max-skipped", "0")
+    assert "FAILED: 5 error(s)" in out and "unreadable train images (more than --max-skipped allows: 0): 1" in out
 
 
 def test_missing_roots_are_clear(tmp_path, capsys):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cog_pl.data.sampling import few_shot, final_seed, val_split
+from cog_pl.data.sampling import few_shot, final_indices, final_seed, tuning_indices, tuning_seed, val_split
 
 
 def _labels(seed: int = 0) -> np.ndarray:
@@ -64,3 +64,43 @@ def test_bad_arguments_are_refused():
         val_split(np.zeros(4, int), 1.0, 0)
     with pytest.raises(ValueError, match="shots"):
         few_shot(np.zeros(4, int), np.arange(4), 0, 0)
+
+
+#: Chi-square with 9 degrees of freedom exceeds this with probability 1e-4 under uniform draws (scipy.stats.chi2.isf).
+CHI2_9DF_P1E4 = 33.72
+
+
+def _chi_square(counts: np.ndarray) -> float:
+    expected = counts.sum() / len(counts)
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+@pytest.mark.parametrize("shots", [1, 2, 4])
+def test_tuning_draw_picks_every_row_of_a_class_equally_often(shots):
+    """Over many seeds, each of a class's 10 rows enters the tuning sample equally often (P = 0.8 * shots / 8). The
+    draw once reused the validation split's per-class stream and picked a class's first row about 1.3x too often
+    (chi-square over 100 in this setting)."""
+    y = np.repeat(np.arange(20), 10)  # 20 classes of 10 rows: the validation split keeps 2, leaves 8
+    counts = np.zeros(10)
+    for seed in range(300):
+        train, _ = tuning_indices(y, 0.2, seed, shots)
+        np.add.at(counts, train % 10, 1)
+    assert counts.sum() == 300 * 20 * shots
+    assert _chi_square(counts) < CHI2_9DF_P1E4, counts
+
+
+def test_validation_and_final_draws_are_uniform_too():
+    y = np.repeat(np.arange(20), 10)
+    val, final = np.zeros(10), np.zeros(10)
+    for seed in range(300):
+        np.add.at(val, tuning_indices(y, 0.2, seed, 2)[1] % 10, 1)
+        np.add.at(final, final_indices(y, seed, 2) % 10, 1)
+    assert _chi_square(val) < CHI2_9DF_P1E4 and _chi_square(final) < CHI2_9DF_P1E4
+
+
+def test_each_draw_of_a_run_has_its_own_seed():
+    assert len({22, tuning_seed(22), final_seed(22)}) == 3 and tuning_seed(22) == tuning_seed(22) != tuning_seed(37)
+    y = np.repeat(np.arange(2), 10)
+    # the tuning sample of seed 22: fixed rows, the same on every machine (numpy's PCG64)
+    assert tuning_indices(y, 0.2, 22, 2)[0].tolist() == [3, 5, 10, 17]
+    assert few_shot(y, val_split(y, 0.2, 22)[0], 2, tuning_seed(22)).tolist() == [3, 5, 10, 17]

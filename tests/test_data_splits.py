@@ -2,10 +2,14 @@
 
 import gzip
 import json
+import os
+import shutil
+from dataclasses import replace
 
 import pytest
-from conftest_data import TINY_PROTOCOL, tiny  # noqa: F401 - fixture
+from conftest_data import TINY_PROTOCOL, jpeg_bytes, tiny, write_synset  # noqa: F401 - fixture
 
+from cog_pl.data.imagenet import ImageDataset, load_image
 from cog_pl.data.sources import SynsetSource
 from cog_pl.data.splits import (
     build_split,
@@ -85,3 +89,31 @@ def test_check_split_names_each_problem(tiny, tmp_path):  # noqa: F811
     assert (w0, "2 train images, expected 3..6") in issues
     assert (w1, f"1 test image(s) missing: {gone}") in issues
     assert len(issues) == 3
+
+
+@pytest.mark.parametrize("layout", ["folder", "tar"])
+def test_a_file_name_that_is_not_utf8_is_split_saved_and_read_back(tiny, tmp_path, layout):  # noqa: F811
+    wnid = tiny.levels["L2"][0]
+    root = tiny.make_in21k(tmp_path / "in21k", "folder")
+    odd = os.fsdecode(b"\xff.JPEG")  # '\udcff.JPEG': the byte survives as a surrogate escape
+    (root / wnid / odd).write_bytes(jpeg_bytes(7))
+    if layout == "tar":
+        files = {p.name: p.read_bytes() for p in (root / wnid).iterdir()}
+        shutil.rmtree(root / wnid)
+        write_synset(root, wnid, files, "tar")
+    source = SynsetSource(root, tmp_path / "cache")
+    assert odd in source.list(wnid)
+    split = build_split("L2", source, protocol=replace(TINY_PROTOCOL, max_train_per_concept=9))  # all are train
+    assert odd in split.train[wnid]
+    ranked = build_split("L2", source, protocol=TINY_PROTOCOL)  # 9 candidates for 6 places: ranked by hash
+    assert len(ranked.train[wnid]) == TINY_PROTOCOL.max_train_per_concept
+    path = save_split(split, tmp_path / "L2.split.json.gz")
+    again = load_split(path, "L2")
+    assert again == split and again.sha256() == split.sha256()  # the name round-trips through the JSON file
+    assert source.where(wnid, odd).endswith("\\xff.JPEG")  # messages show the byte, printable
+    image = load_image(source, wnid, odd)
+    assert image.size == (40, 30)
+    rows, labels = split.samples("train")
+    dataset = ImageDataset(source, rows, labels, lambda img: img.size)
+    row = rows.index((wnid, odd))
+    assert dataset[row]["image"] == (40, 30) and dataset.key(row) == f"{wnid}/\\xff.JPEG"  # a key prints

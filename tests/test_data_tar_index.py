@@ -1,12 +1,15 @@
 """Tar member index: built once, cached beside the tar or in a cache dir, rebuilt when the tar changes."""
 
+import io
 import os
+import tarfile
 
 import pytest
 from conftest_data import jpeg_bytes, write_synset
 
 from cog_pl.data import tar_index
-from cog_pl.data.tar_index import TarIndex
+from cog_pl.data.sources import SynsetSource
+from cog_pl.data.tar_index import TarIndex, scan_tar
 
 
 @pytest.fixture
@@ -65,3 +68,49 @@ def test_not_a_tar_is_refused(tmp_path):
     (tmp_path / "n02.tar").write_bytes(b"garbage" * 200)
     with pytest.raises(OSError, match=r"n02\.tar: not a readable uncompressed tar"):
         TarIndex.open(tmp_path / "n02.tar")
+
+
+def _cut(path, size):
+    with open(path, "r+b") as fh:
+        fh.truncate(size)
+
+
+def test_a_tar_cut_short_is_refused_naming_it_and_the_bytes_missing(tmp_path):
+    files = {f"n03_{k}.JPEG": jpeg_bytes(k) for k in range(3)}
+    write_synset(tmp_path, "n03", files, "tar")
+    path = tmp_path / "n03.tar"
+    complete = scan_tar(path)
+    assert sorted(complete) == sorted(files)  # a complete tar still reads
+    offset, size = complete["n03_2.JPEG"]
+    _cut(path, offset + size // 2)  # mid-member: tarfile lists it, its data is gone
+    missing = -(-size // 512) * 512 - size // 2
+    with pytest.raises(OSError, match=rf"n03\.tar: truncated, {missing} bytes missing \(member n03_2\.JPEG"):
+        TarIndex.open(path)
+    write_synset(tmp_path, "n03", files, "tar")
+    _cut(path, complete["n03_2.JPEG"][0] - 300)  # inside the last header: tarfile stops without a word
+    with pytest.raises(OSError, match=r"n03\.tar: truncated or damaged after member n03_1\.JPEG"):
+        TarIndex.open(path)
+    write_synset(tmp_path, "n03", files, "tar")
+    _cut(path, complete["n03_2.JPEG"][0] - 512)  # exactly before the last header: only the end marker is missing
+    with pytest.raises(OSError, match=r"n03\.tar: truncated after member n03_1\.JPEG: no end-of-archive marker"):
+        SynsetSource(tmp_path).list("n03")
+
+
+def test_members_keep_their_full_paths_so_equal_base_names_do_not_shadow(tmp_path):
+    path = tmp_path / "n04.tar"
+    with tarfile.open(path, "w") as tf:
+        for name, data in (("a/x.JPEG", jpeg_bytes(1)), ("./b/x.JPEG", jpeg_bytes(2)), ("./y.JPEG", jpeg_bytes(3))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    source = SynsetSource(tmp_path)
+    assert source.list("n04") == ["a/x.JPEG", "b/x.JPEG", "y.JPEG"]  # "./" dropped, folders kept
+    assert source.read("n04", "a/x.JPEG") == jpeg_bytes(1) and source.read("n04", "b/x.JPEG") == jpeg_bytes(2)
+    with tarfile.open(path, "a") as tf:  # the same name twice: which one is the image is ambiguous
+        info = tarfile.TarInfo("a/x.JPEG")
+        info.size = 3
+        tf.addfile(info, io.BytesIO(b"new"))
+    with pytest.raises(OSError, match=r"n04\.tar: member a/x\.JPEG appears twice"):
+        TarIndex.open(path)
+    write_synset(tmp_path / "packed", "n05", {"n05/n05_1.JPEG": b"1", "n05/n05_2.JPEG": b"2"}, "tar")
+    assert TarIndex.open(tmp_path / "packed" / "n05.tar").names() == ["n05_1.JPEG", "n05_2.JPEG"]  # one top folder

@@ -68,3 +68,54 @@ def test_prepare_trains_once_and_the_checkpoint_loads_as_a_backbone(onto, tmp_pa
     assert record["epochs"] == 1 and 0 <= record["seen_test_top1"] <= 1
     stamp = assets.checkpoint.stat().st_mtime_ns
     assert prepare(tmp_path, **TINY, epochs=1, onto=onto) == assets and assets.checkpoint.stat().st_mtime_ns == stamp
+
+
+_FINGERPRINT = """
+import hashlib, json, sys
+from pathlib import Path
+from cog_pl import resources
+from cog_pl.demo.traits import clutter_bank, concept_images
+from cog_pl.wordnet import get_wordnet
+from cog_pl.wordnet.ontology import Ontology
+root = Path(sys.argv[1])
+if root.name == "small":  # a few hundred IN-21K concepts, many with two parents
+    onto = Ontology.build(get_wordnet(), resources.in21k_wnids()[:400])
+    bank = clutter_bank(onto, 0)
+    imgs = concept_images(onto, "n02084071" if "n02084071" in onto.index else onto.wnids[0], 4, 16, 0, (0,),
+                          clutter=bank)
+    print(json.dumps({"wnids": onto.wnids, "parents": onto.parent_idx,
+                      "images": hashlib.sha256(bank.tobytes() + imgs.tobytes()).hexdigest()}))
+else:
+    from cog_pl.demo import make_demo
+    make_demo(root, seed=3, **json.loads(sys.argv[2]))
+    print(json.dumps({str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+                      for p in sorted(root.rglob("*")) if p.is_file()}))
+"""
+
+
+def _fingerprint(root, hash_seed: int, *extra: str) -> dict:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+    out = subprocess.run([sys.executable, "-c", _FINGERPRINT, str(root), *extra], env=env, capture_output=True,
+                         text=True, timeout=600, check=True).stdout
+    return json.loads(out)
+
+
+@pytest.mark.slow
+def test_ontology_and_images_do_not_depend_on_the_hash_seed(tmp_path):
+    """NLTK keeps a synset's hypernyms in a set: node numbering, and the demo's clutter and images, followed
+    PYTHONHASHSEED until parents were sorted."""
+    a, b = (_fingerprint(tmp_path / "small", seed) for seed in (1, 2))
+    assert a["wnids"] == b["wnids"] and a["parents"] == b["parents"]
+    assert a["images"] == b["images"]
+
+
+@pytest.mark.slow
+def test_demo_benchmark_is_byte_identical_across_processes(tmp_path):
+    """The whole miniature (concepts, benchmark file, every JPEG) made in two processes with other hash seeds."""
+    a = _fingerprint(tmp_path / "a", 1, json.dumps(TINY))
+    b = _fingerprint(tmp_path / "b", 2, json.dumps(TINY))
+    assert len(a) > 50 and a == b

@@ -11,7 +11,7 @@ from conftest_data import tiny  # noqa: F401 - fixture
 from cog_pl.cli.main import main
 from cog_pl.extract.datamodule import ExtractionDataModule
 from cog_pl.extract.module import FeatureExtractor
-from cog_pl.features.store import is_complete, open_store
+from cog_pl.features.store import is_complete, make_meta, open_store, write_store
 from cog_pl.protocol import DOMAINS
 
 MODEL = "timm:resnet10t"
@@ -143,8 +143,9 @@ def test_resuming_with_the_train_store_finished_needs_no_train_images(roots, tmp
     dm = ExtractionDataModule(out=str(tmp_path / "o"), model_name="x", in1k_root=str(in1k), in21k_root=str(in21k),
                               domains=("in1k",))
     done = dm.store_path("in1k", "train")
-    done.mkdir(parents=True)
-    (done / "meta.json").write_text("{}")  # finished (its contents are not read when skipping)
+    meta = dm.identity({}, dm.image_module("in1k").store_meta("train"))  # finished by this data (no model known)
+    write_store(done, np.zeros((2, 4)), np.zeros(2, dtype=np.int64), None, make_meta(model="x", weights_sha256=None,
+                                                                                     **meta))
     shutil.rmtree(in1k / "train")
     dm.setup()
     assert [(t.domain, t.split) for t in dm.targets] == [("in1k", "test")] and dm.skipped == [done]

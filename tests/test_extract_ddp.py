@@ -4,6 +4,7 @@ extraction resumes to the same stores as an uninterrupted one."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,3 +95,26 @@ def test_killed_extraction_resumes_to_the_same_stores(bench, single, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert mtimes == {p: (p / "features.npy").stat().st_mtime_ns for p in finished}  # finished work not redone
     _same(single, out)
+
+
+def test_two_process_ddp_records_an_unreadable_image_once(bench, single, tmp_path):
+    root, path = bench
+    copy = tmp_path / "bench"
+    shutil.copytree(root / "in21k", copy / "in21k")
+    bad = sorted((copy / "in21k").rglob("*.JPEG"))[0]
+    bad.write_bytes(b"not a JPEG" * 20)  # a corrupt file, as real IN-21K copies have
+    out = tmp_path / "ddp"
+    proc = subprocess.run(_cmd((root, path), out, "--data.in21k_root", str(copy / "in21k"), "--trainer.devices", "2",
+                               "--trainer.strategy", "ddp", "--data.on_error", "skip", "--data.max_skipped", "1"),
+                          env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = [(key, m) for key, p in _stores(out).items() for m in open_store(p).meta.get("missing", [])]
+    assert len(found) == 1 and found[0][1]["path"] == str(bad), found  # recorded once, by whichever rank read it
+    key, record = found[0]
+    ref, got = open_store(_stores(single)[key]), open_store(_stores(out)[key])
+    keep = got.valid
+    assert keep.sum() == len(got) - 1 and not keep[record["row"]]
+    np.testing.assert_array_equal(ref.labels, got.labels)
+    np.testing.assert_allclose(np.asarray(ref.features, np.float32)[keep], np.asarray(got.features, np.float32)[keep],
+                               rtol=2e-3, atol=2e-3)
+    assert not list(out.rglob("*.partial")) and not list(out.rglob("missing.*"))

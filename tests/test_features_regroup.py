@@ -39,9 +39,9 @@ def write_level_stores(root, concepts=None, model="m", no_test=(), dim=4, **meta
             feats = np.zeros((len(labels), dim), np.float32)
             feats[:, 0] = [everyone.index(classes[y]) for y in labels]
             feats[:, 1], feats[:, 2], feats[:, 3] = SPLIT_FLAG[split], index, 7
-            meta = make_meta(model=model, weights_sha256="ab" * 32, domain=f"cog_l{i}", split=split,
-                             num_classes=len(classes), classes=classes, transform={"crop": 32},
-                             level_file_sha256="cd" * 32, split_sha256=f"split-of-L{i}", **meta_fields)
+            meta = make_meta(**{**dict(model=model, weights_sha256="ab" * 32, domain=f"cog_l{i}", split=split,
+                                       num_classes=len(classes), classes=classes, transform={"crop": 32},
+                                       level_file_sha256="cd" * 32, split_sha256=f"split-of-L{i}"), **meta_fields})
             write_store(root / model / f"cog_l{i}" / split, feats, labels, index, meta)
     return everyone
 
@@ -299,3 +299,16 @@ def test_regroup_command(stores, tmp_path, capsys):
     assert "no complete feature store" in capsys.readouterr().err
     assert main([*args, "--lcs", "max-ic"]) == 2
     assert "error: --lcs goes with --measure" in capsys.readouterr().err
+
+
+def test_rows_missing_at_extraction_stay_out_of_the_variant(stores, tmp_path):
+    root, everyone = stores
+    source = root / "m" / "cog_l2" / "train"
+    meta = json.loads((source / "meta.json").read_text())
+    meta["missing"] = [{"row": 1, "path": "/in21k/n0/bad.JPEG", "error": "not a recognised image format"}]
+    (source / "meta.json").write_text(json.dumps(meta))  # as extraction with --on-error skip writes it
+    lost = _rows(source, everyone)[1]
+    regroup.regroup_variant(root, "m", level_file=write_level_file(tmp_path / "toy.json", _permuted(everyone)))
+    regrouped = [r for i in range(1, 6) for r in _rows(root / "m" / f"cog_l{i}@toy" / "train", everyone)]
+    everything = [r for i in range(1, 6) for r in _rows(root / "m" / f"cog_l{i}" / "train", everyone)]
+    assert lost not in regrouped and sorted(regrouped + [lost]) == sorted(everything)

@@ -9,6 +9,7 @@ import pytest
 
 from cog_pl.features import store as store_mod
 from cog_pl.features.store import StoreError, StoreWriter, is_complete, make_meta, open_store, write_store
+from cog_pl.io import write_json
 
 
 def _meta(**kw):
@@ -52,8 +53,10 @@ def test_interrupted_write_never_looks_finished(tmp_path, monkeypatch):
     x, y, idx = _data()
     target = tmp_path / "s"
 
-    def boom(*a, **k):
-        raise KeyboardInterrupt
+    def boom(path, *a, **k):
+        if path.name == "meta.json":
+            raise KeyboardInterrupt
+        return write_json(path, *a, **k)
     monkeypatch.setattr(store_mod, "write_json", boom)  # die right before meta.json
     with pytest.raises(KeyboardInterrupt):
         write_store(target, x, y, idx, _meta())

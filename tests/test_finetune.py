@@ -141,6 +141,16 @@ def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
         assert row["precision"] in ("bf16-mixed", "32-true") and row["precision"] == resolve_precision("auto", "cpu")
         assert row["batch_size"] == 4 and row["epochs"] == 1 and 0 <= row["test_top1"] <= 100
         assert "test_top5" not in row and row["checkpoint"] is None and row["seconds"] > 0  # as the CLI's rows
+        assert row["finetune"]["epochs"] == 1 and len(row["identity"]) == 64
+    # a row made with other inputs is refused before any training, naming the value; --overwrite replaces it
+    with pytest.raises(ValueError, match=r"r\.sqlite: row resnet10t/finetune/in1k/shots=all/seed=22 was made with "
+                                         r"epochs=1, this run has epochs=2; pass --overwrite"):
+        finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k", "cog_l4"], **{**kw, "epochs": 2})
+    assert read_rows(tmp_path / "r.sqlite") == stored
+    redone = finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k"], overwrite=True,
+                              **{**kw, "epochs": 2})
+    assert len(redone) == 1 and {r["domain"]: r["epochs"] for r in read_rows(tmp_path / "r.sqlite")} == {
+        "in1k": 2, "cog_l4": 1}
 
 
 def test_finetune_precision_is_checked_before_any_data_is_read():

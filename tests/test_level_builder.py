@@ -55,11 +55,34 @@ def test_level_file_round_trip_is_atomic(level_content, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["levels.json"]
 
 
+def _levels(**given) -> str:
+    """A level file's text: one real, distinct IN-21K wnid per level, with ``given`` levels replaced."""
+    levels = {lvl: [sorted(official_levels()[lvl])[0]] for lvl in ("L1", "L2", "L3", "L4", "L5")}
+    return json.dumps({"format": "cog-pl-levels", "version": 1, "levels": {**levels, **given}})
+
+
 @pytest.mark.parametrize(("text", "match"), [
     ("{not json", "not readable JSON"),
     ('{"levels": {"L1": []}}', "lacks level"),
     ('{"format": "cog-pl-levels", "version": 9, "levels": {}}', "reads cog-pl-levels up to v1"),
-    ("[]", "no 'levels' mapping"),
+    ("[]", "holds a JSON list"),
+    ('"abc"', "holds a JSON str"),
+    ('{"levels": 3}', "no 'levels' mapping"),
+    ('{"levels": "L1"}', "no 'levels' mapping"),
+    ('{"version": null, "levels": {}}', "version None"),
+    ('{"version": "1", "levels": {}}', "version '1'"),
+    ('{"version": true, "levels": {}}', "version True"),
+    ('{"version": 0, "levels": {}}', "version 0"),
+    ('{"format": "other", "version": 1, "levels": {}}', "'other' version 1"),
+    (_levels(L1=3), "level L1 is 3, not a non-empty list"),
+    (_levels(L1="n01440764"), "level L1 is 'n01440764', not a non-empty list"),
+    (_levels(L1=[]), "level L1 is \\[\\]"),
+    (_levels(L2=[7]), "level L2 holds 7, not a wnid"),
+    (_levels(L2=["cat"]), "level L2 holds 'cat', not a wnid"),
+    (_levels(L3=["n99999999"]), "level L3 holds n99999999, which is not an ImageNet-21K"),
+    (_levels(L4=["n01440764", "n01440764"]), "n01440764 is in level L4 twice"),
+    (_levels(L5=["n01443537"], L4=["n01443537"]), "n01443537 is in level L5 and in L4"),
+    (_levels(L6=["n01443537"]), "unknown level\\(s\\) 'L6'"),
 ])
 def test_bad_level_files_are_named(tmp_path, text, match):
     path = tmp_path / "bad.json"

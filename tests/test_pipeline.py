@@ -102,16 +102,23 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     import cog_pl.demo  # registers external:demo_cnn, whose random weights are never used here
     import cog_pl.finetune.compare
     from cog_pl.data.transforms import TransformConfig
+    from cog_pl.extract.datamodule import ExtractionDataModule
     from cog_pl.extract.module import FeatureExtractor
     from cog_pl.features.store import open_store
 
     out = tmp_path / "run"
-    write_level_stores(out / "features", model="demo_cnn")
+    own = TransformConfig(crop=40, resize=48)  # the backbone's own transform, unlike the registry's for external:
+    # stores this run made (its model, weights, precision, transform) from images no longer there: the data half of
+    # their identity is what this run's data would give (the run's official levels have more concepts)
+    write_level_stores(out / "features", model="demo_cnn", arch="external:demo_cnn", feature="penultimate",
+                       weights_sha256=None, precision="32-true", transform=own.as_record())
+    monkeypatch.setattr(ExtractionDataModule, "_finished_meta", lambda self, dm, split: {
+        k: v for k, v in open_store(self.store_path(dm.domain, split)).meta.items()
+        if k in ("domain", "split", "classes", "num_classes", "level_file_sha256", "split_sha256")})
     cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=str(tmp_path), out=str(out),
                     domains=("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), seeds=(22, 37), shots=(None,),
                     probe=ProbeOptions(trials=2, epochs=3, device="cpu"), check=False, progress=False,
                     variants=("wup",), variant_seeds=(37,), finetune={"epochs": 1})
-    own = TransformConfig(crop=40, resize=48)  # the backbone's own transform, unlike the registry's for external:
     monkeypatch.setattr(FeatureExtractor, "transform_config", property(lambda self: own))
     finetuned = []
     monkeypatch.setattr(cog_pl.finetune.compare, "finetune_domains", lambda *a, **kw: finetuned.append(kw) or [])

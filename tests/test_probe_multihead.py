@@ -78,7 +78,7 @@ def test_diverging_head_is_frozen_and_leaves_the_others_alone(device):
     alone = run_heads(x, y, [lrs[0], lrs[2]], [wds[0], wds[2]], (init[0][:, [0, 2]], init[1][[0, 2]]), perm_seed=3)
     assert together.diverged_epoch == [None, 0, None]
     torch.testing.assert_close(together.weight[:, [0, 2]], alone.weight)
-    assert together.top1[1] == 0.0  # diverged before any evaluation: the published loop returns 0
+    assert together.top1[1] == 0.0  # rollback: diverged in its first epoch, no state to return to: 0
     assert torch.isfinite(together.weight).all()
     assert len(together.history) == EPOCHS
 
@@ -149,3 +149,40 @@ def test_eager_step_flags_a_head_at_its_first_nan_softmax_not_at_an_overflow(pre
     ws.step(torch.arange(B))  # its logits are inf or NaN now: a non-finite loss
     assert ws.take_flags().tolist() == [False, True, False]
     assert ws.take_flags().tolist() == [False, True, False]  # its momentum stays NaN until it is rolled back
+
+
+def _published_value(x, y, lr, wd, init, perm_seed):
+    """What the published loop returns for a trial: the validation top-1 of the model it stopped with."""
+    model, diverged = single_run(x, y, lr, wd, init[0][:, 0].T, init[1][0], perm_seed=perm_seed)
+    acc = evaluate_heads(model.weight.detach().T.unsqueeze(1), model.bias.detach().unsqueeze(0), x, y)
+    return acc[0, 0].cpu(), diverged
+
+
+@pytest.mark.parametrize(("lr", "wd", "seed"), [(30.0, 30.0, 4), (1e38, 1e-6, 4)])  # epochs 2 and 0
+def test_exact_mode_halt_evaluates_the_model_the_published_loop_stops_with(device, lr, wd, seed):
+    """Exact mode (``on_divergence="halt"``): the head keeps the parameters it had at the step whose loss was
+    non-finite, and its value is that model's accuracy at the diverging epoch, as published; not the previous
+    epoch's (fast mode's rollback) and not 0 for a first-epoch divergence."""
+    x, y = data(device=device)
+    init = init_heads(D, C, 1, torch.Generator().manual_seed(seed))
+    expected, diverged = _published_value(x, y, lr, wd, init, perm_seed=6)
+    assert diverged is not None
+    halted = run_heads(x, y, [lr], [wd], init, perm_seed=6, eval_every_epoch=True, on_divergence="halt")
+    assert halted.diverged_epoch == [diverged]
+    assert halted.top1[0] == expected == halted.history[diverged][0] == halted.history[-1][0]
+    rolled = run_heads(x, y, [lr], [wd], init, perm_seed=6, eval_every_epoch=True)
+    assert rolled.diverged_epoch == [diverged]
+    assert rolled.top1[0] == (rolled.history[diverged - 1][0] if diverged else 0.0)
+    assert rolled.top1[0] != halted.top1[0]
+
+
+def test_halted_heads_leave_the_others_alone(device):
+    x, y = data(device=device)
+    lrs, wds = [1.0, 1e39, 5.0], [1e-6, 1e-6, 1e-6]
+    init = init_heads(D, C, len(lrs), torch.Generator().manual_seed(2))
+    together = run_heads(x, y, lrs, wds, init, perm_seed=3, eval_every_epoch=True, on_divergence="halt")
+    alone = run_heads(x, y, [lrs[0], lrs[2]], [wds[0], wds[2]], (init[0][:, [0, 2]], init[1][[0, 2]]), perm_seed=3)
+    assert together.diverged_epoch == [None, 0, None]
+    torch.testing.assert_close(together.weight[:, [0, 2]], alone.weight)
+    with pytest.raises(ValueError, match="on_divergence"):
+        run_heads(x, y, lrs, wds, init, perm_seed=3, on_divergence="ignore")

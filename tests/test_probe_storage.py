@@ -141,3 +141,53 @@ def test_a_new_file_skips_the_schema_check_and_an_existing_one_is_checked(tmp_pa
         db.execute("UPDATE alembic_version SET version_num = 'v9.9.9.z'")
     with pytest.raises(RuntimeError, match="no longer compatible"):
         resolve_storage(path)
+
+
+def _sha(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_our_results_file_as_a_storage_is_refused_and_left_byte_for_byte(tmp_path):
+    from cog_pl.results import append_row
+
+    results = tmp_path / "results.sqlite"
+    append_row(results, {"model": "m", "domain": "cog_l1", "shots": None, "seed": 22, "test_top1": 50.0})
+    before, mode = _sha(results), _journal_mode(results)
+    with pytest.raises(ValueError, match=r"results\.sqlite is not an Optuna storage \(it has tables [a-z, ]*\brows\b"
+                                         r"[a-z, ]*\); point --storage at a new file"):
+        resolve_storage(results)
+    assert _sha(results) == before and _journal_mode(results) == mode == "delete"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.sqlite"]
+
+
+def test_another_applications_database_as_a_storage_is_refused(tmp_path):
+    app = tmp_path / "app.db"
+    with contextlib.closing(sqlite3.connect(app)) as db, db:
+        db.execute("CREATE TABLE studies (id INTEGER)")  # a name Optuna also uses, and one it does not
+        db.execute("CREATE TABLE invoices (id INTEGER)")
+    before = _sha(app)
+    with pytest.raises(ValueError, match=r"app\.db is not an Optuna storage \(it has tables invoices\)"):
+        resolve_storage(app)
+    assert _sha(app) == before
+
+
+def test_an_empty_file_a_new_path_and_an_optuna_file_are_storages(tmp_path):
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for path in (empty, tmp_path / "new.db"):
+        with opened(path) as storage:
+            _fill(storage)
+        with opened(path) as storage:  # reopened: Optuna's own tables only
+            assert len(optuna.load_study(study_name="s", storage=storage).trials) == 3
+
+
+def test_a_garbage_journal_file_is_named_in_one_line(tmp_path):
+    for name, text in (("notes.log", "not json at all\nsecond line\n"), ("list.jsonl", "[1, 2]\n[3]\n")):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ValueError, match=rf"{name.replace('.', r'[.]')} is not an Optuna journal file") as caught:
+            resolve_storage(path)
+        assert "\n" not in str(caught.value)
+        assert path.read_text() == text

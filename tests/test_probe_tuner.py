@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from test_probe_fixtures import write_features
 
 from cog_pl.probe.protocol_run import Splits, probe, run_protocol
 from cog_pl.probe.storage import close_storage, resolve_storage
-from cog_pl.probe.study import fail_stale_trials, open_study, worker_id
+from cog_pl.probe.study import fail_stale_trials, lease, open_study, worker_id
 from cog_pl.probe.tuner import SearchPlan, search_space
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import read_rows
@@ -110,6 +109,21 @@ def test_a_diverging_trial_does_not_stop_the_search(splits, tmp_path):
     assert row["val_top1"] > 0 and row["lr"] < 1e38 and row["final_diverged_epoch"] is None
 
 
+def test_exact_mode_values_a_diverged_trial_by_the_model_it_stopped_with(splits, tmp_path):
+    """Exact mode, as published: a trial whose loss turns non-finite is evaluated as it stopped, in the epoch it
+    diverged, and that is its value (also when that is its first epoch); fast mode rolls it back instead."""
+    assert SearchPlan(mode="exact").on_divergence == "halt" and SearchPlan().on_divergence == "rollback"
+    protocol = replace(PROTOCOL, lr_range=(1e37, 1e38), trials=6)  # lr near float32's limit: they diverge
+    probe(splits, seed=22, shots=None, storage=tmp_path / "x.db", protocol=protocol,
+          plan=replace(PLAN, mode="exact"), name="x")
+    study = optuna.load_study(study_name="x", storage=f"sqlite:///{tmp_path / 'x.db'}")
+    trials = study.get_trials(states=(TrialState.COMPLETE,))
+    diverged = [t for t in trials if t.user_attrs["result"]["diverged_epoch"] is not None]
+    assert any(t.user_attrs["result"]["diverged_epoch"] == 0 for t in diverged)
+    for t in diverged:
+        assert t.value == t.intermediate_values[t.user_attrs["result"]["diverged_epoch"]]
+
+
 def test_protocol_grid_writes_one_row_per_cell_and_resumes(splits, tmp_path):
     results, storage = tmp_path / "rows.sqlite", tmp_path / "grid.db"
     kw = {"model": "m", "domain": "cog_l3", "storage": storage, "protocol": replace(PROTOCOL, trials=4),
@@ -130,8 +144,8 @@ def test_trials_of_dead_workers_are_failed_and_live_ones_kept(tmp_path):
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead, live = study.ask(space), study.ask(space)
     assert study._storage.get_trial(live._trial_id).user_attrs["lease"]["worker"] == worker_id()  # leased inside ask
-    study._storage.set_trial_user_attr(dead._trial_id, "lease", {  # a process that has exited
-        "worker": f"{socket.gethostname()}:{gone.stdout.strip()}", "heartbeat": time.time()})
+    study._storage.set_trial_user_attr(dead._trial_id, "lease", {  # a process of this PID namespace that has exited
+        **lease(), "worker": "another worker", "pid": int(gone.stdout)})
     unleased = study._storage.create_new_trial(study._study_id)  # as if killed inside ask, before the lease
     assert fail_stale_trials(study, stale_after=600) == 1
     states = {t._trial_id: t.state for t in study.get_trials()}

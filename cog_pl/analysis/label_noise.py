@@ -47,8 +47,10 @@ def open_domains(features: str | Path, source: str, target: str) -> tuple[Featur
 
 
 def _tensors(store: FeatureStore) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    x = l2_normalize(torch.from_numpy(np.asarray(store.features, dtype=np.float32)))
-    y = torch.from_numpy(np.array(store.labels, dtype=np.int64))
+    """Normalised features, labels and class names of the rows that hold features (``store.valid``)."""
+    keep = store.valid
+    x = l2_normalize(torch.from_numpy(np.asarray(store.features, dtype=np.float32)[keep]))
+    y = torch.from_numpy(np.array(store.labels, dtype=np.int64)[keep])
     classes = list(store.meta.get("classes") or [str(c) for c in range(store.num_classes)])
     return x, y, classes
 
@@ -65,7 +67,7 @@ def confident_predictions(features: str | Path, source: str, target: str, lr: fl
     protocol = protocol or ProbeProtocol()
     src, tgt = stores or open_domains(features, source, target)
     (sx, sy, src_classes), (tx, ty, tgt_classes) = _tensors(src), _tensors(tgt)
-    t_index = np.asarray(tgt.index)
+    t_index = np.asarray(tgt.index)[tgt.valid]
     data = ProbeData(sx, sy, tx[:0], ty[:0], len(src_classes))  # the target's labels name other classes
     head = train_probe(data, [lr], [wd], protocol=protocol, seeds=[seed], perm_seed=seed)
     with torch.inference_mode():

@@ -2,7 +2,9 @@
 
     cog-pl extract --config configs/extract/resnet50.yaml --data.in1k_root /data/in1k --data.in21k_root /data/in21k
 
-Stores land in ``<data.out>/<model>/<domain>/<split>/``; complete ones are skipped, interrupted ones resumed.
+Stores land in ``<data.out>/<model>/<domain>/<split>/``; complete ones are skipped, interrupted ones resumed, each
+only when made by the same checkpoint, model, precision, transform and data (else refused, naming the difference;
+``--data.overwrite true`` extracts them again). ``--data.dtype float32`` for features beyond float16's range.
 Any Trainer option works (``--trainer.devices 4 --trainer.strategy ddp --trainer.precision bf16-mixed``,
 ``--trainer.num_nodes`` on a cluster).
 """
@@ -34,9 +36,10 @@ class ExtractCLI(CommandLineCLI):
     def predict(self, model: FeatureExtractor, datamodule: ExtractionDataModule | None = None,
                 return_predictions: bool | None = None, **kwargs: Any) -> None:
         """Run prediction without keeping the features in memory: the writer callback stores them."""
+        datamodule.model_meta = model.store_meta(str(self.trainer.precision))  # existing stores are checked on it
         datamodule.setup("predict")
         if self.trainer.is_global_zero:
-            datamodule.finish_ready(model.store_meta(str(self.trainer.precision)), model.feature_dim)
+            datamodule.finish_ready(datamodule.model_meta, model.feature_dim)
         if not datamodule.targets:
             logger.info("nothing to extract: all %d stores under %s are complete", len(datamodule.skipped),
                         datamodule.out / datamodule.model_name)

@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp.add_argument("--split", choices=("train", "test"), help="needed when SRC is a single file")
     imp.add_argument("--weights-sha256", default=None)
     imp.add_argument("--overwrite", action="store_true")
+    imp.add_argument("--dtype", choices=("float16", "float32"), default="float16",
+                     help="the store's feature dtype (default float16; features beyond its range, 65504, are refused)")
     imp.set_defaults(func=_import)
     exp = fsub.add_parser("export", help="feature store -> X_Y.pth")
     exp.add_argument("store", type=Path, help="a split directory, or a root with train/ and test/")
@@ -67,7 +69,8 @@ def _import(args: argparse.Namespace) -> int:
     for src, out, split in pairs:
         if not src.is_file():
             raise FileNotFoundError(f"{src} does not exist")
-        import_pth(src, out, args.model, args.domain, split, args.weights_sha256, overwrite=args.overwrite)
+        import_pth(src, out, args.model, args.domain, split, args.weights_sha256, overwrite=args.overwrite,
+                   dtype=args.dtype)
         print(f"{src} -> {out}")
     return 0
 
@@ -86,9 +89,10 @@ def _export(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from cog_pl.features.pair import SPLITS, open_pair
-    from cog_pl.features.store import FeatureStore, open_store
+    from cog_pl.features.store import FeatureStore, check_finite, open_store
 
     def described(s: FeatureStore) -> dict:
+        check_finite(s)  # info vouches for a store: its values are read, not only its header
         meta = {k: v for k, v in s.meta.items() if k != "classes"}
         return {"path": str(s.path), "rows": len(s), "dim": int(s.features.shape[1]), "dtype": str(s.features.dtype),
                 **meta}

@@ -16,6 +16,17 @@ from cog_pl.wordnet.similarity import LCS_RULES
 _P = LevelProtocol()
 
 
+def _count(text: str) -> int:
+    """A count of images: an integer >= 0 (argparse names the option when it is refused)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give a count >= 0")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("levels", help="build, compare, show and plot the concept generalization levels",
                        description="The five ImageNet-CoG levels: unseen IN-21K concepts ranked by WordNet "
@@ -43,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--leaf-rule", choices=("in21k", "eligible"),
                    help=f"drop ancestors of any IN-21K concept (paper appendix) or of still-eligible ones "
                         f"(default {_P.leaf_rule})")
-    b.add_argument("--min-images", type=int, help=f"images a concept needs (default {_P.min_images})")
+    b.add_argument("--min-images", type=_count, help=f"images a concept needs (default {_P.min_images})")
     b.add_argument("--plot", type=Path, help="also write the similarity-vs-rank PNG here")
     b.set_defaults(func=_build)
 

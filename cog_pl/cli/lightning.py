@@ -9,6 +9,8 @@ command line for each DDP process; the LightningCLI parses only the words it is 
 
 from __future__ import annotations
 
+import sys
+from argparse import ArgumentError
 from typing import Any
 
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -23,7 +25,36 @@ class CommandLineCLI(LightningCLI):
     """
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        self.config = parser.parse_args(args)
+        """Parse ``args``; a bad option or config file prints the usage, then raises a :class:`CommandError` whose
+        one-line message (jsonargparse's, its lines joined) ``cog-pl`` prints as its other errors."""
+        from cog_pl.cli.main import CommandError
+
+        for each in (parser, *getattr(self, "_subcommand_parsers", {}).values()):
+            each.exit_on_error = False
+        try:
+            self.config = parser.parse_args(args)
+        except ArgumentError as err:
+            words = list(args or ())
+            sub = self._subcommand_parsers.get(words[0]) if words and hasattr(self, "_subcommand_parsers") else None
+            (sub or parser).print_usage(sys.stderr)
+            message = " ".join(str(err).split())
+            configs = [w.split("=", 1)[-1] for k, w in enumerate(words) if w.startswith("--config=")
+                       or (k and words[k - 1] in ("-c", "--config"))]
+            if message.startswith("Problems parsing config") and configs:
+                message = f"config file {', '.join(configs)}: {message}"
+            raise CommandError(message) from err
+
+    def instantiate_classes(self) -> None:
+        """Build the model, datamodule and trainer; an argument a class refuses is reported by its own message
+        (jsonargparse wraps it with the union of types it tried and the whole namespace given)."""
+        try:
+            super().instantiate_classes()
+        except ValueError as err:
+            reasons = [line.strip()[2:] for line in str(err).splitlines() if line.strip().startswith("- ")
+                       and not line.strip().startswith("- Expected a <class 'NoneType'>")]
+            if str(err).startswith("Does not validate against") and reasons:
+                raise ValueError("; ".join(reasons)) from err
+            raise
 
 
 def hand_over(cli_class: type[CommandLineCLI], argv: list[str], prog: str, **kwargs: Any) -> CommandLineCLI:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
+import os
 import sys
+from collections.abc import Callable
 
 from cog_pl import __version__
 
@@ -67,6 +70,61 @@ class CommandError(Exception):
     """A user-facing error: printed without a traceback, exit status 2."""
 
 
+#: Errors in what the user gave (an option, a file, a URL, a synset): one line, exit status 2.
+USAGE_ERRORS = (CommandError, ValueError, KeyError, FileNotFoundError, RuntimeError)
+#: The base error classes of the database libraries (module, class): failures of the machine, not of the input.
+LIBRARY_ERRORS = (("sqlite3", "Error"), ("sqlalchemy.exc", "SQLAlchemyError"), ("optuna.exceptions", "OptunaError"))
+#: Set to 1 to see the traceback of an error that is otherwise printed in one line (as ``--verbose`` does).
+DEBUG_ENV = "COG_PL_DEBUG"
+
+
+def runtime_errors() -> tuple[type[BaseException], ...]:
+    """Failures of the machine, the files or a database (permissions, a full disk, an unreadable image, SQLite,
+    SQLAlchemy, Optuna's storage): one line, exit status 1. A library's errors count only once it is loaded: this
+    module imports none of them."""
+    types: list[type[BaseException]] = [OSError]
+    for module, name in LIBRARY_ERRORS:
+        if module in sys.modules:
+            types.append(getattr(sys.modules[module], name))
+    return tuple(types)
+
+
+def error_message(err: BaseException) -> str:
+    """``err`` in one line, naming the file (an OSError's filename) or the database where the error knows it."""
+    from cog_pl.io import DiskFullError  # light: no torch
+
+    if isinstance(err, KeyError) and err.args:
+        return str(err.args[0])
+    if isinstance(err, DiskFullError):  # names the path and the bytes needed and free
+        return str(err)
+    if isinstance(err, OSError) and not isinstance(err, FileNotFoundError) and err.strerror:
+        where = " -> ".join(str(f) for f in (err.filename, err.filename2) if f is not None)
+        what = "disk full (no space left on device)" if err.errno == errno.ENOSPC else err.strerror
+        return f"{where}: {what}" if where else what
+    if isinstance(err, USAGE_ERRORS):  # ours; one wrapping a library's error keeps only its first line
+        return str(err).strip().split("\n")[0] if err.__cause__ is not None else str(err)
+    text = " ".join(str(err).split("\n")[0].split()) or type(err).__name__  # a library's message: its first line
+    if type(err).__module__.split(".")[0] in ("sqlite3", "sqlalchemy"):
+        return f"database error: {text}"
+    return text
+
+
+def _debugging(verbose: bool) -> bool:
+    return verbose or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def report_errors(command: str, verbose: bool, run: Callable[[], int]) -> int:
+    """Run a command; an error of what the user gave (status 2) or of the machine (status 1) is printed as one line
+    ``cog-pl COMMAND: error: ...``, its traceback only with ``--verbose`` or ``COG_PL_DEBUG=1``."""
+    try:
+        return run()
+    except USAGE_ERRORS + runtime_errors() as err:
+        if _debugging(verbose):
+            raise
+        print(f"cog-pl {command}: error: {error_message(err)}", file=sys.stderr)
+        return 2 if isinstance(err, USAGE_ERRORS) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one ``cog-pl`` command (default: the process's command line); returns its exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -75,22 +133,19 @@ def main(argv: list[str] | None = None) -> int:
         module, name, rest = handed
         verbose = argv[0] in GLOBAL_FLAGS
         logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s")
-        importlib.import_module(module).run(rest, prog=f"cog-pl {name}")
-        return 0
+
+        def hand() -> int:
+            importlib.import_module(module).run(rest, prog=f"cog-pl {name}")
+            return 0
+
+        return report_errors(name, verbose, hand)
     parser = build_parser(only=_command(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
-    try:
-        return int(args.func(args) or 0)
-    except (CommandError, ValueError, KeyError, FileNotFoundError, RuntimeError) as err:
-        if args.verbose:
-            raise
-        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"cog-pl {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+    return report_errors(args.command, args.verbose, lambda: int(args.func(args) or 0))
 
 
 def entry() -> None:

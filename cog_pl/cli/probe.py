@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,15 +19,55 @@ from cog_pl.protocol import ProbeProtocol
 log = logging.getLogger(__name__)
 
 
+#: The command-line option of each protocol, search-plan and grid field (errors name the option a user typed).
+OPTION_OF_FIELD = {"trials": "--trials", "epochs": "--epochs", "batch_size": "--batch-size",
+                   "trial_batch": "--trial-batch", "stale_after": "--stale-after", "seeds": "--seeds",
+                   "shots": "--shots", "variant_seeds": "--variant-seeds", "finetune_seeds": "--finetune-seeds"}
+
+
+def option_error(err: ValueError) -> ValueError:
+    """``err`` with the field names it mentions written as the options that set them (``trial_batch`` ->
+    ``--trial-batch``)."""
+    text = str(err)
+    for name, option in OPTION_OF_FIELD.items():
+        text = re.sub(rf"(?<![\w-]){name}\b", option, text)
+    return ValueError(text)
+
+
 def _protocol(args: argparse.Namespace) -> ProbeProtocol:
-    return replace(ProbeProtocol(), trials=args.trials, epochs=args.epochs, batch_size=args.batch_size)
+    try:
+        return replace(ProbeProtocol(), trials=args.trials, epochs=args.epochs, batch_size=args.batch_size)
+    except ValueError as err:
+        raise option_error(err) from None
 
 
 def _plan(args: argparse.Namespace):
     from cog_pl.probe.tuner import SearchPlan
 
     given = {"trial_batch": args.trial_batch, "stale_after": args.stale_after, "precision": args.precision}
-    return SearchPlan(mode="exact" if args.exact else "fast", **{k: v for k, v in given.items() if v is not None})
+    try:
+        return SearchPlan(mode="exact" if args.exact else "fast", **{k: v for k, v in given.items() if v is not None})
+    except ValueError as err:
+        raise option_error(err) from None
+
+
+def _check_grid(seeds, shots) -> None:
+    from cog_pl.protocol import check_grid
+
+    try:
+        check_grid(seeds, shots)
+    except ValueError as err:
+        raise option_error(err) from None
+
+
+def _shots(text: str) -> int | None:
+    """A ``--shots`` value of ``probe protocol``: ``all`` or an integer (checked with the other values)."""
+    if text.lower() == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shot value {text!r}: use 'all' or a positive integer") from None
 
 
 def _device(name: str) -> str:
@@ -36,7 +77,16 @@ def _device(name: str) -> str:
 
 
 def _setup(args: argparse.Namespace) -> None:
-    """Threads and logging of the probe commands."""
+    """Threads and logging of the probe commands; refuses a bad numeric option before any work."""
+    if args.threads < 0:
+        raise ValueError(f"--threads must be at least 0 (0: torch's default), got {args.threads}")
+    _protocol(args), _plan(args)
+    if args.probe_command == "tune":
+        if args.seed < 0 or (args.shots is not None and args.shots < 1):
+            raise ValueError(f"--seed must be at least 0 and --shots at least 1, got --seed {args.seed} --shots "
+                             f"{args.shots}")
+    else:
+        _check_grid(args.seeds or ProbeProtocol().seeds, args.shots or ())
     import optuna
     import torch
 
@@ -77,11 +127,11 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
     _setup(args)
     from cog_pl.probe.protocol_run import run_protocol
 
-    shots = None if args.shots is None else tuple(None if s == "all" else int(s) for s in args.shots)
+    shots = None if args.shots is None else tuple(args.shots)
     rows = run_protocol(args.features, args.results, model=args.model, domain=args.domain,
                         storage=args.storage or Path(args.workdir) / "optuna.db", protocol=_protocol(args),
                         plan=_plan(args), seeds=tuple(args.seeds) if args.seeds else None, shots=shots,
-                        device=_device(args.device))
+                        device=_device(args.device), overwrite=args.overwrite)
     print(json.dumps({"rows_written": len(rows), "results": str(args.results)}), flush=True)
     return 0
 
@@ -132,8 +182,11 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     grid.add_argument("--model", help="default: the store's meta, else the parent directory's name")
     grid.add_argument("--domain", help="default: the store's meta, else the directory's name")
     grid.add_argument("--results", type=Path, required=True, help="results store (SQLite; resumable)")
+    grid.add_argument("--overwrite", action="store_true",
+                      help="make again and replace rows that were made with other inputs (another protocol, search "
+                           "or feature store), which are otherwise refused")
     grid.add_argument("--seeds", type=int, nargs="*", help="default: the protocol's five seeds")
-    grid.add_argument("--shots", nargs="*", help="N values and/or 'all' (default: all, 1, 2, ..., 128)")
+    grid.add_argument("--shots", nargs="*", type=_shots, help="N values and/or 'all' (default: all, 1, 2, ..., 128)")
     grid.set_defaults(func=_protocol_cmd)
 
     for name in ("fit", "validate", "test"):  # listed here, run by cog_pl.cli.probe_lightning (cog_pl.cli.main)

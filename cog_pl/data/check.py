@@ -1,8 +1,11 @@
 """``cog-pl data check``: can the benchmark run on these ImageNet copies? A counted, readable report.
 
 Errors (the benchmark cannot run as published): a missing IN-1K or CoG synset, a missing official test image,
-a concept whose train count falls outside the protocol's range, an unreadable test image. Warnings: unreadable
-train images (dropped under ``on_error="skip"``, as the released code dropped them), an unexpected IN-1K total.
+a concept whose train count falls outside the protocol's range, and, with ``--decode``, an image extraction would
+stop at. Warnings: an unexpected IN-1K total, and the unreadable images extraction would skip. Check and extraction
+agree on what is fatal: both decode with :func:`~cog_pl.data.imagenet.load_image` and apply the same policy
+(``on_error``: under ``"fail"`` every unreadable image is an error; under ``"skip"`` a warning, until a (domain,
+split) has more than :func:`~cog_pl.data.imagenet.skip_budget` allows).
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from cog_pl import resources
 from cog_pl.benchmark import Benchmark
-from cog_pl.data.imagenet import load_image
-from cog_pl.data.sources import ImageSource, open_source
+from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, load_image, skip_budget
+from cog_pl.data.sources import ImageSource, open_source, printable
 from cog_pl.data.splits import build_split, check_split, installed_split_path, load_split
 from cog_pl.protocol import FeatureProtocol
 
@@ -152,11 +155,14 @@ def _check_level(level: str, source: ImageSource, report: DataReport, protocol: 
 def check_data(in1k_root: str | os.PathLike | None = None, in21k_root: str | os.PathLike | None = None,
                decode: bool = False, workers: int = 0, progress: bool = False, cache_dir: str | None = None,
                protocol: FeatureProtocol | None = None, split_files: dict[str, str] | None = None,
-               levels: tuple[str, ...] = resources.LEVELS, benchmark: str | None = None) -> DataReport:
+               levels: tuple[str, ...] = resources.LEVELS, benchmark: str | None = None, on_error: str = "fail",
+               max_skipped: float = MAX_SKIPPED) -> DataReport:
     """Check IN-1K and/or the CoG levels; with ``decode``, fully decode every image of every split.
 
     ``benchmark``: a benchmark file (:mod:`cog_pl.benchmark`) to check against instead of the official one.
+    ``on_error`` / ``max_skipped``: the extraction's policy for unreadable images, which decides their severity.
     """
+    check_policy(on_error, max_skipped)
     if in1k_root is None and in21k_root is None:
         raise ValueError("give --in1k-root and/or --in21k-root")
     custom = Benchmark.load(benchmark) if benchmark is not None else None
@@ -170,11 +176,12 @@ def check_data(in1k_root: str | os.PathLike | None = None, in21k_root: str | os.
         for level in levels:
             _check_level(level, source, report, protocol, cache_dir, (split_files or {}).get(level), rows, custom)
     if decode:
-        _decode(rows, report, workers, progress)
+        _decode(rows, report, workers, progress, on_error, max_skipped)
     return report
 
 
-def _decode(rows: dict, report: DataReport, workers: int, progress: bool) -> None:
+def _decode(rows: dict, report: DataReport, workers: int, progress: bool, on_error: str = "fail",
+            max_skipped: float = MAX_SKIPPED) -> None:
     from tqdm import tqdm
 
     for split in ("test", "train"):
@@ -182,16 +189,25 @@ def _decode(rows: dict, report: DataReport, workers: int, progress: bool) -> Non
                             collate_fn=lambda batch: batch)
         bar = tqdm(total=len(rows[split]), desc=f"decoding {split}", unit="img", disable=not progress)
         done = 0
+        bad: dict[str, list[str]] = defaultdict(list)
         for batch in loader:
             for i, err in enumerate(batch, start=done):
                 if err is not None:
                     domain, _, wnid, name = rows[split][i]
-                    report.unreadable.append((f"{wnid}/{name}", err))
-                    report.add("error" if split == "test" else "warning", domain, f"unreadable {split} images", err)
+                    report.unreadable.append((printable(f"{wnid}/{name}"), err))
+                    bad[domain].append(err)
             done += len(batch)
             bar.update(len(batch))
         bar.close()
         report.decoded += done
+        for domain, errors in bad.items():  # the severity extraction gives them: stop, or skip within the cap
+            kind, severity = f"unreadable {split} images", "error"
+            if on_error == "skip":
+                cap = skip_budget(sum(r[0] == domain for r in rows[split]), max_skipped)
+                severity = "warning" if len(errors) <= cap else "error"
+                kind += " (skipped)" if len(errors) <= cap else f" (more than --max-skipped allows: {cap})"
+            for err in errors:
+                report.add(severity, domain, kind, err)
 
 
 def write_unreadable(report: DataReport, path: str | os.PathLike) -> None:

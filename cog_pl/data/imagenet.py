@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,15 +22,42 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from cog_pl.data.sources import ImageSource
+from cog_pl.data.sources import ImageSource, printable
 
 log = logging.getLogger(__name__)
 
+#: What extraction (and ``cog-pl data check``) does with an unreadable image: stop naming it, or skip and record it.
 ERROR_POLICIES = ("fail", "skip")
+#: The default cap of ``on_error="skip"``: at most this fraction of a split's images (:func:`skip_budget`).
+MAX_SKIPPED = 0.001
+
+
+def check_policy(on_error: str, max_skipped: float = MAX_SKIPPED) -> None:
+    """Refuse an unknown ``on_error`` or a negative ``max_skipped``, naming the option."""
+    if on_error not in ERROR_POLICIES:
+        raise ValueError(f"on_error={on_error!r}; expected one of {', '.join(ERROR_POLICIES)}")
+    if not max_skipped >= 0:
+        raise ValueError(f"max_skipped={max_skipped!r}; expected a fraction of a split in [0, 1) or a count >= 1")
+
+
+def skip_budget(rows: int, max_skipped: float = MAX_SKIPPED) -> int:
+    """How many of a split's ``rows`` images ``on_error="skip"`` may skip before the split fails: ``max_skipped`` below
+    1 is a fraction of the split, rounded up (a small split may skip one image), 1 or more an absolute count. The cap
+    keeps a broken mount from producing a store of zeros; extraction and ``cog-pl data check`` both use it."""
+    check_policy("skip", max_skipped)
+    return int(max_skipped) if max_skipped >= 1 else math.ceil(max_skipped * rows)
 
 
 class UnreadableImageError(OSError):
-    """An image that cannot be read or decoded; the message names the file."""
+    """An image that cannot be read or decoded; the message names the file, in one line."""
+
+    def __init__(self, message: str) -> None:
+        # re-raised from a DataLoader worker, the message is the worker's traceback: keep its last line, ours
+        mark = f"{type(self).__name__}: "
+        lines = [line for line in str(message).splitlines() if mark in line]
+        if "\n" in str(message) and lines:
+            message = lines[-1].split(mark, 1)[1]
+        super().__init__(message)
 
 
 def decode_image(data: bytes) -> Image.Image:
@@ -39,12 +67,18 @@ def decode_image(data: bytes) -> Image.Image:
 
 
 def load_image(source: ImageSource, wnid: str, filename: str) -> Image.Image:
-    """Read and decode one image, or raise :class:`UnreadableImageError` naming it."""
+    """Read and decode one image, or raise :class:`UnreadableImageError` naming it (its ``path`` and ``reason`` set).
+
+    The one test of "can this file be decoded": extraction and ``cog-pl data check --decode`` both call it."""
     try:
         return decode_image(source.read(wnid, filename))
     except Exception as err:  # PIL raises OSError, SyntaxError, ValueError, ... on bad data
         reason = "not a recognised image format" if isinstance(err, UnidentifiedImageError) else str(err)
-        raise UnreadableImageError(f"unreadable image {source.where(wnid, filename)}: {reason}") from err
+        reason = " ".join(reason.split())  # one line
+        path = source.where(wnid, filename)
+        error = UnreadableImageError(f"unreadable image {path}: {reason}")
+        error.path, error.reason = path, reason
+        raise error from err
 
 
 class ImageDataset(Dataset):
@@ -52,14 +86,14 @@ class ImageDataset(Dataset):
 
     ``on_error="fail"`` raises :class:`UnreadableImageError`; ``"skip"`` logs a warning, appends
     ``wnid/filename<TAB>reason`` to ``error_log`` (one atomic append per line, safe across workers) and returns
-    ``None``, which :func:`collate_images` drops.
+    ``{"skipped": index, "label", "path", "error"}``, which :func:`collate_images` sets apart: the row travels with
+    the batch, so an extraction writer (on any DDP rank) records it as missing.
     """
 
     def __init__(self, source: ImageSource, samples: Sequence[tuple[str, str]], labels: Sequence[int],
                  transform: Callable[[Image.Image], torch.Tensor], on_error: str = "fail",
                  error_log: str | os.PathLike | None = None) -> None:
-        if on_error not in ERROR_POLICIES:
-            raise ValueError(f"on_error={on_error!r}; expected one of {', '.join(ERROR_POLICIES)}")
+        check_policy(on_error)
         if len(samples) != len(labels):
             raise ValueError(f"{len(samples)} samples but {len(labels)} labels")
         self.source, self.samples, self.labels = source, list(samples), list(labels)
@@ -70,8 +104,8 @@ class ImageDataset(Dataset):
         return len(self.samples)
 
     def key(self, index: int) -> str:
-        """``wnid/filename`` of a row."""
-        return "/".join(self.samples[index])
+        """``wnid/filename`` of a row, for messages and tables (:func:`~cog_pl.data.sources.printable`)."""
+        return printable("/".join(self.samples[index]))
 
     def __getitem__(self, index: int) -> dict[str, Any] | None:
         wnid, filename = self.samples[index]
@@ -83,13 +117,13 @@ class ImageDataset(Dataset):
             log.warning("skipped %s", err)
             if self.error_log is not None:
                 self.error_log.parent.mkdir(parents=True, exist_ok=True)
-                line = f"{wnid}/{filename}\t{str(err).replace(chr(10), ' ')}\n".encode()
+                line = f"{printable(wnid + '/' + filename)}\t{err.reason}\n".encode()
                 fd = os.open(self.error_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
                     os.write(fd, line)
                 finally:
                     os.close(fd)
-            return None
+            return {"skipped": index, "label": self.labels[index], "path": err.path, "error": err.reason}
         return {"image": self.transform(image), "label": self.labels[index], "index": index}
 
 
@@ -97,7 +131,7 @@ class DecodedImages(Dataset):
     """The rows of an :class:`ImageDataset`, decoded and transformed once and kept in memory.
 
     For small datasets read for many epochs (fine-tuning on the demo): decoding JPEGs costs as much as a small
-    network's training step. Rows are the same as the source's (same ``index``; skipped images stay ``None``), as the
+    network's training step. Rows are the same as the source's (same ``index``; skipped images stay skipped), as the
     evaluation transforms are deterministic. Memory: ``4 * 3 * S * S`` bytes per image (12 KiB at S = 32, 588 KiB
     at S = 224), so keep it to datasets of at most some thousand images at ImageNet sizes.
     """
@@ -107,9 +141,14 @@ class DecodedImages(Dataset):
         self.labels = list(dataset.labels)
         self.images: torch.Tensor | None = None
         self.kept = torch.zeros(len(dataset), dtype=torch.bool)
+        self.lost: dict[int, dict[str, Any]] = {}  # rows the dataset skipped, served as it served them
         loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_images)
         with torch.random.fork_rng(devices=[]):  # a loader draws a seed: leave the caller's random stream as it was
             for batch in loader:  # each batch copied in as it comes: one batch in memory besides the cache
+                lost = batch.get("skipped", {"index": []})
+                for k, i in enumerate(lost["index"]):
+                    self.lost[int(i)] = {"skipped": int(i), "label": int(lost["label"][k]), "path": lost["path"][k],
+                                         "error": lost["error"][k]}
                 if len(batch["index"]) == 0:
                     continue
                 if self.images is None:
@@ -129,20 +168,29 @@ class DecodedImages(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any] | None:
         if not self.kept[index]:
-            return None
+            return self.lost.get(index)
         return {"image": self.images[index], "label": self.labels[index], "index": index}
 
 
-def collate_images(batch: list[dict[str, Any] | None]) -> dict[str, torch.Tensor]:
-    """Stack samples into ``{"image": [B,3,S,S], "label": [B], "index": [B]}``, dropping skipped (``None``) ones.
+def collate_images(batch: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """Stack samples into ``{"image": [B,3,S,S], "label": [B], "index": [B]}``, dropping ``None``.
 
-    A batch whose images were all skipped comes out with ``B = 0``.
+    Images a skipping dataset could not read are left out of these and listed, when there are any, as ``"skipped":
+    {"index": [K], "label": [K], "path": [...], "error": [...]}``. A batch whose images were all skipped comes out
+    with ``B = 0``.
     """
-    kept = [b for b in batch if b is not None]
-    if not kept:
+    kept = [b for b in batch if b is not None and "image" in b]
+    lost = [b for b in batch if b is not None and "skipped" in b]
+    if kept:
+        out = default_collate(kept)
+    else:
         empty = torch.empty(0, dtype=torch.long)
-        return {"image": torch.empty(0, 3, 0, 0), "label": empty, "index": empty.clone()}
-    return default_collate(kept)
+        out = {"image": torch.empty(0, 3, 0, 0), "label": empty, "index": empty.clone()}
+    if lost:
+        out["skipped"] = {"index": torch.tensor([b["skipped"] for b in lost], dtype=torch.long),
+                          "label": torch.tensor([b["label"] for b in lost], dtype=torch.long),
+                          "path": [b["path"] for b in lost], "error": [b["error"] for b in lost]}
+    return out
 
 
 def read_error_log(path: str | os.PathLike) -> list[tuple[str, str]]:

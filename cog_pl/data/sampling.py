@@ -5,8 +5,10 @@ Plain numpy functions of the labels and an explicit seed. Each class draws from 
 of the rows or on the machine. Results are sorted row indices (int64).
 
 Protocol use: tuning cuts ``val_split(train_labels, 0.2, seed)`` from the full train set first and draws
-``few_shot(train_labels, train_idx, n, seed)`` from the remaining 80 %; the final classifier draws a fresh
-``few_shot(train_labels, all_rows, n, final_seed(seed))``. Test rows live in another store and never enter either.
+``few_shot(train_labels, train_idx, n, tuning_seed(seed))`` from the remaining 80 %; the final classifier draws a
+fresh ``few_shot(train_labels, all_rows, n, final_seed(seed))``. Test rows live in another store and never enter
+either. Each draw has a seed of its own: a draw seeded like the validation split would replay the split's stream
+on the rows it left, and pick a class's first rows more often than the others (``tests/test_data_sampling.py``).
 """
 
 from __future__ import annotations
@@ -52,9 +54,19 @@ def few_shot(labels: np.ndarray, candidates_idx: np.ndarray, shots: int, seed: i
     return _sorted_cat(picked)
 
 
+def _derived_seed(draw: str, seed: int) -> int:
+    """The seed of one draw of a run (``draw``: its key): a stream of its own, derived from the run's seed."""
+    return int.from_bytes(hashlib.sha256(f"cog-pl/{draw}/{seed}".encode()).digest()[:8], "little") >> 1
+
+
 def final_seed(seed: int) -> int:
     """The seed of the final N-shot sample: a fresh stream derived from the run's seed."""
-    return int.from_bytes(hashlib.sha256(f"cog-pl/final-shots/{seed}".encode()).digest()[:8], "little") >> 1
+    return _derived_seed("final-shots", seed)
+
+
+def tuning_seed(seed: int) -> int:
+    """The seed of the tuning N-shot sample, drawn from the rows the validation split (seeded with ``seed``) left."""
+    return _derived_seed("tuning-shots", seed)
 
 
 def tuning_indices(labels: np.ndarray, fraction: float, seed: int, shots: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -62,7 +74,7 @@ def tuning_indices(labels: np.ndarray, fraction: float, seed: int, shots: int | 
     labels = np.asarray(labels)
     train_idx, val_idx = val_split(labels, fraction, seed)
     if shots is not None:
-        train_idx = few_shot(labels, train_idx, shots, seed)
+        train_idx = few_shot(labels, train_idx, shots, tuning_seed(seed))
     return train_idx, val_idx
 
 

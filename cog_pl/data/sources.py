@@ -6,7 +6,12 @@ A source reads images by ``(wnid, filename)`` under a root: :meth:`ImageSource.s
 (a tar's member offsets, :mod:`cog_pl.data.tar_index`) and build it once.
 
 Built-in: ``synsets``, one folder of images (IN-1K ``train/`` and ``val/``, IN-21K Winter 2021) or one uncompressed
-tar (IN-21K Fall 2011) per synset, a folder winning over a tar. Add one with :func:`register_source`::
+tar (IN-21K Fall 2011) per synset, a folder winning over a tar. A folder's images are its files (not its
+subfolders'); a tar's are its members by full path (``n01_1.JPEG``, or ``a/x.JPEG`` beside ``b/x.JPEG``).
+File names are ``str`` as :func:`os.fsdecode` gives them: bytes that are not UTF-8 are kept as surrogate escapes
+and name the same file everywhere (split hashes encode them back with ``surrogateescape``).
+
+Add a source with :func:`register_source`::
 
     @register_source("flat_val")
     class FlatVal(ImageSource):
@@ -36,8 +41,15 @@ IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp", ".webp")
 
 
 def is_image_name(name: str) -> bool:
-    """Whether a file name is an image's (a known extension, not hidden)."""
-    return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
+    """Whether a file name (or a tar member's path) is an image's: a known extension, not hidden."""
+    base = name.rsplit("/", 1)[-1]
+    return not base.startswith(".") and base.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def printable(name: str) -> str:
+    """A file name for messages and logs: bytes that are not UTF-8 (kept by Python as surrogate escapes, see
+    :func:`os.fsdecode`) shown as ``\\xff``, so printing or writing the name as text never fails."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class ImageSource(ABC):
@@ -74,8 +86,8 @@ class ImageSource(ABC):
         """The encoded bytes of one image."""
 
     def where(self, wnid: str, filename: str) -> str:
-        """A human-readable location for messages."""
-        return f"{self.root}:{wnid}/{filename}"
+        """A human-readable location for messages (:func:`printable`)."""
+        return printable(f"{self.root}:{wnid}/{filename}")
 
 
 S = TypeVar("S", bound=type[ImageSource])
@@ -176,8 +188,8 @@ class SynsetSource(ImageSource):
 
     def where(self, wnid: str, filename: str) -> str:
         if self.layout(wnid) == "tar":
-            return f"{self.root / (wnid + '.tar')}:{filename}"
-        return str(self.root / wnid / filename)
+            return printable(f"{self.root / (wnid + '.tar')}:{filename}")
+        return printable(str(self.root / wnid / filename))
 
     def read(self, wnid: str, filename: str) -> bytes:
         if self.layout(wnid) == "tar":

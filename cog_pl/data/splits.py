@@ -5,7 +5,9 @@ all of its images (files of its folder or members of its tar) that are not among
 there are more than ``max_train`` (1300) candidates, they are ranked by ``sha256(f"{seed}/{wnid}/{filename}")``
 (hex digest, ascending) and the first ``max_train`` are kept; the kept names are listed sorted by filename. The
 rule depends only on the file names, so every copy of ImageNet-21K (Fall 2011 tars or Winter 2021 folders) gives
-the same split, and the split file records it so that two machines evaluate on the same images.
+the same split, and the split file records it so that two machines evaluate on the same images. A file name that is
+not UTF-8 (:func:`os.fsdecode` keeps its bytes as surrogate escapes) is hashed by its bytes and written to the split
+file as JSON ``\\udcXX`` escapes, which read back to the same name.
 
 Split file: gzipped JSON ``{"format": "cog-pl-split", "version": 1, "level", "rule", "seed", "max_train",
 "train": {wnid: [filename, ...]}, "test": {wnid: [...]}, "sha256"}`` where ``sha256`` is :meth:`LevelSplit.sha256`.
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cog_pl.benchmark import Benchmark
+from cog_pl.data.sources import printable
 from cog_pl.data.tar_index import default_cache_dir
 from cog_pl.io import atomic_open
 from cog_pl.protocol import FeatureProtocol
@@ -31,6 +34,11 @@ SPLIT_VERSION = 1
 RULE = "sha256-rank-v1"
 RULE_TEXT = ("train = the concept's images that are not official test images; if more than max_train, rank them by "
              "sha256('{seed}/{wnid}/{filename}') hex digest ascending and keep the first max_train; list by filename")
+
+
+def _utf8(text: str) -> bytes:
+    """UTF-8 bytes of a text holding file names: a name's non-UTF-8 bytes (surrogate escapes) hashed as they are."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def official_test_by_concept(level: str, benchmark: Benchmark | None = None) -> dict[str, tuple[str, ...]]:
@@ -44,7 +52,7 @@ def select_train(wnid: str, filenames: Iterable[str], test: Iterable[str], max_t
     candidates = sorted(set(filenames) - test)
     if len(candidates) > max_train:
         def rank(name: str) -> str:
-            return hashlib.sha256(f"{seed}/{wnid}/{name}".encode()).hexdigest()
+            return hashlib.sha256(_utf8(f"{seed}/{wnid}/{name}")).hexdigest()
         candidates = sorted(sorted(candidates, key=rank)[:max_train])
     return candidates
 
@@ -80,7 +88,7 @@ class LevelSplit:
         for split, table in (("test", self.test), ("train", self.train)):
             for wnid in sorted(table):
                 for name in table[wnid]:
-                    h.update(f"{split}\t{wnid}/{name}\n".encode())
+                    h.update(_utf8(f"{split}\t{wnid}/{name}\n"))
         return h.hexdigest()
 
     def to_record(self) -> dict:
@@ -173,10 +181,10 @@ def check_split(split: LevelSplit, protocol: FeatureProtocol | None = None, sour
             missing = [n for n in test if n not in present]
             if missing:
                 issues.append(ConceptIssue(wnid, f"{len(missing)} test image(s) missing: "
-                                                 + ", ".join(f"{wnid}/{n}" for n in missing[:5])
+                                                 + ", ".join(printable(f"{wnid}/{n}") for n in missing[:5])
                                                  + (" ..." if len(missing) > 5 else "")))
             gone = [n for n in split.train.get(wnid, ()) if n not in present]
             if gone:
                 issues.append(ConceptIssue(wnid, f"{len(gone)} train image(s) of the split file missing, e.g. "
-                                                 f"{wnid}/{gone[0]}"))
+                                                 + printable(f"{wnid}/{gone[0]}")))
     return issues

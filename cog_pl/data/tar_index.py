@@ -4,10 +4,16 @@ ImageNet-21K Fall 2011 ships one tar per synset (``n01234567.tar`` holding ``n01
 train set ships the same way. Reading a member needs only its data offset and size, so an index of
 ``name -> (offset, size)`` turns a tar into a read-only key-value store without unpacking a byte.
 
-Index file (JSON): ``{"format": "cog-pl-tar-index", "version": 1, "tar_size", "tar_mtime_ns", "members":
-[[name, offset, size], ...]}``. Names are member basenames; the index is rebuilt when the tar's size or mtime
-changes. It is written beside the tar (``<tar>.index.json``) when that folder is writable, else under
-``<cache_dir>/tar_index/``.
+Index file (JSON): ``{"format": "cog-pl-tar-index", "version": 2, "tar_size", "tar_mtime_ns", "members":
+[[name, offset, size], ...]}``. Names are full member paths without a leading ``./`` (``n01_1.JPEG``, ``a/x.JPEG``), so
+two members with one base name in different folders are two images; a name twice in one tar is refused. When every
+member lies in one folder (``n01/n01_1.JPEG``, as ``tar cf n01.tar n01/`` makes), that folder is the root. The index is
+rebuilt when the tar's size or mtime changes. It is written beside the tar (``<tar>.index.json``) when that folder is
+writable, else under ``<cache_dir>/tar_index/``.
+
+A tar cut short (an interrupted copy) is refused when indexed, naming it and the bytes missing: Python's ``tarfile``
+stops silently at a truncated header, so the file's size is checked against the end of the last member's data
+(padded to 512-byte blocks) and what follows must be the end-of-archive marker (zero blocks).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import posixpath
 import tarfile
 from pathlib import Path
 
@@ -24,7 +31,8 @@ from cog_pl.io import write_json
 log = logging.getLogger(__name__)
 
 INDEX_FORMAT = "cog-pl-tar-index"
-INDEX_VERSION = 1
+INDEX_VERSION = 2
+BLOCK = 512  # tar block size: headers and padded member data
 
 
 def default_cache_dir() -> Path:
@@ -42,17 +50,54 @@ def _index_paths(tar_path: Path, cache_dir: Path | None) -> list[Path]:
     return [cached, beside] if cache_dir is not None else [beside, cached]
 
 
+def member_key(name: str) -> str:
+    """The key of a tar member: its path inside the tar, without a leading ``./`` or ``/``."""
+    return posixpath.normpath(name).lstrip("/")
+
+
 def scan_tar(tar_path: str | os.PathLike) -> dict[str, tuple[int, int]]:
-    """Read a tar's headers once: ``{member basename: (data offset, size)}`` for its regular files."""
+    """Read a tar's headers once: ``{member path: (data offset, size)}`` for its regular files; ``OSError`` naming the
+    tar when it is not a tar, truncated, or holds one name twice."""
     members: dict[str, tuple[int, int]] = {}
+    end, last = 0, None  # where the last member's padded data ends, and its name
     try:
         with tarfile.open(tar_path, "r:") as tf:
             for info in tf:
+                end, last = info.offset_data + -(-info.size // BLOCK) * BLOCK, info.name
                 if info.isfile():
-                    members[os.path.basename(info.name)] = (info.offset_data, info.size)
+                    key = member_key(info.name)
+                    if key in members:
+                        raise OSError(f"{tar_path}: member {key} appears twice; which one is the image is ambiguous")
+                    members[key] = (info.offset_data, info.size)
     except (tarfile.TarError, EOFError) as err:
+        if last is not None:
+            check_complete(tar_path, end, last)  # cut short: say so, and by how much
         raise OSError(f"{tar_path}: not a readable uncompressed tar ({err})") from err
+    check_complete(tar_path, end, last)
+    tops = {key.split("/", 1)[0] if "/" in key else None for key in members}
+    if len(tops) == 1 and None not in tops:  # all in one folder (``tar cf n01.tar n01/``): read it as the root
+        cut = len(tops.pop()) + 1
+        members = {key[cut:]: where for key, where in members.items()}
     return members
+
+
+def check_complete(tar_path: str | os.PathLike, end: int, last: str | None) -> None:
+    """Refuse a tar whose size falls short of its last member's data (``end``) or whose bytes after it are not the
+    end-of-archive marker (two zero blocks): a truncated or damaged copy, which ``tarfile`` reads without a word."""
+    size = os.path.getsize(tar_path)
+    after = f"after member {last}" if last else "at its start"
+    if size < end:
+        raise OSError(f"{tar_path}: truncated, {end - size} bytes missing (member {last} ends at byte {end}, the file "
+                      f"has {size})")
+    with open(tar_path, "rb") as fh:
+        fh.seek(end)
+        tail = fh.read(1 << 20)
+    if tail.strip(b"\0"):
+        raise OSError(f"{tar_path}: truncated or damaged {after}: the {size - end} bytes from byte {end} are not a "
+                      "readable tar header")
+    if size - end < 2 * BLOCK:
+        raise OSError(f"{tar_path}: truncated {after}: no end-of-archive marker ({2 * BLOCK - (size - end)} bytes "
+                      "missing at least)")
 
 
 class TarIndex:
@@ -95,7 +140,7 @@ class TarIndex:
         return cls(tar_path, members)
 
     def names(self) -> list[str]:
-        """Member basenames, sorted."""
+        """Member paths (:func:`member_key`), sorted."""
         return sorted(self.members)
 
     def __contains__(self, name: str) -> bool:

@@ -145,13 +145,15 @@ class FeatureDataModule(L.LightningDataModule):
         if self._tensors:
             return
         train, test = self.pair.train, self.pair.test
-        labels = np.asarray(train.labels)
+        valid = np.flatnonzero(train.valid)  # rows whose image was unreadable at extraction are left out
+        labels = np.asarray(train.labels)[valid]
         if self.stage_mode == "tune":
-            self.train_idx, self.val_idx = tuning_indices(labels, self.val_fraction, self.seed, self.shots)
+            train_idx, val_idx = tuning_indices(labels, self.val_fraction, self.seed, self.shots)
+            self.train_idx, self.val_idx = valid[train_idx], valid[val_idx]
             splits = {"train": self.train_idx, "val": self.val_idx}
         else:
-            self.train_idx = final_indices(labels, self.seed, self.shots)
-            self.test_idx = np.arange(len(test), dtype=np.int64)
+            self.train_idx = valid[final_indices(labels, self.seed, self.shots)]
+            self.test_idx = np.flatnonzero(test.valid).astype(np.int64)
             splits = {"train": self.train_idx}
         needed = np.unique(np.concatenate(list(splits.values())))
         pools = {"train": (train, needed)}

@@ -1,8 +1,11 @@
 """``ExtractionDataModule``: every (domain, split) still to extract, one predict dataloader each.
 
-Stores live at ``<out>/<model>/<domain>/<split>/``. A complete store (``meta.json`` present) is skipped; an
-unfinished one is resumed: only the rows whose done bit is 0 are loaded. ``targets`` tells the
-:class:`~cog_pl.extract.writer.FeatureStoreWriter` where each dataloader's rows go.
+Stores live at ``<out>/<model>/<domain>/<split>/``. A complete store (``meta.json`` present) is skipped and an
+unfinished one resumed (only the rows whose done bit is 0 are loaded), each only when what made it (model, weights,
+precision, transform, classes, level file and split hashes, dtype: :func:`~cog_pl.features.store.check_identity`)
+equals this run's; otherwise extraction is refused, naming the difference, unless ``overwrite``, which extracts
+every store again. ``targets`` tells the :class:`~cog_pl.extract.writer.FeatureStoreWriter` where each dataloader's
+rows go.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from cog_pl.data.imagenet import collate_images
-from cog_pl.features.store import is_complete, written_rows
+from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, collate_images, skip_budget
+from cog_pl.features.missing import missing_rows
+from cog_pl.features.store import DTYPES, StoreWriter, check_identity, is_complete, tidy, written_rows
 from cog_pl.protocol import DOMAINS, FeatureProtocol, check_domains
 
 logger = logging.getLogger(__name__)
@@ -35,6 +39,7 @@ class ExtractionTarget:
     rows: int
     dataset: Dataset = field(repr=False)
     meta: dict[str, Any] = field(default_factory=dict)
+    max_missing: int = 0  # unreadable images the store may skip (on_error="skip", skip_budget)
 
 
 class ExtractionDataModule(L.LightningDataModule):
@@ -46,24 +51,41 @@ class ExtractionDataModule(L.LightningDataModule):
         domains / splits: what to extract (all six domains, train and test, by default).
         transform: the backbone's transform settings (linked from the model by the CLI), or ``"protocol"``.
         benchmark: a benchmark file (:mod:`cog_pl.benchmark`) instead of the official concepts and test split.
+        on_error: ``"fail"`` stops at the first unreadable image, naming it; ``"skip"`` records it as a missing row
+            of its store (meta.json ``missing``, left out of the probes). max_skipped: with ``"skip"``, the most a
+            split may skip before it fails (:func:`~cog_pl.data.imagenet.skip_budget`: below 1 a fraction of the
+            split, else a count; 0.1 % by default).
+        overwrite: extract every store again, replacing finished ones and discarding interrupted ones (needed when
+            a store was made by other inputs, e.g. another checkpoint).
+        dtype: the stores' feature dtype, ``float16`` (the protocol's) or ``float32`` (for features beyond float16's
+            range, which are refused rather than stored as inf).
+
+    ``model_meta`` (set by the caller before :meth:`setup`, else taken from the Trainer's model) is what the
+    extractor records in every store; existing stores are checked against it.
     """
 
     def __init__(self, out: str = "features", model_name: str = "model", in1k_root: str | None = None,
                  in21k_root: str | None = None, domains: Sequence[str] = DOMAINS, splits: Sequence[str] = SPLITS,
                  transform: Any = "protocol", batch_size: int = FeatureProtocol().batch_size, num_workers: int = 4,
-                 on_error: str = "fail",
+                 on_error: str = "fail", max_skipped: float = MAX_SKIPPED,
                  cache_dir: str | None = None, split_file_dir: str | None = None,
-                 benchmark: str | None = None) -> None:
+                 benchmark: str | None = None, overwrite: bool = False, dtype: str = "float16") -> None:
         super().__init__()
         check_domains(domains)
+        check_policy(on_error, max_skipped)
         bad = [s for s in splits if s not in SPLITS]
         if bad:
             raise ValueError(f"unknown split(s) {', '.join(bad)}; expected train and/or test")
+        if dtype not in DTYPES:
+            raise ValueError(f"--data.dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        self.overwrite, self.dtype = overwrite, dtype
+        self.model_meta: dict[str, Any] | None = None
         self.out, self.model_name = Path(out), model_name
         self.in1k_root, self.in21k_root = in1k_root, in21k_root
         self.domains, self.splits = tuple(domains), tuple(splits)
         self.transform = transform
         self.batch_size, self.num_workers, self.on_error = batch_size, num_workers, on_error
+        self.max_skipped = max_skipped
         self.cache_dir, self.split_file_dir = cache_dir, split_file_dir
         self.benchmark = benchmark
         self.targets: list[ExtractionTarget] = []  # stores with rows left to extract, one dataloader each
@@ -76,20 +98,43 @@ class ExtractionDataModule(L.LightningDataModule):
     def datasets(self, domain: str, splits: Sequence[str] | None = None) -> dict[str, tuple[Dataset, dict[str, Any]]]:
         """The image datasets of one domain by split (``splits``, by default this module's), with the meta their
         stores record; only those splits are listed and read."""
+        dm = self.image_module(domain)
+        return {s: (dm.dataset(s), dm.store_meta(s)) for s in (self.splits if splits is None else splits)}
+
+    def image_module(self, domain: str, need_root: bool = True) -> Any:
+        """The image datamodule of one domain (its ``store_meta(split)`` is the data half of a store's meta);
+        without ``need_root``, one whose root may be missing (for the meta that needs no image)."""
         from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
 
         common = {"transform": self.transform, "batch_size": self.batch_size, "num_workers": self.num_workers,
                   "on_error": self.on_error, "cache_dir": self.cache_dir, "benchmark": self.benchmark}
         if domain == "in1k":
-            if not self.in1k_root:
+            if not self.in1k_root and need_root:
                 raise ValueError("extracting in1k needs --data.in1k_root (a folder with train/ and val/)")
-            dm = ImageNetDataModule(root=self.in1k_root, **common)
+            dm = ImageNetDataModule(root=self.in1k_root or "", **common)
         else:
-            if not self.in21k_root:
+            if not self.in21k_root and need_root:
                 raise ValueError(f"extracting {domain} needs --data.in21k_root (a folder or tar per synset)")
-            dm = CoGLevelDataModule(level=domain, root=self.in21k_root, split_file=self._split_file(domain),
+            dm = CoGLevelDataModule(level=domain, root=self.in21k_root or "", split_file=self._split_file(domain),
                                     **common)
-        return {s: (dm.dataset(s), dm.store_meta(s)) for s in (self.splits if splits is None else splits)}
+        return dm
+
+    def _finished_meta(self, dm: Any, split: str) -> dict[str, Any]:
+        """The data half of the meta a finished store is checked on: all of it (the split hash of a CoG level
+        included, which lists the images) when the images are there; without them (stores kept, images gone: the
+        store cannot be made again anyway) what needs no image: domain, classes, transform, level file, benchmark."""
+        from cog_pl.datamodules.images import ImageDataModule
+
+        if dm.root and Path(dm.root).is_dir():
+            try:
+                return dm.store_meta(split)
+            except FileNotFoundError as err:
+                reason = str(err)
+        else:
+            reason = f"no image root {dm.root!r}"
+        logger.info("%s %s: images unavailable (%s); its finished store is checked on what needs none", dm.domain,
+                    split, reason)
+        return ImageDataModule.store_meta(dm, split)
 
     def _split_file(self, domain: str) -> str | None:
         if not self.split_file_dir:
@@ -98,33 +143,62 @@ class ExtractionDataModule(L.LightningDataModule):
         return str(path) if path.exists() else None
 
     def setup(self, stage: str | None = None) -> None:
-        if self.targets:
+        if self.targets or self.ready or self.skipped:
             return
+        model_meta = self.model_meta
+        if model_meta is None and self.trainer is not None and hasattr(self.trainer.lightning_module, "store_meta"):
+            model_meta = self.trainer.lightning_module.store_meta()
         for domain in self.domains:
-            todo = [s for s in self.splits if not is_complete(self.store_path(domain, s))]
-            self.skipped += [self.store_path(domain, s) for s in self.splits if s not in todo]
-            if not todo:
-                continue
-            for split, (dataset, meta) in self.datasets(domain, todo).items():
+            dm = self.image_module(domain, need_root=False)
+            for split in self.splits:
                 path = self.store_path(domain, split)
-                target = ExtractionTarget(domain, split, path, len(dataset), dataset, meta)
-                full = len(dataset) > 0 and bool(written_rows(path, len(dataset)).all())
+                if is_complete(path) and not self.overwrite:  # reused only when made by this run's inputs
+                    check_identity(path, self.identity(model_meta or {}, self._finished_meta(dm, split)))
+                    tidy(path)  # leftovers of a kill while it was being finished
+                    self.skipped.append(path)
+                    continue
+                if not dm.root:
+                    self.image_module(domain)  # refuses, naming the missing root option
+                meta = dm.store_meta(split)
+                if not self.overwrite:  # an interrupted write of other inputs is refused, never mixed with
+                    check_identity(path, self.identity(model_meta or {}, meta))
+                dataset = dm.dataset(split)
+                cap = skip_budget(len(dataset), self.max_skipped) if self.on_error == "skip" else 0
+                target = ExtractionTarget(domain, split, path, len(dataset), dataset, meta, cap)
+                full = not self.overwrite and len(dataset) > 0 and bool(self._done(path, len(dataset)).all())
                 (self.ready if full else self.targets).append(target)
         for path in self.skipped:
             logger.info("complete, skipped: %s", path)
 
+    def _done(self, path: Path, rows: int) -> np.ndarray:
+        """Rows of a store an interrupted run wrote; under ``on_error="fail"`` less those it recorded as missing
+        (skipped as unreadable): they are read again, so this run's policy holds."""
+        done = written_rows(path, rows)
+        return done & ~missing_rows(path, rows) if self.on_error == "fail" else done
+
+    def identity(self, model_meta: dict[str, Any], data_meta: dict[str, Any]) -> dict[str, Any]:
+        """The meta a store of this run gets, less what the writer adds: the model's half, the data's half (which
+        wins: it names the transform the images were read with) and the dtype. Its identity keys are compared
+        against existing stores and recorded in new ones."""
+        return {**model_meta, **data_meta, "dtype": self.dtype}
+
+    def open_writer(self, target: ExtractionTarget, model_meta: dict[str, Any], dim: int, first: bool = True
+                    ) -> StoreWriter:
+        """The store writer of ``target``; ``first``: the process that creates the files (under ``overwrite`` it
+        discards an interrupted write; later ranks open what it made)."""
+        return StoreWriter(target.path, target.rows, dim, overwrite=self.overwrite, fresh=self.overwrite and first,
+                           identity=self.identity(model_meta, target.meta), dtype=self.dtype)
+
     def finish_ready(self, model_meta: dict[str, Any], dim: int) -> None:
         """Finalise the stores whose rows an interrupted run wrote completely (no dataloader is needed for them)."""
-        from cog_pl.features.store import StoreWriter
-
         for t in self.ready:
-            StoreWriter(t.path, t.rows, dim).finish({**model_meta, **t.meta})
+            self.open_writer(t, model_meta, dim).finish(self.identity(model_meta, t.meta))
             logger.info("finalised %s (all %d rows were written before the interruption)", t.path, t.rows)
 
     def predict_dataloader(self) -> list[DataLoader]:
         loaders = []
         for t in self.targets:
-            left = np.flatnonzero(~written_rows(t.path, t.rows))
+            left = np.arange(t.rows) if self.overwrite else np.flatnonzero(~self._done(t.path, t.rows))
             if len(left) < t.rows:
                 logger.info("resuming %s: %d of %d rows left", t.path, len(left), t.rows)
             data = t.dataset if len(left) == t.rows else Subset(t.dataset, left.tolist())

@@ -36,7 +36,12 @@ class FeatureExtractor(BackboneModule):
         return self.features(images)
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> dict:
-        return {"features": self(batch["image"]).float(), "label": batch["label"], "index": batch["index"]}
+        images = batch["image"]
+        features = self(images).float() if len(images) else images.new_zeros(0, self.feature_dim)
+        out = {"features": features, "label": batch["label"], "index": batch["index"]}
+        if "skipped" in batch:  # unreadable images (on_error="skip"): the writer records their rows as missing
+            out["skipped"] = batch["skipped"]
+        return out
 
     def on_predict_start(self) -> None:
         self.net.eval()

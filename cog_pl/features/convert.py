@@ -48,8 +48,9 @@ def read_pth(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
 
 def import_pth(pth: str | os.PathLike, out: str | os.PathLike, model: str, domain: str, split: str,
                weights_sha256: str | None = None, transform: dict[str, Any] | None = None,
-               overwrite: bool = False) -> Path:
-    """Convert one ``X_Y.pth`` into a v1 store at ``out``."""
+               overwrite: bool = False, dtype: str = "float16") -> Path:
+    """Convert one ``X_Y.pth`` into a v1 store at ``out`` with ``dtype`` features; NaN, inf and values beyond
+    float16's range (in a float16 store) are refused, naming the row, rather than stored as inf."""
     x, y = read_pth(pth)
     classes = domain_classes(domain)
     if len(y) and (y.min() < 0 or y.max() >= len(classes)):
@@ -58,7 +59,7 @@ def import_pth(pth: str | os.PathLike, out: str | os.PathLike, model: str, domai
                      num_classes=len(classes), classes=classes, transform=transform,
                      level_file_sha256=resources.level_file_sha256(),
                      source={"imported_from": str(Path(pth).resolve())})
-    return write_store(out, x, y, None, meta, overwrite=overwrite)
+    return write_store(out, x, y, None, meta, overwrite=overwrite, dtype=dtype)
 
 
 def export_pth(store: str | os.PathLike | FeatureStore, out: str | os.PathLike) -> Path:
@@ -68,8 +69,9 @@ def export_pth(store: str | os.PathLike | FeatureStore, out: str | os.PathLike) 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    torch.save({"X": torch.from_numpy(np.asarray(s.features, dtype=np.float32)),
-                "Y": torch.from_numpy(np.array(s.labels, dtype=np.int64))}, tmp)
+    keep = s.valid  # rows whose image was unreadable at extraction are left out
+    torch.save({"X": torch.from_numpy(np.asarray(s.features, dtype=np.float32)[keep]),
+                "Y": torch.from_numpy(np.array(s.labels, dtype=np.int64)[keep])}, tmp)
     os.replace(tmp, out)
     return out
 

@@ -220,6 +220,8 @@ def _parts(sources: Sources, split: str, classes: list[str]) -> list[tuple[str, 
     for domain in SOURCE_DOMAINS:
         store = sources.stores[domain, split]
         rows, labels = select_rows(store.labels, store.meta["classes"], classes)
+        keep = store.valid[rows]  # rows whose image was unreadable at extraction stay out of the variant
+        rows, labels = rows[keep], labels[keep]
         if len(rows):
             parts.append((domain, store, rows, labels))
             counts += np.bincount(labels, minlength=len(classes))
@@ -260,4 +262,5 @@ def _write(out: Path, parts: list, meta: dict[str, Any], overwrite: bool, chunk:
                 yield store.features[r], labels[a:a + chunk], store.index[r]
 
     n = sum(len(rows) for _, _, rows, _ in parts)
-    return write_chunks(out, n, int(parts[0][1].features.shape[1]), chunks(), meta, overwrite)
+    dtype = "float32" if any(p[1].features.dtype == np.float32 for p in parts) else "float16"  # the sources'
+    return write_chunks(out, n, int(parts[0][1].features.shape[1]), chunks(), meta, overwrite, dtype)

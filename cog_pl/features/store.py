@@ -2,22 +2,29 @@
 
 One directory per (model, domain, split), e.g. ``<root>/<model>/<domain>/<split>/``::
 
-    features.npy   float16, N x D, memory-mappable
+    features.npy   float16 (float32 when asked: ``dtype``), N x D, memory-mappable
     labels.npy     int64, N
     index.npy      int64, N: the dataset row each feature row came from
     meta.json      {"format": "cog-pl-features", "version": 1, "model", "weights_sha256", "domain", "split",
-                    "num_rows", "dim", "num_classes", "classes", "transform", "level_file_sha256", "versions",
-                    "created", ...}
+                    "num_rows", "dim", "dtype", "num_classes", "classes", "transform", "level_file_sha256",
+                    "versions", "created", ...}
 
 A store is complete if and only if ``meta.json`` exists: it is written last, inside a temporary sibling directory
-that is renamed into place, so an unfinished store never looks finished. A directory holding only
+(``.<name>.partial/``, which also holds ``written.npy``, the rows done, and ``identity.json``, what makes them) that
+is renamed into place, so an unfinished store never looks finished. The :data:`IDENTITY_KEYS` of its meta (or of a
+partial's ``identity.json``) say what made its rows: a store is skipped or resumed only when they equal the current
+run's (:func:`check_identity`), never on completeness alone. Finishing is safe against a kill at any step: the
+partial stays resumable until the rename, after which the store is complete (bookkeeping files a kill left in it
+are ignored). Writes never produce NaN, inf or float16 overflow, and the space is reserved before the first row. A
+directory holding only
 ``features.npy`` and ``labels.npy`` (as synthetic feature generators write) is accepted as a *plain* store, with a
 synthesised meta. A train/test pair of stores is opened with :func:`cog_pl.features.pair.open_pair`.
 """
 
 from __future__ import annotations
 
-import contextlib
+import errno
+import glob
 import json
 import logging
 import os
@@ -30,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from cog_pl.io import write_json
+from cog_pl.features.missing import missing_records, valid_rows
+from cog_pl.io import DISK_FULL, disk_full, write_json
 from cog_pl.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -42,6 +50,15 @@ REQUIRED_META = ("format", "version", "model", "weights_sha256", "domain", "spli
 #: Keys of ``expect`` that :func:`open_store` compares against a store's meta.
 CHECKED_KEYS = ("model", "weights_sha256", "domain", "split", "level_file_sha256", "split_sha256", "num_classes",
                 "dim", "transform")
+#: Meta keys that say what made a store's rows (the model half from the extractor, the data half from the image
+#: datamodule, and the features' dtype); :func:`check_identity` compares them before a store is skipped or resumed.
+IDENTITY_KEYS = ("model", "arch", "feature", "weights_sha256", "precision", "transform", "dtype", "domain", "split",
+                 "classes", "level_file_sha256", "split_sha256", "benchmark")
+#: Files of a write in progress; a kill after the rename may leave them in a finished store, where they are ignored.
+BOOKKEEPING = ("written.npy", "identity.json", "missing.npy", "missing.jsonl")
+#: Feature dtypes a store may hold; float16 (the protocol's) by default.
+DTYPES = ("float16", "float32")
+OVERWRITE_HINT = "pass --overwrite (cog-pl extract: --data.overwrite true) to replace it"
 
 
 class StoreError(ValueError):
@@ -71,10 +88,88 @@ class FeatureStore:
     def __len__(self) -> int:
         return len(self.labels)
 
+    @property
+    def valid(self) -> np.ndarray:
+        """Bool mask of the rows that hold features: every row but meta.json's ``missing`` ones (images skipped as
+        unreadable at extraction, :mod:`cog_pl.features.missing`); every reader of a store leaves those out."""
+        return valid_rows(self.meta, len(self), self.path / "meta.json")
+
 
 def is_complete(path: str | os.PathLike) -> bool:
     """True when ``path`` is a finished v1 store (its ``meta.json`` exists)."""
     return (Path(path) / "meta.json").is_file()
+
+
+def partial_path(path: str | os.PathLike) -> Path:
+    """The hidden directory a store at ``path`` is written in before it is renamed into place."""
+    path = Path(path)
+    return path.parent / f".{path.name}.partial"
+
+
+def identity_of(meta: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`IDENTITY_KEYS` of a store's meta (those it has), as JSON gives them back (tuples as lists)."""
+    return json.loads(json.dumps({k: meta[k] for k in IDENTITY_KEYS if k in meta}))
+
+
+def check_identity(path: str | os.PathLike, want: dict[str, Any]) -> None:
+    """Refuse to skip or resume the store at ``path`` (finished, else an interrupted write of it) unless what made
+    it equals ``want`` on every identity key ``want`` has (a key the store lacks counts as different): one line
+    naming the store, each differing key with both values, and ``--overwrite``."""
+    path = Path(path)
+    if is_complete(path):
+        try:
+            have = {"dtype": "float16", **identity_of(json.loads((path / "meta.json").read_text()))}
+        except ValueError as err:
+            raise StoreError(f"{path / 'meta.json'}: not valid JSON ({err}); {OVERWRITE_HINT}") from err
+        _refuse_mismatch(path, have, want, "feature store")
+    else:
+        tmp = partial_path(path)
+        _refuse_mismatch(tmp, _partial_identity(tmp), want, "interrupted feature store write")
+
+
+def _partial_identity(tmp: Path) -> dict[str, Any] | None:
+    """The identity an interrupted write recorded; ``{}`` for one from before identities that wrote rows; None when
+    there is none, or nothing in it to mix with."""
+    if (tmp / "identity.json").is_file():
+        try:
+            return json.loads((tmp / "identity.json").read_text())
+        except ValueError as err:
+            raise StoreError(f"{tmp / 'identity.json'}: not valid JSON ({err}); {OVERWRITE_HINT}") from err
+    return {} if _any_written(tmp) else None
+
+
+def _refuse_mismatch(where: Path, have: dict[str, Any] | None, want: dict[str, Any], what: str) -> None:
+    if have is None:
+        return
+    diff = [f"{k}={_short(have.get(k, '<not recorded>'))} (this run: {_short(v)})"
+            for k, v in identity_of(want).items() if have.get(k, "<not recorded>") != v]
+    if diff:
+        raise StoreError(f"{where}: {what} made with different inputs: {'; '.join(diff)}; {OVERWRITE_HINT}")
+
+
+def _short(value: Any, width: int = 70) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _any_written(tmp: Path) -> bool:
+    try:
+        return bool(np.load(tmp / "written.npy", mmap_mode="r").any())
+    except (OSError, ValueError):
+        return False
+
+
+def tidy(path: str | os.PathLike) -> None:
+    """Remove what a kill inside :meth:`StoreWriter.finish` may have left of a finished store: bookkeeping files in
+    it and temporary files of an atomic write in it (``.*.tmp``), the replaced store set aside beside it
+    (``.<name>.old.*``)."""
+    path = Path(path)
+    for name in BOOKKEEPING:
+        (path / name).unlink(missing_ok=True)
+    for junk in path.glob(".*.tmp"):
+        junk.unlink(missing_ok=True)
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.old.*"):
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def _load(path: Path, name: str) -> np.ndarray:
@@ -176,31 +271,81 @@ class StoreWriter:
     ``path``) and fill their rows: rank 0 opens it first (creating the files), the others after a barrier; one rank
     calls :meth:`finish` after a final barrier. Reopening resumes an interrupted write, unless ``fresh``: then a
     write in progress (of any shape) is discarded and the store starts over.
+
+    ``identity`` (a meta, of which :data:`IDENTITY_KEYS` count, and ``dtype``) is recorded in the temporary directory
+    when it is created: resuming a write made with another identity, or finishing with a meta of another, is refused.
+    The files' space is reserved at once (``posix_fallocate``), so a full disk fails here, naming the bytes needed,
+    instead of killing a later write through the memory map with SIGBUS.
     """
 
     def __init__(self, path: str | os.PathLike, num_rows: int, dim: int, overwrite: bool = False,
-                 fresh: bool = False) -> None:
+                 fresh: bool = False, identity: dict[str, Any] | None = None, dtype: str = "float16") -> None:
         self.path = Path(path)
         if self.path.exists() and not overwrite:
             raise StoreError(f"{self.path} already exists; pass overwrite=True to replace it")
-        self.tmp = self.path.parent / f".{self.path.name}.partial"
+        if dtype not in DTYPES:
+            raise StoreError(f"{self.path}: feature dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        self.tmp = partial_path(self.path)
+        self.identity = {**identity_of(identity or {}), "dtype": dtype}
         if fresh:
             shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp.mkdir(parents=True, exist_ok=True)
-        mode = "r+" if (self.tmp / "features.npy").exists() else "w+"
-        open_ = np.lib.format.open_memmap
-        self.features = open_(self.tmp / "features.npy", mode, np.float16, (num_rows, dim))
-        self.labels = open_(self.tmp / "labels.npy", mode, np.int64, (num_rows,))
-        self.index = open_(self.tmp / "index.npy", mode, np.int64, (num_rows,))
-        self.written = open_(self.tmp / "written.npy", mode, np.bool_, (num_rows,))
-        if self.features.shape != (num_rows, dim):
+        else:
+            _refuse_mismatch(self.tmp, _partial_identity(self.tmp), self.identity, "interrupted feature store write")
+        created = not self.tmp.exists()
+        arrays = {}
+        try:
+            self.tmp.mkdir(parents=True, exist_ok=True)
+            if not (self.tmp / "identity.json").exists():
+                write_json(self.tmp / "identity.json", self.identity)  # before any row: a partial never lacks it
+            for name, kind, shape in (("features", dtype, (num_rows, dim)), ("labels", np.int64, (num_rows,)),
+                                      ("index", np.int64, (num_rows,)), ("written", np.bool_, (num_rows,))):
+                file = self.tmp / f"{name}.npy"
+                arrays[name] = np.lib.format.open_memmap(file, "r+" if file.exists() else "w+", kind, shape)
+        except OSError as err:
+            if err.errno not in DISK_FULL:
+                raise
+            arrays.clear()
+            if created:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+            raise disk_full(self.path, num_rows * (dim * np.dtype(dtype).itemsize + 17)) from err
+        self.features, self.labels, self.index, self.written = arrays.values()
+        if self.features.shape != (num_rows, dim) or self.written.shape != (num_rows,):
             raise StoreError(f"{self.tmp} holds a {self.features.shape} write in progress, not {(num_rows, dim)}")
         self.overwrite = overwrite
+        self._reserve(created)
+
+    def _reserve(self, created: bool) -> None:
+        """Allocate the arrays' blocks now (sparse files would fail at the first write that finds the disk full);
+        where the file system cannot (EOPNOTSUPP, EINVAL), check the free space instead."""
+        files = [self.tmp / f"{n}.npy" for n in ("features", "labels", "index", "written")]
+        need = sum(max(0, f.stat().st_size - f.stat().st_blocks * 512) for f in files)
+        if not need:
+            return
+        try:
+            if not hasattr(os, "posix_fallocate"):
+                raise OSError(errno.EOPNOTSUPP, "posix_fallocate unavailable")
+            for f in files:
+                fd = os.open(f, os.O_RDWR)
+                try:
+                    os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+                finally:
+                    os.close(fd)
+            return
+        except OSError as err:
+            if err.errno not in (*DISK_FULL, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            if err.errno not in DISK_FULL and shutil.disk_usage(self.tmp).free >= need:
+                return
+            error = disk_full(self.path, need)
+        del self.features, self.labels, self.index, self.written
+        if created:
+            shutil.rmtree(self.tmp, ignore_errors=True)  # nothing written yet: leave nothing half-made
+        raise error
 
     def write(self, rows: np.ndarray, features: np.ndarray, labels: np.ndarray, index: np.ndarray | None = None
               ) -> None:
         rows = np.asarray(rows, dtype=np.int64)
-        self.features[rows] = np.asarray(features, dtype=np.float16)
+        self.features[rows] = self._checked(rows, np.asarray(features))
         self.labels[rows] = labels
         self.index[rows] = rows if index is None else index
         for arr in (self.features, self.labels, self.index):
@@ -208,25 +353,55 @@ class StoreWriter:
         self.written[rows] = True
         self.written.flush()
 
+    def _checked(self, rows: np.ndarray, features: np.ndarray) -> np.ndarray:
+        """``features`` in the store's dtype; a batch with NaN or inf, or values beyond the dtype's range (which would
+        become inf), is refused whole, naming the first such row."""
+        flat = features.reshape(len(features), -1)
+        bad = np.flatnonzero(~np.isfinite(flat).all(axis=1))
+        if len(bad):
+            raise StoreError(f"{self.path}: row {rows[bad[0]]} has NaN or inf features ({len(bad)} row(s) of this "
+                             "batch); nothing of it was written")
+        with np.errstate(over="ignore"):  # an overflow is refused below, naming the row
+            cast = flat.astype(self.features.dtype)
+        over = np.flatnonzero(~np.isfinite(cast).all(axis=1))
+        if len(over):
+            peak = float(np.abs(flat[over]).max())
+            limit = float(np.finfo(self.features.dtype).max)
+            raise StoreError(f"{self.path}: row {rows[over[0]]} has a feature of magnitude {peak:g}, beyond "
+                             f"{self.features.dtype}'s range ({limit:g}); write a float32 store (cog-pl extract "
+                             "--data.dtype float32, cog-pl features import --dtype float32)")
+        return cast.reshape(features.shape)
+
     def finish(self, meta: dict[str, Any]) -> Path:
-        """Check every row was written, flush, write meta.json last and rename the directory into place."""
+        """Check every row was written and ``meta`` has the write's identity; then, each step leaving either a
+        resumable partial or a complete store: fsync the arrays, write meta.json into the partial directory, rename
+        it into place, remove the bookkeeping files (:data:`BOOKKEEPING`)."""
         for arr in (self.features, self.labels, self.index, self.written):
             arr.flush()
         missing = np.flatnonzero(~np.asarray(self.written))
         if len(missing):
             raise StoreError(f"{self.path}: {len(missing)} row(s) never written, e.g. row {missing[0]}")
         n, d = self.features.shape
-        meta = {**meta, "num_rows": int(n), "dim": int(d)}
+        meta = {**meta, "num_rows": int(n), "dim": int(d), "dtype": str(self.features.dtype)}
+        skipped = missing_records(self.tmp)  # rows whose image was unreadable (cog_pl.features.missing)
+        if skipped:
+            meta["missing"] = skipped
         lacking = [k for k in REQUIRED_META if k not in meta]
         if lacking:
             raise StoreError(f"{self.path}: meta lacks {', '.join(lacking)}")
+        have = identity_of(meta)
+        diff = [f"{k}={_short(have.get(k))} (rows: {_short(v)})" for k, v in self.identity.items() if have.get(k) != v]
+        if diff:
+            raise StoreError(f"{self.path}: the meta to finish with differs from what wrote the rows: "
+                             + "; ".join(diff))
         del self.features, self.labels, self.index, self.written
-        (self.tmp / "written.npy").unlink()
         for name in ("features.npy", "labels.npy", "index.npy"):
             with open(self.tmp / name, "rb") as fh:
                 os.fsync(fh.fileno())
         write_json(self.tmp / "meta.json", meta)
+        _fsync_dir(self.tmp)
         _swap_in(self.tmp, self.path, self.overwrite)
+        tidy(self.path)
         log.info("wrote feature store %s (%d x %d)", self.path, n, d)
         return self.path
 
@@ -239,11 +414,19 @@ def written_rows(path: str | os.PathLike, num_rows: int) -> np.ndarray:
     path = Path(path)
     if is_complete(path):
         return np.ones(num_rows, dtype=bool)
-    flags = path.parent / f".{path.name}.partial" / "written.npy"
+    flags = partial_path(path) / "written.npy"
     if not flags.exists():
         return np.zeros(num_rows, dtype=bool)
     done = np.load(flags, mmap_mode="r")
     return np.asarray(done) if done.shape == (num_rows,) else np.zeros(num_rows, dtype=bool)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _swap_in(tmp: Path, path: Path, overwrite: bool) -> None:
@@ -256,6 +439,7 @@ def _swap_in(tmp: Path, path: Path, overwrite: bool) -> None:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.replace(tmp, path)
+    _fsync_dir(path.parent)
 
 
 #: Consecutive rows of a store: features (n x D), labels (n) and dataset index (n, or None: the row numbers).
@@ -263,12 +447,12 @@ Chunk = tuple[np.ndarray, np.ndarray, np.ndarray | None]
 
 
 def write_chunks(path: str | os.PathLike, num_rows: int, dim: int, chunks: Iterable[Chunk], meta: dict[str, Any],
-                 overwrite: bool = False) -> Path:
+                 overwrite: bool = False, dtype: str = "float16") -> Path:
     """Write a complete store of ``num_rows`` rows from consecutive ``chunks``, atomically (temporary directory +
     rename). Every row is written, so a stale write in progress at ``path`` (a killed earlier one) is discarded;
     on any error the temporary directory is removed."""
-    writer = StoreWriter(path, num_rows, dim, overwrite, fresh=True)
     try:
+        writer = StoreWriter(path, num_rows, dim, overwrite, fresh=True, identity=meta, dtype=dtype)
         start = 0
         for features, labels, index in chunks:
             if start + len(labels) > num_rows:
@@ -277,14 +461,14 @@ def write_chunks(path: str | os.PathLike, num_rows: int, dim: int, chunks: Itera
             start += len(labels)
         return writer.finish(meta)
     except BaseException:
-        with contextlib.suppress(Exception):
-            writer.abort()
+        shutil.rmtree(partial_path(path), ignore_errors=True)
         raise
 
 
 def write_store(path: str | os.PathLike, features: np.ndarray, labels: np.ndarray, index: np.ndarray | None,
-                meta: dict[str, Any], overwrite: bool = False, chunk: int = 65536) -> Path:
-    """Write a complete store atomically (temporary directory + rename); ``meta`` as for :func:`make_meta`."""
+                meta: dict[str, Any], overwrite: bool = False, chunk: int = 65536, dtype: str = "float16") -> Path:
+    """Write a complete store atomically (temporary directory + rename); ``meta`` as for :func:`make_meta`;
+    ``dtype`` of the features, float16 or float32."""
     features, labels = np.asarray(features), np.asarray(labels)
     if features.ndim != 2 or len(features) != len(labels):
         raise StoreError(f"{path}: features {features.shape} and labels {labels.shape} do not match")
@@ -293,4 +477,18 @@ def write_store(path: str | os.PathLike, features: np.ndarray, labels: np.ndarra
     index = None if index is None else np.asarray(index)
     chunks = ((features[a:a + chunk], labels[a:a + chunk], None if index is None else index[a:a + chunk])
               for a in range(0, len(labels), chunk))
-    return write_chunks(path, len(labels), features.shape[1], chunks, meta, overwrite)
+    return write_chunks(path, len(labels), features.shape[1], chunks, meta, overwrite, dtype)
+
+
+def check_finite(store: FeatureStore, chunk: int = 1 << 16) -> None:
+    """Refuse a store with NaN or infinite features (a store written before writes refused them), naming the file,
+    the number of such rows and the first; reads the features in chunks of ``chunk`` rows."""
+    bad, first = 0, None
+    for start in range(0, len(store), chunk):
+        rows = np.flatnonzero(~np.isfinite(np.asarray(store.features[start:start + chunk])).all(axis=1))
+        if len(rows) and first is None:
+            first = start + int(rows[0])
+        bad += len(rows)
+    if bad:
+        raise StoreError(f"{store.path / 'features.npy'}: {bad} row(s) hold NaN or infinite values (first: row "
+                         f"{first})")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import inspect
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -13,7 +16,8 @@ import lightning as L
 from cog_pl.device import resolve_precision, trainer_options
 from cog_pl.finetune.module import FineTuneClassifier
 from cog_pl.finetune.rows import METHOD, result_row
-from cog_pl.results import append_row, has_row
+from cog_pl.probe.resume import refusal
+from cog_pl.results import append_row, read_rows, row_key
 
 logger = logging.getLogger(__name__)
 
@@ -32,13 +36,50 @@ def check_options(precision: Any, recipe: dict[str, Any] | None) -> None:
         raise ValueError(f"unknown recipe key(s) {', '.join(bad)}; FineTuneClassifier takes {', '.join(allowed)}")
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as JSON can hold it (a dataclass as its fields), for identities."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return type(value).__name__
+
+
+def finetune_identity(model: str, checkpoint: str | None, *, recipe: dict[str, Any] | None, epochs: int,
+                      batch_size: int, precision: str, transform: Any, benchmark: str | None) -> dict[str, Any]:
+    """What a fine-tuning row's numbers depend on (``finetune`` of the row) and its digest (``identity``)."""
+    from cog_pl.io import file_sha256
+
+    values = {"model": model, "checkpoint_sha256": file_sha256(checkpoint) if checkpoint else None,
+              "recipe": _plain(recipe or {}), "epochs": epochs, "batch_size": batch_size, "precision": precision,
+              "transform": _plain(transform), "benchmark_sha256": file_sha256(benchmark) if benchmark else None}
+    text = json.dumps(values, sort_keys=True, default=str)
+    return {"finetune": json.loads(text), "identity": hashlib.sha256(text.encode()).hexdigest()}  # as stored
+
+
+def _differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The values of ``want`` a stored row differs in (a row without ``identity``: its epochs, batch size and
+    precision)."""
+    if row.get("identity") == want["identity"]:
+        return []
+    have = row.get("finetune") if "identity" in row else {k: row.get(k) for k in ("epochs", "batch_size", "precision")}
+    diff = [(k, (have or {}).get(k, "<not recorded>"), v) for k, v in want["finetune"].items()
+            if k in (have or {}) or "identity" in row]
+    return [d for d in diff if d[1] != d[2]] or ([("identity", row["identity"], want["identity"])]
+                                                  if "identity" in row else [])
+
+
 def finetune_domains(model: str, checkpoint: str | None, results: str, domains: Sequence[str], *,
                      in1k_root: str | None, in21k_root: str | None, benchmark: str | None = None,
                      transform: Any = None, epochs: int = 10, seed: int = 22, batch_size: int = 128,
                      recipe: dict[str, Any] | None = None, precision: str = "32-true", devices: int | str = 1,
                      accelerator: str = "auto", cache_images: bool = False, num_workers: int = 0,
-                     progress: bool = False) -> list[dict[str, Any]]:
-    """One fine-tuning run per domain (train split -> test split); rows that exist are skipped.
+                     progress: bool = False, overwrite: bool = False) -> list[dict[str, Any]]:
+    """One fine-tuning run per domain (train split -> test split); rows made with the same inputs (checkpoint,
+    recipe, epochs, batch size, precision, transform, benchmark: :func:`finetune_identity`) are skipped, rows made
+    with others refused before any training (``overwrite``: made again and replaced).
 
     ``transform``: as the image datamodules take it; ``None``: the backbone's own
     (:func:`~cog_pl.models.transform.backbone_transform`, the transform its features are extracted with).
@@ -54,13 +95,22 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
     check_options(precision, recipe)
     transform = backbone_transform(model) if transform is None else transform
     trainer_kw = trainer_options(accelerator, devices, precision)
-    rows = []
-    for domain in domains:
-        name = resolve_spec(model).name
+    name = resolve_spec(model).name
+    want = finetune_identity(name, checkpoint, recipe=recipe, epochs=epochs, batch_size=batch_size,
+                             precision=trainer_kw["precision"], transform=transform, benchmark=benchmark)
+    existing = {row_key(r): r for r in read_rows(results)}
+    todo = []
+    for domain in domains:  # every row checked before any training
         key = (name, METHOD, domain, None, seed)
-        if has_row(results, key):
-            logger.info("skip fine-tuning %s on %s: row exists", name, domain)
-            continue
+        diff = _differences(existing[key], want) if key in existing else None
+        if diff and not overwrite:
+            raise ValueError(refusal(results, key, diff))
+        if key in existing and not diff:
+            logger.info("skip fine-tuning %s on %s: row exists, made with the same inputs", name, domain)
+        else:
+            todo.append(domain)
+    rows = []
+    for domain in todo:
         common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers, "benchmark": benchmark,
                   "cache_images": cache_images, "pin_memory": trainer_kw["accelerator"] == "cuda"}
         dm = (ImageNetDataModule(root=in1k_root, **common) if domain == "in1k"
@@ -72,7 +122,7 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
                             enable_model_summary=False, enable_progress_bar=progress)
         trainer.fit(net, datamodule=dm)
         trainer.test(net, datamodule=dm, verbose=False)
-        row = result_row(trainer, net, seed, time.perf_counter() - start)
+        row = {**result_row(trainer, net, seed, time.perf_counter() - start), **want}
         append_row(results, row)
         rows.append(row)
         logger.info("fine-tuned %s on %s: test top-1 %.2f (%.0f s)", name, domain, row["test_top1"], row["seconds"])

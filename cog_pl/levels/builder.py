@@ -26,7 +26,7 @@ from cog_pl.levels.measures import similarity_to_set
 from cog_pl.levels.ranking import cut_levels, rank
 from cog_pl.protocol import LevelProtocol, as_record
 from cog_pl.provenance import provenance
-from cog_pl.resources import LEVELS, in1k_wnids, in21k_wnids
+from cog_pl.resources import LEVELS, fall11_image_counts, in1k_wnids, in21k_wnids, is_wnid
 from cog_pl.wordnet import get_wordnet
 from cog_pl.wordnet.ontology import Ontology
 
@@ -97,16 +97,53 @@ def write_level_file(path: str | Path, content: Mapping[str, Any]) -> None:
 
 
 def load_level_file(path: str | Path) -> dict[str, Any]:
-    """Read and validate a level file; errors name the file and what is wrong."""
+    """Read and validate a level file; errors name the file and what is wrong (the level, the wnid).
+
+    A file without ``format`` and ``version`` is read as version 1 (hand-made files); given, they must be this
+    format and an integer version this cog_pl knows. ``levels`` maps exactly L1..L5 to non-empty lists of IN-21K
+    wnids (:func:`check_levels`).
+    """
     path = Path(path)
     data = read_json(path, "level file")
-    if not isinstance(data, dict) or not isinstance(data.get("levels"), dict):
-        raise ValueError(f"level file {path} has no 'levels' mapping")
-    if data.get("format", FORMAT) != FORMAT or int(data.get("version", 1)) > FORMAT_VERSION:
-        raise ValueError(f"level file {path} is {data.get('format')} v{data.get('version')}; "
+    if not isinstance(data, dict):
+        raise ValueError(f"level file {path} holds a JSON {type(data).__name__}, not an object with 'levels'")
+    version = data.get("version", 1)
+    if data.get("format", FORMAT) != FORMAT or type(version) is not int or not 1 <= version <= FORMAT_VERSION:
+        raise ValueError(f"level file {path} is {data.get('format')!r} version {version!r}; "
                          f"this cog_pl reads {FORMAT} up to v{FORMAT_VERSION}")
-    missing = [k for k in LEVELS if k not in data["levels"]]
-    if missing:
-        raise ValueError(f"level file {path} lacks level(s) {', '.join(missing)}")
+    if not isinstance(data.get("levels"), dict):
+        raise ValueError(f"level file {path} has no 'levels' mapping (L1..L5 to lists of wnids)")
+    check_levels(data["levels"], f"level file {path}")
     return data
+
+
+def check_levels(levels: Mapping[str, Any], where: str) -> None:
+    """``levels`` maps L1..L5, and nothing else, to non-empty lists of distinct IN-21K (Fall 2011) wnids, each in one
+    level; errors start with ``where`` and name the level and the wnid."""
+    missing = [k for k in LEVELS if k not in levels]
+    if missing:
+        raise ValueError(f"{where} lacks level(s) {', '.join(missing)}")
+    unknown = [k for k in levels if k not in LEVELS]
+    if unknown:
+        raise ValueError(f"{where} has unknown level(s) {', '.join(map(repr, unknown))}; expected {', '.join(LEVELS)}")
+    known = fall11_image_counts()
+    seen: dict[str, str] = {}
+    for level in LEVELS:
+        wnids = levels[level]
+        if not isinstance(wnids, list) or not wnids:
+            raise ValueError(f"{where}: level {level} is {_short(wnids)}, not a non-empty list of wnids")
+        for w in wnids:
+            if not isinstance(w, str) or not is_wnid(w):
+                raise ValueError(f"{where}: level {level} holds {_short(w)}, not a wnid such as n02123159")
+            if w not in known:
+                raise ValueError(f"{where}: level {level} holds {w}, which is not an ImageNet-21K (Fall 2011) synset")
+            if w in seen:
+                twice = "twice" if seen[w] == level else f"and in {seen[w]}"
+                raise ValueError(f"{where}: {w} is in level {level} {twice}; a concept belongs to one level")
+            seen[w] = level
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
 

@@ -30,7 +30,8 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise ValueError(f"cannot read checkpoint {path}: {err}") from err
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__  # torch's is long
+        raise ValueError(f"cannot read checkpoint {path}: {reason}") from err
     for _ in range(3):
         if isinstance(obj, Mapping) and not _is_tensor_dict(obj):
             inner = next((obj[k] for k in CONTAINER_KEYS if k in obj and isinstance(obj[k], Mapping)), None)

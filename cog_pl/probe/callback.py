@@ -1,9 +1,10 @@
 """``OptunaTrialCallback``: connects a Lightning fit to an Optuna trial.
 
 After every validation it reports the monitored metric (``val/top1``) to the trial, so a study sees the same
-per-epoch values the published loop computes; the objective reads ``callback.value``, the last value reported. Once
-the model's loss has gone non-finite (``LinearProbe.diverged_epoch``) nothing more is reported: the trial keeps what
-it had. Pruning is off by default because the protocol trains every trial to the end.
+per-epoch values the published loop computes; the objective reads ``callback.value``, the last value reported. When
+the model's loss goes non-finite (``LinearProbe.diverged_epoch``) the fit stops and Lightning validates the model as
+it stopped, as the published loop does: that validation is reported and is the trial's value; nothing after it.
+Pruning is off by default because the protocol trains every trial to the end.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ class OptunaTrialCallback(Callback):
         super().__init__()
         self.trial, self.monitor, self.prune = trial, monitor, prune
         self.value: float | None = None
+        self.halted = False  # the model that diverged has been validated: nothing more is reported
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking or getattr(pl_module, "diverged_epoch", None) is not None:
+        if trainer.sanity_checking or self.halted:
             return
         value = trainer.callback_metrics.get(self.monitor)
         if value is None:
             return
+        self.halted = getattr(pl_module, "diverged_epoch", None) is not None
         self.value = float(value)
         if trainer.is_global_zero:
             self.trial.report(self.value, trainer.current_epoch)

@@ -25,7 +25,8 @@ def sub_seed(seed: int, *keys: int) -> int:
 
 def load_store(store: FeatureStore, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """Features (float32, on ``device``) and labels (int64, on the CPU) of an opened store (its checks done by
-    :func:`~cog_pl.features.store.open_store`); refuses rows holding NaN or infinite values.
+    :func:`~cog_pl.features.store.open_store`) without its missing rows (``store.valid``: images unreadable at
+    extraction); refuses rows holding NaN or infinite values.
 
     The features travel to ``device`` in the dtype they are stored in (half the bytes for float16 stores) and are
     converted and checked there."""
@@ -39,6 +40,10 @@ def load_store(store: FeatureStore, device: torch.device | str = "cpu") -> tuple
         bad = int((~torch.isfinite(features)).any(dim=1).sum())
         if bad:
             raise ValueError(f"{store.path / 'features.npy'}: {bad} rows hold NaN or infinite values")
+    valid = store.valid
+    if not valid.all():
+        keep = torch.from_numpy(np.flatnonzero(valid))
+        features, labels = features[keep.to(features.device)], labels[keep]
     return features, labels
 
 

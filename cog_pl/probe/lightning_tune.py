@@ -33,6 +33,6 @@ def lightning_objective(datamodule: FeatureDataModule, protocol: ProbeProtocol |
         callback = OptunaTrialCallback(trial)
         trainer = L.Trainer(max_epochs=protocol.epochs, callbacks=[callback], **trainer_kwargs)
         trainer.fit(model, datamodule=datamodule)
-        return callback.value if callback.value is not None else 0.0  # diverged before any evaluation
+        return callback.value if callback.value is not None else 0.0  # no validation ran (no validation batches)
 
     return objective

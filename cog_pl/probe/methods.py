@@ -4,7 +4,7 @@ A method is a function that runs a domain's whole grid (seeds x shot counts) on 
 appends one result row per cell to the results file and returns the rows it wrote::
 
     run(root, results, *, model, domain, storage, protocol=None, plan=None, seeds=None, shots=None,
-        device="cpu", restart_unfinished=False) -> list[dict]
+        device="cpu", overwrite=False) -> list[dict]
 
 Built-in: ``linear``, the tuned linear probe (:func:`cog_pl.probe.protocol_run.run_protocol`). A new method (a
 k-NN classifier) registers itself with :func:`register_probe_method`; its name is the ``method`` of its rows (the

@@ -20,10 +20,14 @@ CPUs with AMX or AVX512-BF16 those products are several times faster, and they a
 the benchmark features the same heads end within 0.15 points of their float32 validation top-1; a tuned probe may
 then pick another (lr, wd) (``benchmarks/bench_probe.py --fp32``). The evaluation always runs in float32.
 
-A head whose loss turns non-finite is frozen at the state it had at the end of the previous epoch, which is the
-state the published loop last evaluated; heads never influence each other. Nothing here synchronises with the
-device inside an epoch. The buffers and the step live in :mod:`cog_pl.probe.workspace`; on CUDA the step runs as
-Triton kernels replayed from a CUDA graph, computing the same thing.
+A head whose loss turns non-finite stops learning, in one of two ways (``on_divergence``). ``"halt"`` (exact mode)
+does what the published loop does: it keeps the head as it was at the step whose loss was non-finite, before that
+step's update, and evaluates that model (its accuracy is the head's result, whatever the epoch). ``"rollback"`` (fast
+mode) returns the head to its state at the end of the previous epoch, where no step diverged; a head that diverged
+in its first epoch has no such state and scores 0, so a search never prefers it. Heads never influence each other.
+Nothing here synchronises with the device inside an epoch. The buffers and the step live in
+:mod:`cog_pl.probe.workspace`; on CUDA the step runs as Triton kernels replayed from a CUDA graph, computing the same
+thing.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from cog_pl.probe.workspace import HeadsWorkspace, on_device_of_first_argument, 
 
 #: The precisions the heads run (:func:`cog_pl.device.resolve_precision`'s ``allowed`` for the probes).
 PRECISIONS = ("32-true", "bf16-mixed")
+#: What a head whose loss turns non-finite does: exact mode halts (the published loop), fast mode rolls back.
+ON_DIVERGENCE = ("halt", "rollback")
 
 
 def init_heads(dim: int, classes: int, k: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -56,7 +62,7 @@ def init_heads(dim: int, classes: int, k: int, generator: torch.Generator) -> tu
 class HeadsResult:
     """Outcome of training K heads: final evaluation, per-epoch history (if evaluated) and divergence epochs."""
 
-    top1: Tensor  # (K,) percent on the evaluation set, 0 for a head that diverged in its first epoch
+    top1: Tensor  # (K,) percent on the evaluation set; rollback: 0 for a head that diverged in its first epoch
     top5: Tensor  # (K,)
     history: list[Tensor]  # per evaluated epoch, (K,) top-1
     diverged_epoch: list[int | None]  # epoch in which the loss became non-finite, per head
@@ -95,17 +101,23 @@ def train_heads(
     eval_every_epoch: bool = False,
     on_epoch_end: Callable[[int], None] | None = None,
     precision: str = "32-true",
+    on_divergence: str = "rollback",
 ) -> HeadsResult:
     """Train ``len(lrs)`` heads on normalised features ``x``; evaluate on ``(eval_x, eval_y)``.
 
     Batches are drawn by index from a ``torch.randperm`` per epoch of ``generator`` (on the CPU, like the published
     loop). The evaluation runs after the last epoch, or after every epoch when ``eval_every_epoch``.
+    ``on_divergence``: ``"halt"`` or ``"rollback"`` (:data:`ON_DIVERGENCE`, the module's docstring).
     """
+    if on_divergence not in ON_DIVERGENCE:
+        raise ValueError(f"on_divergence must be one of {', '.join(ON_DIVERGENCE)}, got {on_divergence!r}")
+    halt = on_divergence == "halt"
     device, n, dim = x.device, x.shape[0], x.shape[1]
     k, c = len(lrs), num_classes
     base_lr = torch.tensor(lrs, dtype=torch.float32, device=device).repeat_interleave(c)  # (K*C,): a row per class
     wd = torch.tensor(wds, dtype=torch.float32, device=device).repeat_interleave(c)
-    ws = HeadsWorkspace(x, y, batch_size, init, momentum, resolve_precision(precision, device, PRECISIONS), wd)
+    ws = HeadsWorkspace(x, y, batch_size, init, momentum, resolve_precision(precision, device, PRECISIONS), wd,
+                        halt=halt)
     step = stepper(ws, batch_size)
     params, buf = ws.params, ws.buf  # params: (K*C, width), a row per (head, class): weights, then bias
     weight, bias = ws.weight.T.view(dim, k, c), ws.bias.view(k, c)  # views of params
@@ -126,14 +138,17 @@ def train_heads(
             step(order[start : start + batch_size], labels[start : start + batch_size])
         if epoch + 1 < epochs:  # drawn while an accelerator still works through the epoch's queued steps
             order = torch.randperm(n, generator=generator)
-        newly = active & ws.take_flags()
+        flags = ws.take_flags()
+        newly = active & (flags | ws.halted if halt else flags)
         diverged_at = torch.where(newly, epoch, diverged_at)
         active &= ~newly
-        # a head that diverged returns to the state the published loop last evaluated, and stays there (its
-        # rows may go non-finite again within every epoch); nothing to restore while all heads are active
+        # a head that diverged returns to the state it stopped with (halt) or to the end of its previous epoch
+        # (rollback), and stays there (its rows may go non-finite again within every epoch); nothing to restore
+        # while all heads are active
         if not bool(active.all()):
             keep = active.repeat_interleave(c).view(-1, 1)
-            params.copy_(torch.where(keep, params, snap))
+            stopped = torch.where(ws.halted.repeat_interleave(c).view(-1, 1), ws.halted_params, snap) if halt else snap
+            params.copy_(torch.where(keep, params, stopped))
             buf.copy_(torch.where(keep, buf, 0.0))
             ws.params_changed()
         snap.copy_(params)
@@ -142,7 +157,8 @@ def train_heads(
             history.append(last[:, 0])
         if on_epoch_end is not None:
             on_epoch_end(epoch)
-    acc = torch.where((diverged_at == 0).cpu().view(k, 1), 0.0, last)  # the published loop returns 0 then
+    # rollback: a head that diverged in its first epoch has no state without a non-finite step; it scores 0
+    acc = last if halt else torch.where((diverged_at == 0).cpu().view(k, 1), 0.0, last)
     return HeadsResult(
         top1=acc[:, 0],
         top5=acc[:, 1],

@@ -1,8 +1,10 @@
 """The whole probe protocol of a domain: tune, retrain with the best (lr, wd), test; for every seed and shot count.
 
 ``probe`` runs one (seed, shots) cell and returns its result row; ``run_protocol`` runs the grid of a domain and
-appends rows to a results file, skipping rows that exist. Studies are named after the cell and a hash of the
-protocol values and search plan, so a changed protocol never resumes a study made under other values.
+appends rows to a results file, skipping rows made with the same identity and refusing rows made with another
+(:mod:`cog_pl.probe.resume`: the rules for resuming, restarting orphaned studies and claiming a cell's final step).
+Studies are named after the cell and a hash of the protocol values, search plan and features, so a changed protocol
+or store never resumes a study made under other values.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +25,23 @@ from torch import Tensor
 from cog_pl.device import fits, resolve_device
 from cog_pl.features.pair import StorePair, open_pair
 from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_store, sub_seed, tuning_indices
+from cog_pl.probe.resume import (
+    claim_expired,
+    claim_lease,
+    differences,
+    features_identity,
+    format_key,
+    refusal,
+    restart_orphaned_study,
+    row_identity,
+    wanted,
+)
 from cog_pl.probe.storage import opened
-from cog_pl.probe.study import open_study
+from cog_pl.probe.study import open_study, worker_id
 from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, train_probe
-from cog_pl.protocol import ProbeProtocol, as_record
+from cog_pl.protocol import ProbeProtocol, as_record, check_grid
 from cog_pl.provenance import versions
-from cog_pl.results import FORMAT_VERSION, append_row, read_rows, row_key
+from cog_pl.results import FORMAT_VERSION, append_row, claim_row, read_rows, release_claim, renew_claim, row_key
 
 log = logging.getLogger(__name__)
 #: The method of the rows written here (:data:`cog_pl.results.METHODS`).
@@ -46,6 +60,7 @@ class Splits:
     num_classes: int
     model: str | None = None
     domain: str | None = None
+    features: dict | None = None  # the stores' identity (:func:`cog_pl.probe.resume.features_identity`)
 
     @classmethod
     def load(cls, root: str | os.PathLike | StorePair, normalize: bool = True,
@@ -56,7 +71,7 @@ class Splits:
         (tx, ty), (sx, sy) = load_store(pair.train, device), load_store(pair.test, device)
         if normalize:
             tx, sx = l2_normalize(tx), l2_normalize(sx)
-        return cls(tx, ty, sx, sy, pair.num_classes, pair.model, pair.domain)
+        return cls(tx, ty, sx, sy, pair.num_classes, pair.model, pair.domain, features_identity(pair))
 
     @classmethod
     def for_probes(cls, root: str | os.PathLike | StorePair, device: torch.device | str, protocol: ProbeProtocol,
@@ -89,14 +104,17 @@ def splits_device(pair: StorePair, device: torch.device | str, free_bytes: int |
 
 
 def study_name(model: str, domain: str, shots: int | None, seed: int, protocol: ProbeProtocol,
-               plan: SearchPlan, device: str | torch.device = "cpu") -> str:
-    """Name of the study of one cell; the hash changes with any protocol value, the search mode or the precision the
-    trials run with on ``device``, so a study never mixes precisions."""
+               plan: SearchPlan, device: str | torch.device = "cpu", features: dict | None = None) -> str:
+    """Name of the study of one cell; the hash changes with any protocol value, the search mode, the precision the
+    trials run with on ``device`` (a study never mixes precisions) and the ``features``' identity (a study of other
+    stores is never resumed)."""
     values = {"protocol": as_record(protocol), "mode": plan.mode, "startup": plan.startup_trials,
               "batch": plan.trial_batch}
     precision = plan.precision_on(device)
     if precision != "32-true":  # float32 studies keep the names they had before the option existed
         values["precision"] = precision
+    if features is not None:
+        values["features"] = features
     digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:10]
     return f"{model}/{domain}/shots-{shots or 'all'}/seed-{seed}/{digest}"
 
@@ -109,30 +127,39 @@ def set_flush_denormal(enabled: bool) -> bool:
 def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.PathLike | BaseStorage,
           model: str = "model",
           domain: str = "domain", protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
-          device: str | torch.device = "cpu", name: str | None = None, flush_denormal: bool = True) -> dict[str, Any]:
+          device: str | torch.device = "cpu", name: str | None = None, flush_denormal: bool = True,
+          before_final: Callable[[], bool] | None = None,
+          on_epoch_end: Callable[[int], None] | None = None) -> dict[str, Any] | None:
     """Tune, retrain and test one probe; returns its result row. Test data never enters tuning or sampling.
 
-    ``storage``: a path or URL (opened here and closed when tuning ends) or a storage object (left open)."""
+    ``storage``: a path or URL (opened here and closed when tuning ends) or a storage object (left open).
+    ``before_final``: asked once tuning ends; when it returns False the final retrain is another worker's and None
+    is returned. ``on_epoch_end``: called after each epoch of the final retrain (with its number)."""
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
+    check_grid([seed], [shots])
     flushed = set_flush_denormal(flush_denormal)
     start = time.perf_counter()
     train_idx, val_idx = tuning_indices(splits.train_y, protocol.val_fraction, seed, shots)
     tuning = ProbeData(splits.train_x[train_idx], splits.train_y[train_idx], splits.train_x[val_idx],
                        splits.train_y[val_idx], splits.num_classes).to(device)
-    name = name or study_name(model, domain, shots, seed, protocol, plan, device)
+    name = name or study_name(model, domain, shots, seed, protocol, plan, device, splits.features)
     with opened(storage) as study_storage:
+        restart_orphaned_study(study_storage, name, protocol.trials, plan.stale_after)
         study = open_study(study_storage, name, seed, plan.startup_trials)
         run_search(study, tuning, protocol, plan, seed)
         best = best_trial(study)
     del tuning
     tuned = time.perf_counter()
+    if before_final is not None and not before_final():
+        return None
     final_idx = final_indices(splits.train_y, seed, shots)
     x, y = (splits.train_x, splits.train_y) if shots is None else (splits.train_x[final_idx], splits.train_y[final_idx])
     final = ProbeData(x, y, splits.test_x, splits.test_y, splits.num_classes).to(device)  # all data: no copy
     lr, wd = best.params["lr"], best.params["wd"]
     precision = plan.precision_on(device)
     result = train_probe(final, [lr], [wd], protocol=protocol, seeds=[sub_seed(seed, 20)],
-                         perm_seed=sub_seed(seed, 21), precision=precision)
+                         perm_seed=sub_seed(seed, 21), precision=precision, on_divergence=plan.on_divergence,
+                         on_epoch_end=on_epoch_end)
     end = time.perf_counter()
     log.info("%s: lr %.4g wd %.3g -> test top-1 %.2f", name, lr, wd, float(result.top1[0]))
     return {
@@ -143,10 +170,32 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
         "test_top5": float(result.top5[0]), "final_diverged_epoch": result.diverged_epoch[0],
         "train_rows": len(final_idx), "tuning_rows": len(train_idx), "val_rows": len(val_idx),
         "mode": plan.mode, "precision": precision, "search": plan.as_record(), "protocol": as_record(protocol),
-        "study": name,
+        **row_identity(splits.features, protocol, plan.as_record(), precision), "study": name, "worker": worker_id(),
         "flush_denormal": flushed, "device": str(device), "seconds": round(end - start, 3),
         "tune_seconds": round(tuned - start, 3), "final_seconds": round(end - tuned, 3), "versions": versions(),
     }
+
+
+def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, protocol: ProbeProtocol,
+              plan: SearchPlan, seeds: tuple[int, ...], shots: tuple[int | None, ...], device: str | torch.device,
+              overwrite: bool = False) -> list[tuple[int | None, int]]:
+    """The (shots, seed) cells of the grid whose row is missing or, with ``overwrite``, made with another identity;
+    a row of another identity is refused otherwise (before any work), naming the row and the values that differ."""
+    want = wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device))
+    existing = {row_key(r): r for r in read_rows(results)}
+    todo = []
+    for n in shots:
+        for seed in seeds:
+            key = (model, METHOD, domain, n, seed)
+            row = existing.get(key)
+            diff = differences(row, want) if row is not None else None
+            if diff and not overwrite:
+                raise ValueError(refusal(results, key, diff))
+            if row is None or diff:
+                todo.append((n, seed))
+            else:
+                log.info("skip %s: row exists, made with the same inputs", format_key(key))
+    return todo
 
 
 def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: str | None = None,
@@ -154,43 +203,78 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                  storage: str | os.PathLike | BaseStorage, protocol: ProbeProtocol | None = None,
                  plan: SearchPlan | None = None,
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
-                 device: str | torch.device = "cpu", restart_unfinished: bool = False) -> list[dict[str, Any]]:
-    """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end.
+                 device: str | torch.device = "cpu", overwrite: bool = False) -> list[dict[str, Any]]:
+    """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end;
+    returns the rows this worker wrote.
 
-    ``model`` and ``domain`` default to the stores' (their meta, else the folder names).
-    ``restart_unfinished``: a cell whose study exists but whose row does not (a single worker killed mid-cell) is
-    tuned again from an empty study, so the resumed run ends with exactly the rows of an uninterrupted one. Leave it
-    off when several workers share the studies: they resume each other's studies instead.
+    ``model`` and ``domain`` default to the stores' (their meta, else the folder names). A row made with the same
+    identity is skipped, one made with another is refused (``overwrite``: made again and replaced); see
+    :mod:`cog_pl.probe.resume` for the rules of resuming. Several workers may run the same grid on one storage and
+    one results file: they tune the studies together and each row's final retrain runs once; a worker returns when
+    every row of the grid is written (by any of them).
     """
-    protocol = protocol or ProbeProtocol()
+    protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
     seeds = protocol.seeds if seeds is None else seeds
     shots = (None, *protocol.shots) if shots is None else shots
-    done = {row_key(r) for r in read_rows(results)}
-    plan = plan or SearchPlan()
-    splits = Splits.for_probes(root, device, protocol, plan)
-    model = model or splits.model
-    domain = domain or splits.domain
+    check_grid(seeds, shots)
+    pair = open_pair(root)
+    model, domain = model or pair.model, domain or pair.domain
+    todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
+                     shots=shots, device=device, overwrite=overwrite)
+    if not todo:
+        return []
+    splits = Splits.for_probes(pair, device, protocol, plan)
+    want = wanted(splits.features, protocol, plan.as_record(), plan.precision_on(device))
     rows = []
     with opened(storage) as grid_storage:  # opened once for the whole grid
-        for n in shots:
-            for seed in seeds:
-                if (model, METHOD, domain, n, seed) in done:
-                    log.info("skip %s %s shots=%s seed=%s: row exists", model, domain, n, seed)
-                    continue
-                if restart_unfinished:
-                    _drop_study(grid_storage, study_name(model, domain, n, seed, protocol, plan, device))
-                row = probe(splits, seed=seed, shots=n, storage=grid_storage, model=model, domain=domain,
-                            protocol=protocol, plan=plan, device=device)
-                append_row(results, row)
-                rows.append(row)
+        while todo:
+            waiting = []
+            for n, seed in todo:
+                key = (model, METHOD, domain, n, seed)
+                status, row = _cell(splits, results, key, want, storage=grid_storage, protocol=protocol, plan=plan,
+                                    device=device)
+                if row is not None:
+                    rows.append(row)
+                elif status == "held":
+                    waiting.append((n, seed))
+            if waiting:  # rows another worker is making: wait for them, take over a claim whose worker is gone
+                log.info("waiting for %d row(s) another worker is making", len(waiting))
+                time.sleep(1.0)
+            todo = waiting
     return rows
 
 
-def _drop_study(storage: BaseStorage, name: str) -> None:
-    import optuna
+def _cell(splits: Splits, results: str | os.PathLike, key: tuple, want: dict[str, Any], *,
+          storage: BaseStorage, protocol: ProbeProtocol, plan: SearchPlan,
+          device: str | torch.device) -> tuple[str, dict[str, Any] | None]:
+    """One cell of a grid: ``("done", None)`` when its row exists (made meanwhile by another worker), ``("held",
+    None)`` when another worker is making it, ``("claimed", row)`` when this worker made and appended it."""
+    model, _, domain, n, seed = key
+    lease = claim_lease()
+    status = []
+
+    def claim() -> bool:
+        status.append(claim_row(results, key, lambda row: not differences(row, want), lease,
+                                lambda held: claim_expired(held, plan.stale_after)))
+        return status[-1] == "claimed"
+
+    if claim_row(results, key, lambda row: not differences(row, want), None, None) == "done":
+        return "done", None
+    last = [time.monotonic()]
+
+    def renew(epoch: int) -> None:
+        if time.monotonic() - last[0] > plan.heartbeat_every:
+            last[0] = time.monotonic()
+            renew_claim(results, key, claim_lease())
 
     try:
-        optuna.delete_study(study_name=name, storage=storage)
-        log.info("restarting the unfinished study %s", name)
-    except KeyError:
-        pass
+        row = probe(splits, seed=seed, shots=n, storage=storage, model=model, domain=domain, protocol=protocol,
+                    plan=plan, device=device, before_final=claim, on_epoch_end=renew)
+        if row is not None:
+            append_row(results, row)  # ends the claim in the same transaction
+            log.info("wrote row %s", format_key(key))
+    except BaseException:
+        if status and status[-1] == "claimed":
+            release_claim(results, key, lease["worker"])
+        raise
+    return status[-1], row

@@ -82,6 +82,39 @@ def _journal_mode(path: Path, mode: str) -> str:
         raise ValueError(f"{path}: cannot open the study database ({err})") from err
 
 
+OPTUNA_TABLES = frozenset({
+    "studies", "study_directions", "study_user_attributes", "study_system_attributes", "trials", "trial_params",
+    "trial_values", "trial_intermediate_values", "trial_user_attributes", "trial_system_attributes",
+    "trial_heartbeats", "version_info", "alembic_version",
+})
+SQLITE_TABLES = frozenset({"sqlite_sequence", "sqlite_stat1", "sqlite_stat4"})
+
+
+def check_sqlite_study(path: Path) -> None:
+    """Refuse an existing SQLite file that is not an Optuna study database: one with tables of its own (a results
+    file, another application's database). Read-only: a refused file is left byte for byte as it was."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=60)) as connection:
+            tables = {r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.Error as err:
+        raise ValueError(f"{path}: cannot open the study database ({err})") from err
+    foreign = tables - OPTUNA_TABLES - SQLITE_TABLES
+    if foreign:
+        raise ValueError(f"{path} is not an Optuna storage (it has tables {', '.join(sorted(foreign))}); point "
+                         "--storage at a new file")
+
+
+def journal_storage(path: Path) -> JournalStorage:
+    """The journal file at ``path``; one that is not an Optuna journal is named in a ValueError."""
+    try:
+        return JournalStorage(JournalFileBackend(str(path)))
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as err:  # JSON and replay errors
+        raise ValueError(f"{path} is not an Optuna journal file ({type(err).__name__}: {err}); point --storage at "
+                         "a new file") from err
+
+
 def _create(url: str, attempts: int = 5, new: bool = False) -> RDBStorage:
     """Optuna's storage, retried while another worker is creating the same new file's tables. ``new``: the file is
     one this process creates (under a lock), so its schema is this Optuna's and the version check is skipped (it
@@ -107,6 +140,7 @@ def sqlite_storage(path: Path) -> RDBStorage:
     a second process creating them at the same moment fails ("table studies already exists"). On a network
     filesystem, where locks are not to be trusted, a worker that loses that race retries instead."""
     url = f"sqlite:///{path}"
+    check_sqlite_study(path)  # before the journal mode or Optuna's tables touch it
     if filesystem_type(path.parent) in NETWORK_FILESYSTEMS:
         if path.exists() and _journal_mode(path, "DELETE") != "delete":  # a file made on a local disk, copied here
             raise ValueError(f"{path}: a SQLite study in WAL mode on a network filesystem, which SQLite does not "
@@ -127,16 +161,16 @@ def sqlite_storage(path: Path) -> RDBStorage:
 def _database(url: str) -> RDBStorage:
     """Optuna's storage for a database URL; a URL it cannot use is named (without its password) in a ValueError."""
     from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, OperationalError
+    from sqlalchemy.exc import ArgumentError, DatabaseError
 
     try:
         return _create(url)
-    except (ImportError, ArgumentError, OperationalError) as err:
+    except (ImportError, ArgumentError, DatabaseError) as err:
         try:
             shown = make_url(url).render_as_string(hide_password=True)
         except ArgumentError:
             shown = url.split("://", 1)[0] + "://..."
-        if isinstance(err, OperationalError):
+        if isinstance(err, DatabaseError):
             why = f"cannot open the study database ({err.orig})"
         elif isinstance(err, ImportError):
             why = f"the database driver for it is not installed ({err.__cause__ or err})"
@@ -153,11 +187,13 @@ def resolve_storage(storage: str | os.PathLike | BaseStorage) -> BaseStorage:
         return storage
     text = str(storage)
     if "://" in text:
+        if text.startswith("sqlite:///") and text != "sqlite:///:memory:":  # used as given, but never another's file
+            check_sqlite_study(Path(text[len("sqlite:///"):]))
         return _database(text)
     path = Path(text).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix in JOURNAL_SUFFIXES:
-        return JournalStorage(JournalFileBackend(str(path)))
+        return journal_storage(path)
     return sqlite_storage(path)
 
 

@@ -3,20 +3,30 @@
 Many workers may share one study (SQLite or any database URL, or a journal file on a shared disk). Each worker asks
 trials itself (storages: :mod:`cog_pl.probe.storage`); the storage numbers them atomically, and a trial whose slot is
 past the study's budget is marked failed at once (``surplus``), so the study ends with exactly its budget of trials
-between all workers. A worker stamps its running trials with its host, process id and a heartbeat; trials of a worker
-that died (a dead process on this host, or a heartbeat older than ``stale_after`` seconds) are failed, so a killed study
-resumes where it stopped.
+between all workers.
+
+A worker holds its running trials by a lease: its worker id (a random UUID per process, never a host name and
+process id, which repeat across containers), where it runs and a heartbeat it renews. Another worker fails a
+trial only when its lease has expired (no heartbeat for ``stale_after`` seconds), or at once when the holder is
+provably dead: it ran under the same kernel boot and in the same PID namespace as the judge, and no process with its
+id and start time exists there. Workers in other containers of one host (other PID namespaces), on other hosts, or
+leases written by an older cog-pl are judged by the heartbeat alone. A trial failed while its worker still trained
+it is left failed: that worker logs it and goes on (:func:`tell_result`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 import time
+import uuid
+from pathlib import Path
 
 import numpy as np
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.samplers import TPESampler
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
@@ -26,17 +36,55 @@ from cog_pl.probe.storage import resolve_storage
 log = logging.getLogger(__name__)
 
 
+_WORKER: dict[int, str] = {}  # process id -> worker id, so that a forked child gets its own
+
+
 def worker_id() -> str:
-    """This process as a lease holder: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This process as a lease holder: a random UUID, made once per process."""
+    pid = os.getpid()
+    if pid not in _WORKER:
+        _WORKER[pid] = uuid.uuid4().hex
+    return _WORKER[pid]
+
 
 UNSTAMPED_GRACE = 30.0  # seconds after which a running trial without a lease counts as dead
-LEASE_ATTR = "lease"  # user attribute of a running trial: {"worker": "host:pid", "heartbeat": unix time}
+LEASE_ATTR = "lease"  # user attribute of a running trial: worker id, heartbeat (unix time), where the worker runs
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` in this PID namespace (clock ticks after boot), None if there is none."""
+    stat = _read(f"/proc/{pid}/stat")
+    return stat.rpartition(")")[2].split()[19] if stat else None
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+@functools.cache
+def _place_of(pid: int) -> dict:
+    return {"host": socket.gethostname(), "boot": _read("/proc/sys/kernel/random/boot_id"),
+            "pidns": _pid_namespace(), "pid": pid, "started": _start_time(pid)}
+
+
+def _place() -> dict:
+    """Where this process runs, precisely enough to tell whether another's process id means anything here."""
+    return _place_of(os.getpid())
 
 
 def lease() -> dict:
     """This worker's lease on a trial, as of now (one attribute: every storage write is a transaction)."""
-    return {"worker": worker_id(), "heartbeat": time.time()}
+    return {"worker": worker_id(), "heartbeat": time.time(), **_place()}
 
 
 class TrialSeededTPESampler(TPESampler):
@@ -73,11 +121,6 @@ def open_study(
     )
 
 
-def stamp(trial: Trial) -> None:
-    """Mark a running trial as held by this worker, now."""
-    trial.set_user_attr(LEASE_ATTR, lease())
-
-
 def held_lease(trial: FrozenTrial) -> dict:
     """A running trial's lease; studies written before the lease was one attribute kept ``worker`` and ``heartbeat``
     as two."""
@@ -85,23 +128,33 @@ def held_lease(trial: FrozenTrial) -> dict:
     return attrs.get(LEASE_ATTR) or {key: attrs[key] for key in ("worker", "heartbeat") if key in attrs}
 
 
+def _provably_dead(held: dict) -> bool:
+    """Whether the lease's holder ran where its process id can be checked from here (same kernel boot, same PID
+    namespace) and no process of that id and start time exists."""
+    here = _place()
+    if any(not held.get(key) or held[key] != here[key] for key in ("host", "boot", "pidns")):
+        return False
+    if not str(held.get("pid", "")).isdigit() or not held.get("started"):
+        return False
+    pid = int(held["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process: alive, unless its id was reused since
+        pass
+    started = _start_time(pid)  # None where /proc hides it: not provable
+    return started is not None and started != held["started"]
+
+
 def _is_stale(trial: FrozenTrial, stale_after: float) -> bool:
     held = held_lease(trial)
-    worker = str(held.get("worker", ""))
-    if worker == worker_id():
+    if held.get("worker") == worker_id():
         return False
-    host, _, pid = worker.rpartition(":")
-    if host == socket.gethostname() and pid.isdigit():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass
     if "heartbeat" not in held:  # killed inside ask, before the lease: a live worker stamps at once
         started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
         return time.time() - started > min(stale_after, UNSTAMPED_GRACE)
-    return time.time() - float(held["heartbeat"]) > stale_after
+    return time.time() - float(held["heartbeat"]) > stale_after or _provably_dead(held)
 
 
 def fail_stale_trials(study: optuna.Study, stale_after: float, running: list[FrozenTrial] | None = None) -> int:
@@ -110,13 +163,55 @@ def fail_stale_trials(study: optuna.Study, stale_after: float, running: list[Fro
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     failed = 0
     for t in running:
-        if _is_stale(t, stale_after):
+        if not _is_stale(t, stale_after):
+            continue
+        try:
             study._storage.set_trial_user_attr(t._trial_id, "stale", True)
-            study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            failed += 1
+            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        except UpdateFinishedTrialError:  # its worker finished it, or another worker failed it, meanwhile
+            continue
+        failed += 1
     if failed:
         log.info("failed %d stale trial(s) of study %s", failed, study.study_name)
     return failed
+
+
+def still_running(study: optuna.Study, trial: Trial) -> bool:
+    """Whether the trial is still running; one that another worker failed (its lease expired) is logged."""
+    state = study._storage.get_trial(trial._trial_id).state
+    if state != TrialState.RUNNING:
+        log.warning("trial %d of study %s was marked %s by another worker (its lease expired); its result is "
+                    "dropped", trial.number, study.study_name, state.name)
+    return state == TrialState.RUNNING
+
+
+def tell_result(study: optuna.Study, trial: Trial, value: float, attrs: dict | None = None,
+                history: list[float] = ()) -> bool:
+    """Report the trial's per-epoch ``history``, set its user ``attrs`` and tell its ``value``; a trial finished by
+    someone else meanwhile is left as it is and logged (returns False)."""
+    if not still_running(study, trial):
+        return False
+    try:
+        for epoch, acc in enumerate(history):
+            trial.report(float(acc), epoch)
+        for key, attr in (attrs or {}).items():
+            trial.set_user_attr(key, attr)
+        study.tell(trial, value)
+    except (UpdateFinishedTrialError, ValueError):  # failed by another worker between the check and the writes
+        if still_running(study, trial):  # ("Cannot tell a FAIL trial" is a ValueError): anything else is raised
+            raise
+        return False
+    return True
+
+
+def stamp(trial: Trial) -> bool:
+    """Renew this worker's lease on a running trial; False where another worker has finished it (logged when its
+    result is told: :func:`tell_result`)."""
+    try:
+        trial.set_user_attr(LEASE_ATTR, lease())
+    except UpdateFinishedTrialError:
+        return False
+    return True
 
 
 def progress(study: optuna.Study, stale_after: float) -> tuple[int, int]:

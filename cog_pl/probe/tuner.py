@@ -5,7 +5,9 @@ trials ``trial_batch`` at a time (TPE's constant liar keeps a batch's proposals 
 after the last epoch, the only value the objective reads. This differs from the published search in one respect:
 a trial after the startup sees the results of trials up to the previous batch, not of every earlier trial; with
 batches of 5 out of 30 trials, 20 of them are proposed with 0-4 results fewer. ``exact`` mode proposes and trains
-trials strictly one after another and evaluates validation after every epoch, as published. Both record the mode.
+trials strictly one after another and evaluates validation after every epoch, as published. A trial whose loss turns
+non-finite stops: exact mode evaluates the model it stopped with, as published; fast mode rolls it back to the end of
+its previous epoch (:attr:`SearchPlan.on_divergence`). Both record the mode.
 
 Precision (:mod:`cog_pl.probe.multihead`): ``auto`` runs the matrix products of fast mode in bfloat16 where the
 device does them fast and everything in float32 otherwise; exact mode stays in float32 unless told. The resolved
@@ -26,7 +28,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from cog_pl.device import resolve_precision
 from cog_pl.probe.data import ProbeData, sub_seed
 from cog_pl.probe.multihead import PRECISIONS, HeadsResult, init_heads, train_heads
-from cog_pl.probe.study import past_budget, progress, stamp
+from cog_pl.probe.study import past_budget, progress, stamp, tell_result
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,14 @@ class SearchPlan:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        for name, low in (("startup_trials", 0), ("trial_batch", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"search plan: {name} must be an integer of at least {low}, got {value!r}")
+        for name in ("heartbeat_every", "stale_after"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"search plan: {name} must be a positive number of seconds, got {value!r}")
         if self.precision != "auto":
             resolve_precision(self.precision, "cpu", PRECISIONS)  # rejects an unknown value
 
@@ -57,6 +67,12 @@ class SearchPlan:
         if self.precision == "auto" and self.mode == "exact":
             return "32-true"
         return resolve_precision(self.precision, device, PRECISIONS)
+
+    @property
+    def on_divergence(self) -> str:
+        """What a trial whose loss turns non-finite does (:mod:`cog_pl.probe.multihead`): exact mode evaluates the
+        model it stopped with, as published; fast mode rolls it back to the end of its previous epoch."""
+        return "halt" if self.mode == "exact" else "rollback"
 
     def batch_size(self, started: int) -> int:
         """Trials to ask next, given how many the study has started (finished or running)."""
@@ -71,6 +87,7 @@ class SearchPlan:
 def train_probe(
     data: ProbeData, lrs: list[float], wds: list[float], *, protocol: ProbeProtocol, seeds: list[int],
     perm_seed: int, eval_every_epoch: bool = False, on_epoch_end=None, precision: str = "32-true",
+    on_divergence: str = "rollback",
 ) -> HeadsResult:
     """Train one head per (lr, wd), head ``i`` initialised from ``seeds[i]``, batches from ``perm_seed``."""
     dim = data.train_x.shape[1]
@@ -80,7 +97,7 @@ def train_probe(
         data.train_x, data.train_y, lrs, wds, num_classes=data.num_classes, epochs=protocol.epochs,
         batch_size=protocol.batch_size, momentum=protocol.momentum,
         generator=torch.Generator().manual_seed(perm_seed), init=init, eval_x=data.eval_x, eval_y=data.eval_y,
-        eval_every_epoch=eval_every_epoch, on_epoch_end=on_epoch_end, precision=precision,
+        eval_every_epoch=eval_every_epoch, on_epoch_end=on_epoch_end, precision=precision, on_divergence=on_divergence,
     )
 
 
@@ -110,7 +127,7 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
     last_beat = [time.monotonic()]
 
     def beat(epoch: int) -> None:
-        if time.monotonic() - last_beat[0] > plan.heartbeat_every:
+        if time.monotonic() - last_beat[0] > min(plan.heartbeat_every, plan.stale_after / 4):  # renewed in time
             last_beat[0] = time.monotonic()
             for t in trials:
                 stamp(t)
@@ -122,19 +139,18 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
             data, [t.params["lr"] for t in trials], [t.params["wd"] for t in trials], protocol=protocol,
             seeds=[sub_seed(seed, 10, t.number) for t in trials], perm_seed=sub_seed(seed, 11, trials[0].number),
             eval_every_epoch=plan.mode == "exact", on_epoch_end=beat, precision=precision,
+            on_divergence=plan.on_divergence,
         )
     except BaseException:
         for t in trials:
             study.tell(t, state=TrialState.FAIL, skip_if_finished=True)
         raise
     seconds = time.perf_counter() - start
-    for i, t in enumerate(trials):
-        for epoch, acc in enumerate(result.history if plan.mode == "exact" else []):
-            t.report(float(acc[i]), epoch)
-        t.set_user_attr(RESULT_ATTR, {  # one attribute: every storage write is a database transaction
+    for i, t in enumerate(trials):  # a trial another worker failed meanwhile (lease expired) is left failed
+        tell_result(study, t, float(result.top1[i]), {RESULT_ATTR: {  # one attribute: one storage transaction
             "val_top5": float(result.top5[i]), "diverged_epoch": result.diverged_epoch[i], "mode": plan.mode,
-            "precision": precision, "batch_seconds": seconds, "batch_heads": len(trials)})
-        study.tell(t, float(result.top1[i]))
+            "precision": precision, "batch_seconds": seconds, "batch_heads": len(trials)}},
+            history=[float(acc[i]) for acc in (result.history if plan.mode == "exact" else [])])
     log.info("trials %s: val top-1 %s (%.1fs)", [t.number for t in trials],
              [round(float(a), 2) for a in result.top1], seconds)
 

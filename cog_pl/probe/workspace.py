@@ -32,9 +32,11 @@ class HeadsWorkspace:
     """One training run's state: parameters, momentum, per-row lr and wd, the divergence flags, step buffers."""
 
     def __init__(self, x: Tensor, y: Tensor, batch_size: int, init: tuple[Tensor, Tensor], momentum: float,
-                 precision: str, wd: Tensor, fused: bool | None = None) -> None:
+                 precision: str, wd: Tensor, fused: bool | None = None, halt: bool = False) -> None:
         """``init``: weight ``(D, K, C)`` and bias ``(K, C)``; ``wd``: ``(K*C,)``, a head's value repeated over its
-        classes. ``fused``: use the Triton kernels (default: where they run, :mod:`cog_pl.probe.kernels`)."""
+        classes. ``fused``: use the Triton kernels (default: where they run, :mod:`cog_pl.probe.kernels`).
+        ``halt``: keep each head's parameters as they were at the first step whose loss was non-finite, before that
+        step's update (:attr:`halted`, :attr:`halted_params`): the model the published loop stops with."""
         weight, bias = init
         n, dim = x.shape
         k, c = weight.shape[1:]
@@ -54,6 +56,10 @@ class HeadsWorkspace:
         self.wd = wd.contiguous()
         self._lr_rows, self._wd_rows = self.step_lr.view(-1, 1), self.wd.view(-1, 1)  # views: broadcast per row
         self.bad = torch.zeros(k, dtype=torch.bool, device=device)  # loss turned non-finite in this epoch
+        self.halt = halt
+        if halt:  # a step's check and a masked copy, on the device: no synchronisation
+            self.halted = torch.zeros(k, dtype=torch.bool, device=device)
+            self.halted_params = torch.zeros_like(self.params)
         self._views: dict = {}
         # the batch size the CPU's eager bfloat16 update keeps buf scaled by (see update); None: buf unscaled
         self._buf_rows = batch_size if device.type == "cpu" and self.low and not self.fused else None
@@ -118,6 +124,23 @@ class HeadsWorkspace:
         self.bad.zero_()
         return flags
 
+    def _loss_not_finite(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """``(K,)``: the heads whose mean cross-entropy over the batch is not finite, the published loop's test
+        (an overflow of the sum included, which the flags of :meth:`take_flags` do not see). One more pass over the
+        logits per step: for exact mode only."""
+        logits = logits.view(len(labels), self.k, self.c).float()
+        target = labels.view(-1, 1, 1).expand(-1, self.k, 1)
+        loss = torch.logsumexp(logits, 2) - logits.gather(2, target).squeeze(2)
+        return ~torch.isfinite(loss.sum(0))
+
+    def _halt(self, bad: Tensor) -> None:
+        """Keep the parameters of the heads whose loss turned non-finite at this step for the first time (``bad``:
+        ``(K,)``), before the step's update."""
+        newly = bad & ~self.halted
+        rows = newly.repeat_interleave(self.c).view(-1, 1)
+        torch.where(rows, self.params, self.halted_params, out=self.halted_params)
+        self.halted.logical_or_(newly)
+
     def forward(self, xb: Tensor, out: Tensor) -> Tensor:
         """Logits of every head on the batch's features into ``out``, ``(nb, K*C)``: bfloat16 in ``"bf16-mixed"``."""
         if not self.low:
@@ -163,6 +186,8 @@ class HeadsWorkspace:
         v = self._views.get(nb) or self._make_views(nb)
         xb = torch.index_select(self.x, 0, idx, out=v.xb)
         logits = self.forward(xb, v.logits_mm if self.low else v.logits)
+        if self.halt:
+            self._halt(self._loss_not_finite(logits, self.y[idx] if labels is None else labels))
         if self.fused_grad:  # the gradient in the products' dtype, the flags, in one kernel
             ce_grad_(logits, v.grad, self.y, idx, self.bad, k)
             self.update(xb, v.grad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,9 +16,30 @@ from cog_pl.results import read_rows
 logger = logging.getLogger(__name__)
 
 
+def skipped_markdown(features: str | Path, models: Sequence[str] = ()) -> str:
+    """A report section counting, per store under ``features`` (``<model>/<domain>/<split>``), the images skipped as
+    unreadable at extraction (meta.json ``missing``, left out of the probes); empty when none was skipped."""
+    lines = []
+    for meta in sorted(Path(features).glob("*/*/*/meta.json")):
+        model, domain, split = meta.parts[-4:-1]
+        if models and model not in models:
+            continue
+        try:
+            missing = json.loads(meta.read_text()).get("missing") or []
+        except (OSError, ValueError, AttributeError):
+            continue
+        if missing:
+            lines.append(f"| {model} | {domain} | {split} | {len(missing)} | {missing[0].get('path')} |")
+    if not lines:
+        return ""
+    return ("\n## Images skipped at extraction (unreadable, left out of the probes)\n\n"
+            "| model | domain | split | skipped | first |\n|---|---|---|---|---|\n" + "\n".join(lines) + "\n")
+
+
 def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (),
-                 baseline: str | None = None) -> dict[str, Path]:
-    """Tables and plots of ``models`` (all models in the store when empty); returns the files written."""
+                 baseline: str | None = None, features: str | Path | None = None) -> dict[str, Path]:
+    """Tables and plots of ``models`` (all models in the store when empty); returns the files written. With
+    ``features`` (the feature stores' root), the images each store skipped as unreadable are counted."""
     rows = read_rows(results)
     if not rows:
         raise ValueError(f"results file {results} holds no rows (run `cog-pl run` or `cog-pl probe` first)")
@@ -34,7 +56,8 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     out = Path(out)
     files = {"markdown": out / "report.md", "csv": out / "results.csv", "domains": out / "domains.png"}
     with atomic_open(files["markdown"]) as fh:
-        fh.write(report_markdown(cells, baseline, variants_markdown(variants) if variants else ""))
+        fh.write(report_markdown(cells, baseline, variants_markdown(variants) if variants else "")
+                 + (skipped_markdown(features, models) if features is not None else ""))
     with atomic_open(files["csv"]) as fh:
         fh.write(csv_table(cells))
     plot_domains(official, files["domains"])

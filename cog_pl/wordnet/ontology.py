@@ -37,8 +37,10 @@ def synset_of(wn, wnid: str):
 
 
 def parents(synset, instance: bool = True) -> list:
-    """Direct hypernyms (and instance hypernyms), as NLTK's ``common_hypernyms`` walks them."""
-    return synset.hypernyms() + (synset.instance_hypernyms() if instance else [])
+    """Direct hypernyms (and instance hypernyms), as NLTK's ``common_hypernyms`` walks them, sorted by offset: NLTK
+    keeps a synset's pointers in a set, whose order changes with ``PYTHONHASHSEED``, and node numbering (hence the
+    demo's images) follows this order."""
+    return sorted(synset.hypernyms() + (synset.instance_hypernyms() if instance else []), key=lambda s: s.offset())
 
 
 @dataclass

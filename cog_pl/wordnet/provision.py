@@ -18,6 +18,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from cog_pl.io import default_mode
+
 logger = logging.getLogger(__name__)
 
 #: The 45 lines of Princeton's ``dict/lexnames`` (Debian's ``wordnet-base`` does not ship it).
@@ -126,6 +128,7 @@ def _install_from_files(files: dict[str, bytes], data_dir: Path) -> Path:
     _on_nltk_path(data_dir)
     files.setdefault("lexnames", LEXNAMES.encode())
     tmp = Path(tempfile.mkdtemp(prefix=".wordnet-new-", dir=target.parent))
+    os.chmod(tmp, default_mode(directory=True))  # mkdtemp makes it 0o700: readable only by its owner
     backup = target.parent / ".wordnet-old"
     try:
         for name, content in files.items():

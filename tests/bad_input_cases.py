@@ -1,0 +1,320 @@
+"""A catalogue of bad inputs a user (or an attacker) gives ``cog-pl``, each run through the installed command.
+
+One table for the test (tests/test_bad_inputs.py) and the benchmark (benchmarks/bad_inputs.py). A case is a command
+line with ``{placeholders}`` for the small files :func:`make_data` generates, and the text its error must name (the
+file, option, URL or synset). A clear error: exit status other than 0, no traceback, the last stderr line is
+``cog-pl ...: error: ...`` and names the thing, within the case's time limit.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+#: The console script installed beside this Python (as tests/test_readme_commands.py finds it).
+COG_PL = Path(sys.executable).with_name("cog-pl")
+ERROR_LINE = re.compile(r"^cog-pl( [\w-]+)*: error: ")
+#: Real synsets: an official L1 concept, IN-1K's first class, a wnid that is no synset; the first two L1 concepts.
+L1_WNID, IN1K_WNID, NO_WNID = "n01322508", "n01440764", "n99999999"
+L1_PAIR = (L1_WNID, "n01322898")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: ``args`` after ``cog-pl`` and the text (``names``) the error must contain, both formatted
+    with :func:`make_data`'s paths; ``owner``: whose defect of issue 17 it is; ``unix_permissions``: needs file
+    permissions to hold (skipped as root)."""
+
+    name: str
+    args: tuple[str, ...]
+    names: str
+    owner: str = "E"
+    unix_permissions: bool = False
+    timeout: float = 180.0
+    slow: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, data: dict[str, str]) -> list[str]:
+        return [a.format(**data) for a in self.args]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int | None  # None: killed at the time limit
+    stderr: str
+    seconds: float
+
+    @property
+    def last_line(self) -> str:
+        lines = [ln for ln in self.stderr.splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+
+    @property
+    def one_line(self) -> bool:
+        return "Traceback" not in self.stderr and bool(ERROR_LINE.match(self.last_line))
+
+    def names(self, case: Case, data: dict[str, str]) -> bool:
+        return case.names.format(**data) in self.last_line
+
+    def clear(self, case: Case, data: dict[str, str]) -> bool:
+        return self.returncode not in (0, None) and self.one_line and self.names(case, data)
+
+
+def run_case(case: Case, data: dict[str, str], cwd: str | os.PathLike) -> Outcome:
+    """Run one case as a process; its stderr and exit status (None when it ran past its limit)."""
+    env = {k: v for k, v in os.environ.items() if k != "COG_PL_DEBUG"}
+    env.update({"HF_HUB_OFFLINE": "1", "COG_PL_CACHE": data["cache"], **case.env})
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([str(COG_PL), *case.argv(data)], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=case.timeout, stdin=subprocess.DEVNULL)
+        code, err = proc.returncode, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, err = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+    return Outcome(code, err, time.perf_counter() - t0)
+
+
+def _store(folder: Path, classes: int = 3, dim: int = 4, per_class: int = 6, seed: int = 0) -> None:
+    """A plain feature store (features.npy float16, labels.npy int64)."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    labels = np.repeat(np.arange(classes), per_class)
+    np.save(folder / "features.npy", rng.normal(size=(len(labels), dim)).astype(np.float16))
+    np.save(folder / "labels.npy", labels.astype(np.int64))
+
+
+def _pair(root: Path) -> Path:
+    _store(root / "train")
+    _store(root / "test", per_class=2, seed=1)
+    return root
+
+
+def _jpeg(seed: int) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(seed).integers(0, 255, (24, 24, 3), dtype=np.uint8)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def _level_file(path: Path, **given: object) -> str:
+    from cog_pl.resources import LEVELS, official_levels
+
+    levels = {lvl: sorted(official_levels()[lvl])[:2] for lvl in LEVELS}
+    path.write_text(json.dumps({"format": "cog-pl-levels", "version": 1, "levels": {**levels, **given}}))
+    return str(path)
+
+
+def make_data(root: Path) -> dict[str, str]:
+    """The small files the cases read, under ``root``; returns the placeholders' values."""
+    root.mkdir(parents=True, exist_ok=True)
+    d: dict[str, str] = {"root": str(root), "missing": str(root / "nowhere"), "cache": str(root / "cache")}
+    d["feat"] = str(_pair(root / "features" / "m" / "cog_l2"))
+    nan = _pair(root / "nan" / "m" / "cog_l2")
+    x = np.load(nan / "train" / "features.npy")
+    x[3, 1] = np.nan
+    np.save(nan / "train" / "features.npy", x)
+    d["nan"] = str(nan)
+    trunc = _pair(root / "trunc" / "m" / "cog_l2")
+    blob = (trunc / "train" / "features.npy").read_bytes()
+    (trunc / "train" / "features.npy").write_bytes(blob[: len(blob) - 40])
+    d["trunc"] = str(trunc)
+    labels = _pair(root / "labels" / "m" / "cog_l2")
+    y = np.load(labels / "train" / "labels.npy")
+    y[0] = -5
+    np.save(labels / "train" / "labels.npy", y)
+    d["labels"] = str(labels)
+    locked = _pair(root / "locked" / "m" / "cog_l2")
+    (locked / "train" / "features.npy").chmod(0)
+    d["locked"] = str(locked)
+    # level files
+    levels = root / "levels"
+    levels.mkdir()
+    for name, text in {"notjson": "{not json", "string": '"abc"', "list": "[1, 2]", "vnull":
+                       '{"version": null, "levels": {}}', "vstr": '{"version": "one", "levels": {}}'}.items():
+        (levels / f"{name}.json").write_text(text)
+        d[f"lv_{name}"] = str(levels / f"{name}.json")
+    d["lv_int"] = _level_file(levels / "int.json", L1=3)
+    d["lv_str"] = _level_file(levels / "str.json", L2="n01440764")
+    d["lv_unknown"] = _level_file(levels / "unknown.json", L3=[NO_WNID])
+    d["lv_bad"] = _level_file(levels / "bad.json", L4=["cat"])
+    d["lv_dup"] = _level_file(levels / "dup.json", L5=[L1_WNID])
+    d["lv_locked"] = _level_file(levels / "locked.json")
+    Path(d["lv_locked"]).chmod(0)
+    # databases, journals, checkpoints
+    d["foreign"] = str(root / "app.db")
+    with sqlite3.connect(d["foreign"]) as con:
+        con.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        con.execute("INSERT INTO users (name) VALUES ('alice')")
+    con.close()
+    d["notdb"] = str(root / "notdb.sqlite")
+    Path(d["notdb"]).write_bytes(b"this is not an SQLite database\n" * 50)
+    d["journal"] = str(root / "journal.log")
+    Path(d["journal"]).write_text("garbage that is not a journal\n{\"op_code\": \n")
+    d["ckpt"] = str(root / "garbage.ckpt")
+    Path(d["ckpt"]).write_bytes(np.random.default_rng(0).bytes(4096))
+    d["pth"] = str(root / "X_Y.pth")
+    Path(d["pth"]).write_bytes(b"not a torch file")
+    d["yaml"] = str(root / "bad.yaml")
+    Path(d["yaml"]).write_text("model: [unclosed\n")
+    d["afile"] = str(root / "afile.txt")
+    Path(d["afile"]).write_text("a file where a folder is expected\n")
+    # an image tree with a corrupt JPEG (a folder per synset)
+    images = root / "in21k"
+    for k, wnid in enumerate(L1_PAIR):
+        (images / wnid).mkdir(parents=True)
+        for i in range(4):
+            (images / wnid / f"{wnid}_{i}.JPEG").write_bytes(_jpeg(10 * k + i))
+    d["corrupt_jpeg"] = str(images / L1_WNID / f"{L1_WNID}_2.JPEG")
+    Path(d["corrupt_jpeg"]).write_bytes(b"\xff\xd8\xff\xe0 corrupt" * 20)
+    d["in21k"] = str(images)
+    from cog_pl.benchmark import Benchmark
+    from cog_pl.resources import LEVELS, official_levels
+
+    levels = {lvl: tuple(sorted(official_levels()[lvl])[:2]) for lvl in LEVELS}
+    test = {lvl: tuple(f"{w}/{w}_0.JPEG" for w in ws) for lvl, ws in levels.items()}
+    Benchmark("bad-inputs", (IN1K_WNID, "n01443537"), levels, test,
+              protocol={"test_per_concept": 1, "min_train_per_concept": 2, "max_train_per_concept": 3}
+              ).save(root / "bench.json")
+    return d
+
+
+P = ("--device", "cpu", "--trials", "1", "--epochs", "1", "--workdir", "{root}/w")  # a quick probe's options
+RES = ("--model", "m", "--domain", "cog_l2", "--results", "{root}/r.sqlite")
+X = ("--model.model", "timm:resnet10t", "--data.out", "{root}/xout", "--data.num_workers", "0",
+     "--trainer.accelerator", "cpu")
+
+CASES: tuple[Case, ...] = (
+    # wordnet and similarity
+    Case("wordnet install from a missing source", ("wordnet", "install", "--data-dir", "{root}/nltk", "--from",
+                                                   "{missing}"), "{missing}", slow=True),
+    Case("similarity of an unknown wnid", ("similarity", NO_WNID, IN1K_WNID), NO_WNID, slow=True),
+    Case("similarity of a malformed wnid", ("similarity", "cat", IN1K_WNID), "'cat'", slow=True),
+    # level files
+    Case("levels show: missing file", ("levels", "show", "{missing}"), "{missing}"),
+    Case("levels show: not JSON", ("levels", "show", "{lv_notjson}"), "{lv_notjson}"),
+    Case("levels show: a JSON string", ("levels", "show", "{lv_string}"), "{lv_string}"),
+    Case("levels show: a JSON list", ("levels", "show", "{lv_list}"), "{lv_list}"),
+    Case("levels show: version null", ("levels", "show", "{lv_vnull}"), "version None"),
+    Case("levels show: version a string", ("levels", "show", "{lv_vstr}"), "{lv_vstr}"),
+    Case("levels show: an integer level", ("levels", "show", "{lv_int}"), "level L1"),
+    Case("levels show: a string level", ("levels", "show", "{lv_str}"), "level L2"),
+    Case("levels show: unknown wnid", ("levels", "show", "{lv_unknown}"), NO_WNID),
+    Case("levels show: not a wnid", ("levels", "show", "{lv_bad}"), "'cat'"),
+    Case("levels show: a wnid in two levels", ("levels", "show", "{lv_dup}"), L1_WNID),
+    Case("levels compare: unreadable file", ("levels", "compare", "{lv_locked}"), "{lv_locked}",
+         unix_permissions=True),
+    Case("levels plot: output in a missing folder", ("levels", "plot", "{lv_int}", "--out", "{missing}/p.png"),
+         "{lv_int}"),
+    Case("levels build: negative --min-images", ("levels", "build", "--out", "{root}/l.json", "--min-images", "-5"),
+         "--min-images"),
+    Case("levels build: missing discard list", ("levels", "build", "--out", "{root}/l.json", "--discard",
+                                                "{missing}"), "{missing}"),
+    # data
+    Case("data check: missing IN-21K root", ("data", "check", "--in21k-root", "{missing}"), "{missing}", slow=True),
+    Case("data split import: missing file", ("data", "split", "import", "{missing}"), "{missing}"),
+    Case("data split import: not a split file", ("data", "split", "import", "{lv_notjson}"), "{lv_notjson}"),
+    Case("data split export: IN-21K root is a file", ("data", "split", "export", "--level", "L1", "--in21k-root",
+                                                      "{afile}", "--out", "{root}/s.json.gz"), "{afile}"),
+    # feature stores
+    Case("features info: missing store", ("features", "info", "{missing}"), "{missing}"),
+    Case("features info: truncated .npy", ("features", "info", "{trunc}"), "features.npy"),
+    Case("features info: labels out of range", ("features", "info", "{labels}"), "labels"),
+    Case("features info: NaN features", ("features", "info", "{nan}"), "NaN", owner="A"),
+    Case("features info: unreadable .npy", ("features", "info", "{locked}"), "features.npy",
+         unix_permissions=True),
+    Case("features import: not a .pth", ("features", "import", "{pth}", "{root}/imp", "--model", "m", "--domain",
+                                         "cog_l1", "--split", "train"), "{pth}", slow=True),
+    Case("features import: missing source", ("features", "import", "{missing}", "{root}/imp", "--model", "m",
+                                             "--domain", "cog_l1", "--split", "train"), "{missing}"),
+    Case("features export: missing store", ("features", "export", "{missing}", "{root}/X_Y.out.pth"), "{missing}",
+         slow=True),
+    Case("features regroup: missing root", ("features", "regroup", "--features-root", "{missing}", "--model", "m",
+                                            "--measure", "wup"), "{missing}"),
+    Case("levels compare: unknown wnid", ("levels", "compare", "{lv_unknown}"), NO_WNID),
+    # probe tune / protocol
+    Case("probe tune: --shots abc", ("probe", "tune", "--features", "{feat}", "--shots", "abc"), "--shots"),
+    Case("probe protocol: --shots abc", ("probe", "protocol", "--features", "{feat}", *RES, "--shots", "abc"),
+         "--shots"),
+    Case("probe protocol: --seeds x", ("probe", "protocol", "--features", "{feat}", *RES, "--seeds", "x"),
+         "--seeds"),
+    Case("probe tune: --trials 0", ("probe", "tune", "--features", "{feat}", "--trials", "0"), "--trials",
+         owner="C"),
+    Case("probe tune: --trial-batch 0", ("probe", "tune", "--features", "{feat}", *P, "--trial-batch", "0"),
+         "--trial-batch", owner="C", timeout=60, slow=True),
+    Case("probe tune: --trial-batch -3", ("probe", "tune", "--features", "{feat}", *P, "--trial-batch", "-3"),
+         "--trial-batch", owner="C", timeout=60, slow=True),
+    Case("probe tune: negative --epochs", ("probe", "tune", "--features", "{feat}", "--epochs", "-2"), "--epochs",
+         owner="C"),
+    Case("probe tune: --batch-size 0", ("probe", "tune", "--features", "{feat}", "--batch-size", "0"),
+         "--batch-size", owner="C"),
+    Case("probe tune: missing features", ("probe", "tune", "--features", "{missing}", *P), "{missing}", slow=True),
+    Case("probe tune: NaN features", ("probe", "tune", "--features", "{nan}", *P), "NaN", owner="A", slow=True),
+    Case("probe tune: truncated features", ("probe", "tune", "--features", "{trunc}", *P), "features.npy", slow=True),
+    Case("probe tune: labels out of range", ("probe", "tune", "--features", "{labels}", *P), "labels", slow=True),
+    Case("probe tune: storage port out of range", ("probe", "tune", "--features", "{feat}", *P, "--storage",
+                                                   "postgresql://u:secret@localhost:99999/x"), "localhost:99999",
+         owner="D", slow=True),
+    Case("probe tune: garbage journal", ("probe", "tune", "--features", "{feat}", *P, "--storage", "{journal}"),
+         "{journal}", owner="D", slow=True),
+    Case("probe tune: storage is another app's SQLite", ("probe", "tune", "--features", "{feat}", *P, "--storage",
+                                                         "sqlite:///{foreign}"), "{foreign}", owner="D", slow=True),
+    Case("probe tune: storage is not a database", ("probe", "tune", "--features", "{feat}", *P, "--storage",
+                                                   "sqlite:///{notdb}"), "{notdb}", owner="D", slow=True),
+    Case("probe tune: unknown storage scheme", ("probe", "tune", "--features", "{feat}", *P, "--storage",
+                                                "nosuchdb://host/x"), "nosuchdb://host/x", owner="D", slow=True),
+    Case("probe tune: results is another app's SQLite", ("probe", "tune", "--features", "{feat}", *P, "--results",
+                                                         "{foreign}"), "{foreign}", slow=True),
+    Case("probe protocol: results is not a database", ("probe", "protocol", "--features", "{feat}", *P, "--model",
+                                                       "m", "--domain", "cog_l2", "--results", "{notdb}"), "{notdb}",
+         slow=True),
+    Case("probe fit: missing features", ("probe", "fit", "--config", "configs/probe/linear_probe.yaml",
+                                         "--data.features", "{missing}", "--trainer.accelerator", "cpu"),
+         "{missing}", slow=True),
+    Case("probe fit: missing config", ("probe", "fit", "--config", "{missing}.yaml"), "{missing}.yaml", slow=True),
+    # report
+    Case("report: missing results", ("report", "--results", "{missing}.sqlite"), "{missing}.sqlite"),
+    Case("report: another app's SQLite", ("report", "--results", "{foreign}"), "{foreign}"),
+    Case("report: results not a database", ("report", "--results", "{notdb}"), "{notdb}"),
+    # run, demo, noise
+    Case("run: unknown model", ("run", "--model", "nosuch", "--in1k-root", "{root}", "--in21k-root", "{in21k}",
+                                "--out", "{root}/run"), "nosuch", slow=True),
+    Case("run: --shots abc", ("run", "--model", "resnet50", "--shots", "abc"), "--shots"),
+    Case("run: --trials 0", ("run", "--model", "resnet50", "--trials", "0"), "--trials", owner="C"),
+    Case("run: garbage checkpoint", ("run", "--model", "timm:resnet10t", "--checkpoint", "{ckpt}", "--in1k-root",
+                                     "{root}", "--in21k-root", "{in21k}", "--out", "{root}/run", "--no-check"),
+         "{ckpt}", slow=True),
+    Case("demo: --image-size 0", ("demo", "--out", "{root}/demo", "--image-size", "0"), "--image-size", owner="C",
+         slow=True),
+    Case("demo: --out is a file", ("demo", "--out", "{afile}"), "{afile}", slow=True),
+    Case("noise: missing features", ("noise", "--features", "{missing}", "--source", "in1k", "--target", "cog_l1"),
+         "{missing}", slow=True),
+    # LightningCLI commands
+    Case("extract: unknown model", ("extract", "--model.model", "nosuch", "--data.out", "{root}/xout"), "nosuch",
+         slow=True),
+    Case("extract: garbage checkpoint", (*("extract", *X), "--model.checkpoint", "{ckpt}"), "{ckpt}", slow=True),
+    Case("extract: missing IN-21K root", (*("extract", *X), "--data.in21k_root", "{missing}", "--data.domains",
+                                          "[cog_l1]"), "{missing}", slow=True),
+    Case("extract: corrupt JPEG", (*("extract", *X), "--data.in21k_root", "{in21k}", "--data.domains", "[cog_l1]",
+                                   "--data.benchmark", "{root}/bench.json"), "{corrupt_jpeg}", owner="B",
+         slow=True),
+    Case("extract: unknown option value", ("extract", "--data.batch_size", "abc"), "batch_size", slow=True),
+    Case("finetune: missing config", ("finetune", "fit", "--config", "{missing}.yaml"), "{missing}.yaml", slow=True),
+    Case("finetune: config not YAML", ("finetune", "fit", "--config", "{yaml}"), "{yaml}", slow=True),
+    Case("finetune: missing image root", ("finetune", "fit", "--config", "configs/finetune/demo.yaml",
+                                          "--data.init_args.root", "{missing}", "--data.init_args.benchmark",
+                                          "{root}/bench.json", "--model.model", "timm:resnet10t",
+                                          "--model.checkpoint", "null", "--trainer.accelerator", "cpu",
+                                          "--trainer.precision", "32-true"),
+         "{missing}", slow=True),
+)
