@@ -41,7 +41,7 @@ def _container() -> list[str] | None:
 def _worker(features: Path, results: Path, url: str, log: Path, container: list[str] | None = None
             ) -> subprocess.Popen:
     cmd = [str(COG_PL), "probe", "protocol", "--features", str(features), "--results", str(results), "--storage", url,
-           "--model", "m", "--domain", "d", "--trials", str(TRIALS), "--epochs", "40", "--batch-size", "32",
+           "--model", "m", "--domain", "d", "--trials", str(TRIALS), "--epochs", "1500", "--batch-size", "32",
            "--trial-batch", "2", "--seeds", *SEEDS, "--shots", *SHOTS, "--threads", "1", "--device", "cpu",
            "--stale-after", str(STALE_AFTER)]
     if container:  # killing unshare kills the namespace's first process, and with it the worker

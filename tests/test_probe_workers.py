@@ -73,7 +73,7 @@ def test_killed_study_resumes(tmp_path):
 def test_two_workers_share_one_study(tmp_path, name):
     features = write_features(tmp_path / "feats", classes=10, dim=32, per_class=80)
     path = tmp_path / name
-    procs = [subprocess.Popen(tune_cmd(features, path, epochs=40), env=env(), stdout=subprocess.PIPE,
+    procs = [subprocess.Popen(tune_cmd(features, path, epochs=150), env=env(), stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
