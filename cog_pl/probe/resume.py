@@ -135,9 +135,11 @@ def _short(value: Any) -> str:
 
 def restart_orphaned_study(storage: BaseStorage, name: str, trials: int, stale_after: float) -> bool:
     """Delete the study ``name`` when a killed worker left it unfinished and no live worker holds a trial of it: it
-    has fewer than ``trials`` complete trials, a trial that failed (not as surplus) or runs under a lease that
-    expired or whose worker is provably dead, and no trial whose worker lives. Returns whether it did. A study
-    stopped between batches is kept: going on from it proposes what an uninterrupted run would."""
+    has fewer than ``trials`` complete trials, no trial running under a live lease, and no trial whose worker
+    lives. Returns whether it did. A study
+    its dead worker left between two batches is restarted too: a new process's sampler would not propose what the
+    uninterrupted run's did (the fault-injection tests found such grids differing), so a single worker's resumed
+    grid equals an uninterrupted one; studies shared with live workers are joined, never restarted."""
     try:
         study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
@@ -151,8 +153,8 @@ def restart_orphaned_study(storage: BaseStorage, name: str, trials: int, stale_a
         return False  # a live worker tunes it: join it
     if any(not claim_expired(held_lease(t), stale_after) for t in complete):
         return False  # a worker that finished a trial lives (between two batches, say): join it
-    if not any(not t.user_attrs.get("surplus") for t in states):
-        return False
+    if not complete and not states:
+        return False  # nothing tuned yet (a worker may just have created it)
     optuna.delete_study(study_name=name, storage=storage)
     log.info("restarting the study %s, left unfinished by a worker that is gone", name)
     return True
