@@ -149,3 +149,10 @@ def test_run_skips_records_probes_without_and_reports_the_unreadable_images(onto
     assert "Images skipped at extraction" in report
     for split, n in skipped.items():
         assert (f"| demo_cnn | cog_l2 | {split} | {n} |" in report) == (n > 0)
+
+
+def test_the_command_line_default_skip_budget_is_the_librarys():
+    from cog_pl.cli.options import MAX_SKIPPED as cli_default
+    from cog_pl.data.imagenet import MAX_SKIPPED
+
+    assert cli_default == MAX_SKIPPED

