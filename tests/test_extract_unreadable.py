@@ -59,7 +59,7 @@ def _args(in21k, out, *extra):
 
 
 @pytest.mark.slow
-def test_skip_records_the_image_and_readers_probes_and_report_leave_it_out(broken, tmp_path):
+def test_skip_records_the_image_and_readers_probes_and_report_leave_it_out(broken, tmp_path, capsys):
     in21k, bad = broken
     out = tmp_path / "features"
     assert main(_args(in21k, out, "--data.on_error", "skip")) == 0
@@ -84,6 +84,13 @@ def test_skip_records_the_image_and_readers_probes_and_report_leave_it_out(broke
     assert len(torch.load(export)["Y"]) == len(store) - 1
     section = skipped_markdown(out)
     assert "| resnet10t | cog_l2 | train | 1 |" in section and bad in section
+    capsys.readouterr()
+    assert main(_args(in21k, out)) == 2  # under "fail", the finished store that lacks an image is not reused
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.search(r"cog_l2/train: finished with 1 of \d+ images missing .* on_error=fail allows none; pass "
+                     r"--overwrite", message), message
+    assert main(_args(in21k, out, "--data.on_error", "skip")) == 0  # its own policy reuses it
+    assert open_store(root / "train").meta["missing"] == [record]
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from test_probe_fixtures import write_features
 from test_probe_workers import TRIALS, env, tune_cmd
 
 from cog_pl.probe.data import ProbeData
-from cog_pl.probe.study import fail_stale_trials, lease, open_study, tell_result, worker_id
+from cog_pl.probe.study import WORKER_ATTR, fail_stale_trials, lease, open_study, tell_result, worker_id
 from cog_pl.probe.tuner import SearchPlan, run_batch, search_space
 from cog_pl.protocol import ProbeProtocol
 
@@ -176,3 +176,36 @@ def test_leases_are_renewed_within_a_short_stale_after(tmp_path):
     seconds = [t.user_attrs["result"]["batch_seconds"] for t in study.get_trials(states=(TrialState.COMPLETE,))]
     assert max(seconds) > 2, "the batch should outlast the stale limit twice over"
     assert failed == 0 and polls > 10 and len(seconds) == 6
+
+
+def _joined(study, held: dict) -> None:
+    """Register a worker in the study as :func:`open_study` does before it asks a trial."""
+    study._storage.set_study_system_attr(study._study_id, WORKER_ATTR + held["worker"], held)
+
+
+def test_a_trial_without_lease_is_failed_at_once_when_every_other_worker_of_its_study_is_provably_dead(tmp_path):
+    """A worker killed between a trial's creation and its lease (inside ``study.ask``) leaves a running trial with
+    no holder; a worker joins a study before asking, so when every other worker that joined is provably dead here the
+    trial is theirs, and the resumed study restarts at once instead of joining a study with a phantom trial."""
+    study = open_study(tmp_path / "s.db", "s", seed=1)  # this worker joined
+    _joined(study, {**lease(), "worker": "w-gone", "pid": _dead_pid()})
+    (orphan,) = _running(study, None)
+    assert fail_stale_trials(study, stale_after=600) == 1 and _states(study)[orphan] == TrialState.FAIL
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.2)
+        _joined(study, {**lease(), "worker": "w-alive", "pid": sleeper.pid,
+                        "started": open(f"/proc/{sleeper.pid}/stat").read().rpartition(")")[2].split()[19]})
+        (asking,) = _running(study, None)  # perhaps the live worker's, inside its ask
+        assert fail_stale_trials(study, stale_after=600) == 0 and _states(study)[asking] == TrialState.RUNNING
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_trial_without_lease_in_a_study_no_worker_joined_waits_for_the_grace(tmp_path):
+    """Studies of an older cog-pl record no joined workers: nothing proves the trial's worker dead but time."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
+    (orphan,) = _running(study, None)
+    assert fail_stale_trials(study, stale_after=600) == 0 and _states(study)[orphan] == TrialState.RUNNING

@@ -153,6 +153,41 @@ def _running_trials(db: Path) -> int:
         storage.engine.dispose()
 
 
+KILLED_INSIDE_ASK = """
+import os, sys
+sys.path.insert(0, {tests!r})
+from cog_pl.probe import study
+asked = study.TrialSeededTPESampler.before_trial
+
+def die_before_the_lease(self, s, trial):  # the worker dies after the storage made the trial, before its lease
+    if "shots-2" in s.study_name and trial.number == 2:
+        os._exit(9)
+    asked(self, s, trial)
+
+study.TrialSeededTPESampler.before_trial = die_before_the_lease
+from test_probe_resume import _grid
+_grid({features!r}, {results!r}, {storage!r})
+"""
+
+
+def test_a_worker_killed_inside_ask_before_its_lease_resumes_to_the_uninterrupted_rows(tmp_path):
+    """The kill point the fault-injection tests found last: a trial the storage made but no lease names. The
+    resumed worker proves the study's only other worker dead and restarts the study, as for any other kill."""
+    features = write_features(tmp_path / "m" / "cog_l3", classes=3, dim=8, per_class=20, test_per_class=4)
+    expected = _grid(features, tmp_path / "whole.sqlite", tmp_path / "whole.db")
+    results, storage = tmp_path / "r.sqlite", tmp_path / "s.db"
+    code = KILLED_INSIDE_ASK.format(tests=str(REPO / "tests"), features=str(features), results=str(results),
+                                    storage=str(storage))
+    killed = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=300)
+    assert killed.returncode == 9, killed.stderr[-2000:]
+    assert len(read_rows(results)) == 1 and _running_trials(storage) == 1  # the shots=2 cell's phantom trial
+    start = time.monotonic()
+    resumed = _grid(features, results, storage)
+    assert time.monotonic() - start < 25  # restarted at once, not after the unstamped trial's 30 s grace
+    assert [r["shots"] for r in resumed] == [2]
+    assert _rows(results) == [(r["shots"], r["seed"], *(r[k] for k in RESULT_KEYS)) for r in expected]
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(strict=False, reason=OPEN_DEFECT)
 def test_a_killed_probe_protocol_resumes_to_the_rows_of_an_uninterrupted_run(tmp_path):
@@ -221,3 +256,20 @@ def test_the_run_probe_stage_refuses_other_rows_before_any_probe_and_overwrite_r
     assert read_rows(out / "results.sqlite") == first  # refused before cog_l1, which comes first, was probed
     assert _probe(config(2, overwrite=True), out, "m") == 2
     assert [r["protocol"]["trials"] for r in read_rows(out / "results.sqlite")] == [2, 2]
+
+
+def test_probe_tune_refuses_a_results_row_made_with_other_inputs_and_overwrite_replaces(tmp_path, capsys):
+    features = write_features(tmp_path / "m" / "cog_l3", classes=3, dim=8, per_class=20, test_per_class=4)
+    results = tmp_path / "r.sqlite"
+    args = ["probe", "tune", "--features", str(features), "--results", str(results), "--workdir", str(tmp_path / "w"),
+            "--device", "cpu", "--epochs", "2", "--batch-size", "64", "--seed", "22"]
+    assert main([*args, "--trials", "3"]) == 0
+    first = read_rows(results)
+    capsys.readouterr()
+    assert main([*args, "--trials", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"cog-pl probe: error: {results}: row m/linear/cog_l3/shots=all/seed=22 was made with trials=3, "
+                   "this run has trials=2; pass --overwrite to replace it"]
+    assert read_rows(results) == first  # refused before any work
+    assert main([*args, "--trials", "2", "--overwrite"]) == 0
+    assert [r["protocol"]["trials"] for r in read_rows(results)] == [2]

@@ -99,7 +99,7 @@ def _setup(args: argparse.Namespace) -> None:
 
 def _tune(args: argparse.Namespace) -> int:
     _setup(args)
-    from cog_pl.probe.protocol_run import Splits, probe
+    from cog_pl.probe.protocol_run import METHOD, Splits, probe
 
     if args.results:
         from cog_pl.results import check_results_file
@@ -112,6 +112,9 @@ def _tune(args: argparse.Namespace) -> int:
     model = args.model or splits.model  # the store's meta names them; folder names where it does not
     domain = args.domain or splits.domain
     storage = args.storage or Path(args.workdir) / "optuna.db"
+    if args.results:
+        _refuse_other_row(args.results, (model, METHOD, domain, args.shots, args.seed), splits, protocol, plan,
+                          device, args.overwrite)
     row = probe(splits, seed=args.seed, shots=args.shots, storage=storage, model=model, domain=domain,
                 protocol=protocol, plan=plan, device=device, name=args.study_name,
                 flush_denormal=not args.keep_denormals)
@@ -121,6 +124,19 @@ def _tune(args: argparse.Namespace) -> int:
         append_row(args.results, row)
     print(json.dumps(row, sort_keys=True), flush=True)
     return 0
+
+
+def _refuse_other_row(results: Path, key: tuple, splits, protocol, plan, device, overwrite: bool) -> None:
+    """A row of the cell made with other inputs is refused before any work (``--overwrite``: replaced), as the
+    grid does; one made with the same inputs is made again and replaced by an equal row."""
+    from cog_pl.probe.resume import differences, refusal, wanted
+    from cog_pl.results import read_rows, row_key
+
+    row = next((r for r in read_rows(results) if row_key(r) == key), None)
+    diff = differences(row, wanted(splits.features, protocol, plan.as_record(), plan.precision_on(device))) \
+        if row is not None else []
+    if diff and not overwrite:
+        raise ValueError(refusal(results, key, diff))
 
 
 def _protocol_cmd(args: argparse.Namespace) -> int:
@@ -175,6 +191,9 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
                                         "name)")
     tune.add_argument("--study-name", help="Optuna study name (default: derived from the cell and protocol)")
     tune.add_argument("--results", type=Path, help="also add the row to this results store (SQLite)")
+    tune.add_argument("--overwrite", action="store_true",
+                      help="replace the results store's row of this cell when it was made with other inputs "
+                           "(otherwise refused)")
     tune.set_defaults(func=_tune)
 
     grid = sub.add_parser("protocol", help="all seeds x shots of one domain into a results file")

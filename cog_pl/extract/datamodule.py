@@ -10,6 +10,7 @@ rows go.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,15 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, collate_images, skip_budget
 from cog_pl.features.missing import missing_rows
-from cog_pl.features.store import DTYPES, StoreWriter, check_identity, is_complete, tidy, written_rows
+from cog_pl.features.store import (
+    DTYPES,
+    StoreError,
+    StoreWriter,
+    check_identity,
+    is_complete,
+    tidy,
+    written_rows,
+)
 from cog_pl.protocol import DOMAINS, FeatureProtocol, check_domains
 
 logger = logging.getLogger(__name__)
@@ -154,6 +163,7 @@ class ExtractionDataModule(L.LightningDataModule):
                 path = self.store_path(domain, split)
                 if is_complete(path) and not self.overwrite:  # reused only when made by this run's inputs
                     check_identity(path, self.identity(model_meta or {}, self._finished_meta(dm, split)))
+                    self._refuse_missing_past_policy(path)
                     tidy(path)  # leftovers of a kill while it was being finished
                     self.skipped.append(path)
                     continue
@@ -169,6 +179,19 @@ class ExtractionDataModule(L.LightningDataModule):
                 (self.ready if full else self.targets).append(target)
         for path in self.skipped:
             logger.info("complete, skipped: %s", path)
+
+    def _refuse_missing_past_policy(self, path: Path) -> None:
+        """A finished store is reused only when the rows it lacks (skipped as unreadable when it was made) are within
+        this run's policy: none under ``on_error="fail"``, at most the skip budget under ``"skip"``."""
+        meta = json.loads((path / "meta.json").read_text())
+        missing, rows = len(meta.get("missing") or ()), int(meta.get("num_rows", 0))
+        cap = skip_budget(rows, self.max_skipped) if self.on_error == "skip" else 0
+        if missing > cap:
+            policy = ("on_error=fail allows none" if self.on_error == "fail"
+                      else f"max_skipped={self.max_skipped} allows {cap}")
+            raise StoreError(f"{path}: finished with {missing} of {rows} images missing (skipped as unreadable), but "
+                             f"this run's {policy}; pass --overwrite to extract it again, or a policy that allows "
+                             "them (--on-error skip --max-skipped)")
 
     def _done(self, path: Path, rows: int) -> np.ndarray:
         """Rows of a store an interrupted run wrote; under ``on_error="fail"`` less those it recorded as missing

@@ -33,7 +33,7 @@ from optuna.trial import TrialState
 
 from cog_pl.features.pair import SPLITS, StorePair
 from cog_pl.features.store import identity_of
-from cog_pl.probe.study import _provably_dead, fail_stale_trials, held_lease, worker_id
+from cog_pl.probe.study import fail_stale_trials, held_lease, provably_dead, worker_id
 from cog_pl.protocol import ProbeProtocol, as_record
 
 log = logging.getLogger(__name__)
@@ -171,4 +171,4 @@ def claim_expired(held: dict[str, Any], stale_after: float) -> bool:
     """Whether another worker's claim is void: its heartbeat older than ``stale_after`` or its worker provably dead."""
     if held.get("worker") == worker_id():
         return False
-    return time.time() - float(held.get("heartbeat", 0)) > stale_after or _provably_dead(held)
+    return time.time() - float(held.get("heartbeat", 0)) > stale_after or provably_dead(held)

@@ -22,6 +22,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,7 @@ def worker_id() -> str:
 
 UNSTAMPED_GRACE = 30.0  # seconds after which a running trial without a lease counts as dead
 LEASE_ATTR = "lease"  # user attribute of a running trial: worker id, heartbeat (unix time), where the worker runs
+WORKER_ATTR = "worker:"  # prefix of a study system attribute: a worker's lease as of when it joined the study
 
 
 def _read(path: str) -> str | None:
@@ -111,14 +113,23 @@ class TrialSeededTPESampler(TPESampler):
 def open_study(
     storage: str | os.PathLike | BaseStorage, name: str, seed: int, n_startup_trials: int = 10
 ) -> optuna.Study:
-    """Create the study or join the existing one of that name (maximising validation top-1)."""
-    return optuna.create_study(
+    """Create the study or join the existing one of that name (maximising validation top-1), registering this
+    worker in it before it asks any trial (:func:`joined_workers`)."""
+    study = optuna.create_study(
         storage=resolve_storage(storage),
         study_name=name,
         sampler=TrialSeededTPESampler(seed, n_startup_trials),
         direction="maximize",
         load_if_exists=True,
     )
+    study._storage.set_study_system_attr(study._study_id, WORKER_ATTR + worker_id(), lease())
+    return study
+
+
+def joined_workers(study: optuna.Study) -> list[dict]:
+    """The leases, as of joining, of the workers that opened the study (this cog-pl's, not older ones')."""
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    return [held for key, held in attrs.items() if key.startswith(WORKER_ATTR) and isinstance(held, dict)]
 
 
 def held_lease(trial: FrozenTrial) -> dict:
@@ -128,7 +139,7 @@ def held_lease(trial: FrozenTrial) -> dict:
     return attrs.get(LEASE_ATTR) or {key: attrs[key] for key in ("worker", "heartbeat") if key in attrs}
 
 
-def _provably_dead(held: dict) -> bool:
+def provably_dead(held: dict) -> bool:
     """Whether the lease's holder ran where its process id can be checked from here (same kernel boot, same PID
     namespace) and no process of that id and start time exists."""
     here = _place()
@@ -147,23 +158,34 @@ def _provably_dead(held: dict) -> bool:
     return started is not None and started != held["started"]
 
 
-def _is_stale(trial: FrozenTrial, stale_after: float) -> bool:
+def _is_stale(trial: FrozenTrial, stale_after: float, others_dead: Callable[[], bool]) -> bool:
     held = held_lease(trial)
     if held.get("worker") == worker_id():
         return False
-    if "heartbeat" not in held:  # killed inside ask, before the lease: a live worker stamps at once
+    if "heartbeat" not in held:  # killed inside ask, between the trial's creation and its lease
         started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
-        return time.time() - started > min(stale_after, UNSTAMPED_GRACE)
-    return time.time() - float(held["heartbeat"]) > stale_after or _provably_dead(held)
+        return time.time() - started > min(stale_after, UNSTAMPED_GRACE) or others_dead()
+    return time.time() - float(held["heartbeat"]) > stale_after or provably_dead(held)
+
+
+def _others_dead(study: optuna.Study) -> Callable[[], bool]:
+    """Whether every other worker that joined the study is provably dead (asked once, when needed): then a trial
+    without a lease is a dead worker's, since a worker joins before it asks. False when none joined (an older
+    cog-pl's study): such a trial waits for :data:`UNSTAMPED_GRACE`."""
+    @functools.cache
+    def answer() -> bool:
+        others = [held for held in joined_workers(study) if held.get("worker") != worker_id()]
+        return bool(others) and all(provably_dead(held) for held in others)
+    return answer
 
 
 def fail_stale_trials(study: optuna.Study, stale_after: float, running: list[FrozenTrial] | None = None) -> int:
     """Fail running trials whose worker is gone (among ``running``, if read already); returns how many."""
     if running is None:
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    failed = 0
+    failed, others_dead = 0, _others_dead(study)
     for t in running:
-        if not _is_stale(t, stale_after):
+        if not _is_stale(t, stale_after, others_dead):
             continue
         try:
             study._storage.set_trial_user_attr(t._trial_id, "stale", True)
