@@ -25,8 +25,6 @@ import pytest
 from cog_pl.features.store import open_store
 from cog_pl.results import read_rows
 
-OPEN_DEFECT = ("open defect (issue 17, item 7): a resumed grid can still differ from an uninterrupted one "
-               "at some kill points; not yet found which")
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 COG = [sys.executable, "-m", "cog_pl.cli.main"]
@@ -116,13 +114,11 @@ def _kill_probe_protocol(probe_reference, tmp_path, kills: int, seed: int) -> No
     assert kill_and_resume(cmd, out, kills, seed, wall, check) == kills
 
 
-@pytest.mark.xfail(strict=False, reason=OPEN_DEFECT)
 def test_probe_protocol_killed_twice_resumes_to_the_uninterrupted_rows(probe_reference, tmp_path):
     _kill_probe_protocol(probe_reference, tmp_path, kills=2, seed=1)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=OPEN_DEFECT)
 def test_probe_protocol_killed_ten_times_resumes_to_the_uninterrupted_rows(probe_reference, tmp_path):
     _kill_probe_protocol(probe_reference, tmp_path, kills=10, seed=2)
 
@@ -186,7 +182,6 @@ SMALL = ["--seen", "6", "--per-level", "3", "--train-per-concept", "10", "--test
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=OPEN_DEFECT)
 def test_run_killed_ten_times_resumes_to_the_uninterrupted_results(tmp_path):
     ref = tmp_path / "ref"
     _run([*COG, "demo", "--out", str(ref), *SMALL])  # prepares the demo data once

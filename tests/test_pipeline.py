@@ -17,8 +17,6 @@ from cog_pl.cli.main import main
 from cog_pl.pipeline import ExtractOptions, ProbeOptions, RunConfig, run
 from cog_pl.results import read_rows
 
-OPEN_DEFECT = ("open defect (issue 17, item 7): a resumed grid can still differ from an uninterrupted one "
-               "at some kill points; not yet found which")
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--seen", "10", "--per-level", "4", "--train-per-concept", "16", "--test-per-concept", "6",
          "--pretrain-epochs", "2", "--trials", "4", "--epochs", "4", "--seeds", "22", "37", "--shots", "all", "2",
@@ -68,7 +66,6 @@ def test_reduced_demo_end_to_end(demo_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=OPEN_DEFECT)
 def test_killed_run_resumes_to_the_same_results(demo_run, tmp_path):
     ref_out, _ = demo_run
     out = tmp_path / "killed"

@@ -26,8 +26,6 @@ from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import append_row, claim_row, read_rows
 
-OPEN_DEFECT = ("open defect (issue 17, item 7): a resumed grid can still differ from an uninterrupted one "
-               "at some kill points; not yet found which")
 REPO = Path(__file__).resolve().parents[1]
 PROTOCOL = replace(ProbeProtocol(), trials=3, epochs=2, batch_size=64)
 PLAN = SearchPlan(startup_trials=2, trial_batch=1)
@@ -189,7 +187,6 @@ def test_a_worker_killed_inside_ask_before_its_lease_resumes_to_the_uninterrupte
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=OPEN_DEFECT)
 def test_a_killed_probe_protocol_resumes_to_the_rows_of_an_uninterrupted_run(tmp_path):
     features = write_features(tmp_path / "m" / "cog_l3", classes=6, dim=16, per_class=60, test_per_class=10)
     grid = ("--seeds", "22", "37", "--shots", "all", "2", "4")
