@@ -4,6 +4,10 @@ With ``variants`` (``wup``, ``jcn``, ``text``, ...), the level variants are prob
 from the five level stores (:mod:`cog_pl.features.regroup`, no extraction) and probed as domains ``cog_l<i>@<name>``
 with ``variant_seeds`` and ``variant_shots`` (all data by default), which the report compares with the official levels.
 
+With ``methods`` (``("linear", "knn")``), every domain is also evaluated by the other probe methods
+(:mod:`cog_pl.probe.methods`: ``knn``, the weighted k-NN classifier on the linear probe's samples), which the report
+sets beside the linear probe.
+
 With ``finetune`` (keyword arguments of :func:`cog_pl.finetune.compare.finetune_domains`: recipe, epochs, precision,
 ...), the backbone is also fine-tuned on every domain (paper App. C.2; rows of method ``finetune``, ``finetune_seeds``)
 and the report sets the probes against it.
@@ -18,6 +22,7 @@ Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 import time
@@ -56,9 +61,13 @@ class ExtractOptions:
     strategy: str = "auto"
     num_nodes: int = 1
     batch_size: int = FeatureProtocol().batch_size
-    num_workers: int = 4
+    num_workers: int | str = 4  # or "auto": the cores this process may run on (extract.datamodule.loader_workers)
+    decode: str = "pil"  # pil, cpu, gpu or auto (cog_pl.extract.decode); recorded in every store and row
     on_error: str = "fail"  # an unreadable image: "fail" naming it, or "skip" it (recorded in its store's meta.json)
     max_skipped: float = 0.001  # with "skip": at most this fraction of a split (or, >= 1, this many images)
+    in1k_source: str = "auto"  # how the images are stored (cog_pl.data.sources), "auto": detected from the root
+    in21k_source: str = "auto"
+    allow_missing: float = 0  # images a split lists but the source lacks that are tolerated (0: refused)
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """The Trainer's options, ``"auto"`` accelerator and precision resolved
@@ -80,6 +89,7 @@ class ProbeOptions:
     device: str = "auto"  # cog_pl.device.resolve_device
     precision: str = "auto"  # "auto", "32-true" or "bf16-mixed" (SearchPlan)
     trial_batch: int | None = None  # None: SearchPlan's
+    workers: int | str | None = None  # N or "auto": worker processes per grid (cog_pl.probe.workers); None: this one
 
     @property
     def protocol(self) -> ProbeProtocol:
@@ -120,6 +130,9 @@ class RunConfig:
     finetune: dict[str, Any] | None = None  # finetune_domains keyword arguments; None: no fine-tuning
     finetune_seeds: tuple[int, ...] | None = None  # None: the first of the seeds (finetune_seed_values)
     overwrite: bool = False  # replace what earlier runs made (feature stores: extracted and regrouped again)
+    seen: str | None = None  # the model's pretraining label set (named set or file): warned of where levels hold it
+    methods: tuple[str, ...] = ("linear",)  # probe methods on every domain (cog_pl.probe.methods), e.g. + "knn"
+    report: bool = True  # write the report at the end (False: the caller writes one, e.g. the demo for two models)
 
     @property
     def variant_domains(self) -> tuple[str, ...]:
@@ -144,6 +157,16 @@ class RunConfig:
                 check_grid(seeds, names=(name, "shots"))
         self._check_devices()
         check_domains(self.domains)
+        if self.seen is not None:
+            from cog_pl.levels.seen import resolve_seen
+
+            resolve_seen(self.seen)  # a bad --seen is refused before any work
+        from cog_pl.probe.methods import list_probe_methods
+
+        unknown = [m for m in self.methods if m not in list_probe_methods()]
+        if unknown or not self.methods:
+            raise ValueError(f"methods: unknown probe method(s) {', '.join(unknown) or '(none given)'}; choose from "
+                             f"{', '.join(list_probe_methods())}")
         for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
             bad_shots = [s for s in shots if s is not None and not (isinstance(s, int) and s > 0)]
             if bad_shots:
@@ -221,6 +244,10 @@ def run(cfg: RunConfig) -> RunSummary:
     from cog_pl.models import resolve_spec
 
     resolve_spec(cfg.model)  # an unknown model fails before any work
+    from cog_pl.levels.seen import run_seen_warnings
+
+    for warning in run_seen_warnings(cfg.model, cfg.seen, cfg.benchmark, cfg.domains):
+        logger.warning("warning: %s", warning)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = Path(cfg.out)
     seconds: dict[str, float] = {}
@@ -245,7 +272,10 @@ def run(cfg: RunConfig) -> RunSummary:
     from cog_pl.report.build import write_report
     from cog_pl.results import read_rows
 
-    report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline, features=out / "features")
+    report = {}
+    if cfg.report:
+        report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline,
+                              features=out / "features")
     return RunSummary(out, stores, written, len(read_rows(out / "results.sqlite")), report, seconds)
 
 
@@ -255,7 +285,8 @@ def _check(cfg: RunConfig) -> None:
 
     levels = tuple(LEVELS[int(d[-1]) - 1] for d in cfg.domains if d != "in1k")
     report = check_data(("in1k" in cfg.domains and cfg.in1k_root) or None, (levels and cfg.in21k_root) or None,
-                        levels=levels, benchmark=cfg.benchmark)
+                        levels=levels, benchmark=cfg.benchmark, in1k_source=cfg.extract.in1k_source,
+                        in21k_source=cfg.extract.in21k_source, allow_missing=cfg.extract.allow_missing)
     if not report.ok:
         raise RuntimeError("the data cannot run the benchmark:\n" + report.format())
     logger.info("data check passed")
@@ -266,18 +297,27 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any]:
     the images were read with (``cfg.transform``, by default the backbone's own), which fine-tuning reuses."""
     import lightning as L
 
+    from cog_pl.callbacks.progress import StageProgress
+    from cog_pl.console import filter_known_warnings
     from cog_pl.extract.datamodule import ExtractionDataModule
     from cog_pl.extract.module import FeatureExtractor
 
     opts = cfg.extract
     model = FeatureExtractor(cfg.model, cfg.checkpoint)
+    filter_known_warnings()
     trainer = L.Trainer(**opts.trainer_kwargs(), logger=False, enable_checkpointing=False,
-                        enable_model_summary=False, enable_progress_bar=cfg.progress)
+                        enable_model_summary=False, enable_progress_bar=False,
+                        callbacks=[StageProgress(f"extracting {model.model_name}")] if cfg.progress else [])
     transform = cfg.transform or model.transform_config
     dm = ExtractionDataModule(out=str(out / "features"), model_name=model.model_name, in1k_root=cfg.in1k_root,
                               in21k_root=cfg.in21k_root, domains=cfg.domains, transform=transform,
                               batch_size=opts.batch_size, num_workers=opts.num_workers, benchmark=cfg.benchmark,
-                              on_error=opts.on_error, max_skipped=opts.max_skipped, overwrite=cfg.overwrite)
+                              on_error=opts.on_error, max_skipped=opts.max_skipped, overwrite=cfg.overwrite,
+                              in1k_source=opts.in1k_source, in21k_source=opts.in21k_source,
+                              allow_missing=opts.allow_missing, decode=opts.decode)
+    dm.device = trainer.strategy.root_device  # where batches are decoded; what decode="auto" is resolved for
+    if dm.device.type == "cuda":  # NHWC convolutions on tensor cores: a layout, not a change of the protocol
+        model.set_backbone(model.backbone, channels_last=True)
     dm.model_meta = model.store_meta(str(trainer.precision))  # what existing stores are checked against
     dm.setup("predict")
     dm.finish_ready(dm.model_meta, model.feature_dim)
@@ -312,26 +352,41 @@ def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
 
 
 def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
+    """Every method of ``cfg.methods`` on every domain (:mod:`cog_pl.probe.methods`); rows of other inputs are
+    refused for all methods before the first probe runs."""
     from cog_pl.device import resolve_device
-    from cog_pl.features.pair import open_pair
-    from cog_pl.probe.protocol_run import grid_todo, run_protocol
+    from cog_pl.probe.methods import get_probe_method
 
     protocol, plan, device = cfg.protocol, cfg.probe.plan(), str(resolve_device(cfg.probe.device))
     grid = [(d, tuple(cfg.seeds), tuple(cfg.shots)) for d in cfg.domains]
     variant_seeds = tuple(cfg.seeds if cfg.variant_seeds is None else cfg.variant_seeds)
     grid += [(d, variant_seeds, tuple(cfg.variant_shots)) for d in cfg.variant_domains]
-    for domain, seeds, shots in grid:  # a row made with other inputs is refused before any probe runs
-        grid_todo(open_pair(out / "features" / model_name / domain), out / "results.sqlite", model=model_name,
-                  domain=domain, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
+    methods = [get_probe_method(m) for m in cfg.methods]
+
+    def call(fn, domain, seeds, shots):
+        if fn is get_probe_method("linear").run and cfg.probe.workers is not None:  # N processes (probe.workers)
+            from cog_pl.probe.workers import run_workers
+
+            fn = functools.partial(run_workers, workers=cfg.probe.workers)
+        return fn(out / "features" / model_name / domain, out / "results.sqlite", model=model_name, domain=domain,
+                  storage=out / "optuna.db", protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
                   overwrite=cfg.overwrite)
+
+    for method in methods:  # a row made with other inputs is refused before any probe runs
+        for domain, seeds, shots in grid:
+            if method.check is not None:
+                call(method.check, domain, seeds, shots)
+    from cog_pl.progress import Progress
+
     written = 0
-    for i, (domain, seeds, shots) in enumerate(grid, 1):
-        logger.info("[%d/%d] probes on %s: %d seeds x %d shot settings", i, len(grid), domain, len(seeds),
-                    len(shots))
-        rows = run_protocol(out / "features" / model_name / domain, out / "results.sqlite", model=model_name,
-                            domain=domain, storage=out / "optuna.db", protocol=protocol, plan=plan,
-                            seeds=seeds, shots=shots, device=device, overwrite=cfg.overwrite)
-        written += len(rows)
+    total = len(methods) * sum(len(seeds) * len(shots) for _, seeds, shots in grid)
+    with Progress(f"probes of {model_name}", total, "rows", enabled=cfg.progress) as bar:
+        for method in methods:
+            for i, (domain, seeds, shots) in enumerate(grid, 1):
+                logger.debug("[%d/%d] %s on %s: %d seeds x %d shot settings", i, len(grid), method.name, domain,
+                             len(seeds), len(shots))
+                written += len(call(method.run, domain, seeds, shots))
+                bar.update(len(seeds) * len(shots))
     return written
 
 

@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 [ -x .venv/bin/cog-pl ] || bash scripts/setup.sh
 export NLTK_DATA="${NLTK_DATA:-$PWD/.venv/nltk_data}"
 export HF_HUB_OFFLINE=1
-.venv/bin/cog-pl wordnet install
+.venv/bin/cog-pl wordnet install > /dev/null  # errors still reach stderr
 .venv/bin/cog-pl demo "$@"

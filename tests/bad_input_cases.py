@@ -178,6 +178,23 @@ def make_data(root: Path) -> dict[str, str]:
     d["corrupt_jpeg"] = str(images / L1_WNID / f"{L1_WNID}_2.JPEG")
     Path(d["corrupt_jpeg"]).write_bytes(b"\xff\xd8\xff\xe0 corrupt" * 20)
     d["in21k"] = str(images)
+    # webdataset shards (timm's layout): one whose second sample has no cls, one cut short mid-member
+    import tarfile
+
+    for name, cut in (("wds_nocls", False), ("wds_cut", True)):
+        shard = root / name / "imagenet-w21-train-0000.tar"
+        shard.parent.mkdir()
+        with tarfile.open(shard, "w") as tf:
+            for i in range(3):
+                for ext, data in (("jpg", _jpeg(i)), ("cls", b"0"), ("json", b'{"filename": "%s_%d.JPEG"}'
+                                                                      % (L1_WNID.encode(), i))):
+                    if not (ext == "cls" and i == 1 and not cut):
+                        info = tarfile.TarInfo(f"k{i}.{ext}")
+                        info.size = len(data)
+                        tf.addfile(info, io.BytesIO(data))
+        if cut:
+            shard.write_bytes(shard.read_bytes()[:1500])
+        d[name], d[f"{name}_shard"] = str(shard.parent), str(shard)
     from cog_pl.benchmark import Benchmark
     from cog_pl.resources import LEVELS, official_levels
 
@@ -201,6 +218,11 @@ CASES: tuple[Case, ...] = (
     Case("similarity of an unknown wnid", ("similarity", NO_WNID, IN1K_WNID), NO_WNID, slow=True),
     Case("similarity of a malformed wnid", ("similarity", "cat", IN1K_WNID), "'cat'", slow=True),
     # level files
+    Case("data split export: a shard sample without cls", ("data", "split", "export", "--level", "L1",
+                                                             "--in21k-root", "{wds_nocls}", "--out", "{root}/s.gz"),
+         "{wds_nocls_shard}: sample k1 has no cls member"),
+    Case("data split export: a truncated shard", ("data", "split", "export", "--level", "L1", "--in21k-root",
+                                                   "{wds_cut}", "--out", "{root}/s.gz"), "{wds_cut_shard}: truncated"),
     Case("levels show: missing file", ("levels", "show", "{missing}"), "{missing}"),
     Case("levels show: not JSON", ("levels", "show", "{lv_notjson}"), "{lv_notjson}"),
     Case("levels show: a JSON string", ("levels", "show", "{lv_string}"), "{lv_string}"),

@@ -23,10 +23,12 @@ from cog_pl.datamodules import CoGLevelDataModule
 
 
 def test_the_table_lists_the_built_in_source_and_refuses_unknown_names(tmp_path):
-    assert list_sources() == ("synsets",) and get_source("synsets") is SynsetSource
-    with pytest.raises(ValueError, match="unknown image source 'webdataset'; known: synsets"):
+    assert list_sources() == ("synsets", "flat_val", "hf_tars", "wds", "whole_tar")
+    assert get_source("synsets") is SynsetSource
+    with pytest.raises(ValueError, match="unknown image source 'webdataset'; known: synsets, flat_val, hf_tars, wds, "
+                                         "whole_tar"):
         open_source(tmp_path, "webdataset")
-    with pytest.raises(ValueError, match="unknown image source 'webdataset'; known: synsets"):
+    with pytest.raises(ValueError, match="unknown image source 'webdataset'; known: synsets, flat_val"):
         CoGLevelDataModule("cog_l2", str(tmp_path), source="webdataset")
     with pytest.raises(ValueError, match="image source 'synsets' is already registered"):
         register_source("synsets")(SynsetSource)

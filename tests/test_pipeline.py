@@ -19,8 +19,8 @@ from cog_pl.results import read_rows
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--seen", "10", "--per-level", "4", "--train-per-concept", "16", "--test-per-concept", "6",
-         "--pretrain-epochs", "2", "--trials", "4", "--epochs", "4", "--seeds", "22", "37", "--shots", "all", "2",
-         "--no-finetune"]
+         "--pretrain-epochs", "2", "--ssl-epochs", "2", "--trials", "4", "--epochs", "4", "--seeds", "22", "37",
+         "--shots", "all", "2", "--no-finetune"]
 
 
 def _demo(out: Path, **popen):
@@ -33,7 +33,8 @@ def _demo(out: Path, **popen):
 
 
 def _table(rows):
-    return {(r["model"], r["domain"], r["shots"], r["seed"]): (r["test_top1"], r["lr"], r["wd"]) for r in rows}
+    return {(r["model"], r["method"], r["domain"], r["shots"], r["seed"]): (r["test_top1"], r.get("lr"), r.get("wd"))
+            for r in rows}
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,23 @@ def demo_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_reduced_demo_end_to_end(demo_run):
-    out, stdout = demo_run
+    out, summary = demo_run
+    stdout = summary + (out / "report" / "report.md").read_text()  # the closing summary, the whole report
     rows = read_rows(out / "results.sqlite")
+    second = [r for r in rows if r["model"] == "demo_cnn_ssl"]  # the second model: all data, same seeds and methods
+    assert sorted((r["method"], r["domain"], r["shots"], r["seed"]) for r in second) == sorted(
+        (m, d, None, seed) for m in ("linear", "knn") for d in ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4",
+                                                                 "cog_l5") for seed in (22, 37))
+    assert "| demo_cnn_ssl | " in summary and "Relative to the baseline demo_cnn" in summary
+    rows = [r for r in rows if r["model"] == "demo_cnn"]
+    knn = [r for r in rows if r["method"] == "knn" and "@" not in r["domain"]]  # the k-NN beside the linear probe
+    assert sorted((r["domain"], r["shots"] or 0, r["seed"]) for r in knn) == sorted(
+        (d, s, seed) for d in ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5") for s in (0, 2)
+        for seed in (22, 37))
+    assert "## k-NN beside linear probe" in stdout and "| model | method | IN-1K | L1 | L2 | L3 | L4 | L5 |" in stdout
+    beside = [ln for ln in stdout.splitlines() if ln.startswith(("| demo_cnn | k-NN |", "| demo_cnn | linear probe |"))]
+    assert len(beside) == 2 and all(ln.count("±") == 6 for ln in beside)  # both methods on every level
+    rows = [r for r in rows if r["method"] == "linear"]
     official = [r for r in rows if "@" not in r["domain"]]
     assert len(official) == 6 * 2 * 2  # domains x seeds x shot settings
     assert {r["domain"] for r in official} == {"in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"}
@@ -60,7 +76,7 @@ def test_reduced_demo_end_to_end(demo_run):
         assert r["protocol"]["epochs"] == 4 and r["protocol"]["trials"] == 4
     for name in ("report.md", "results.csv", "domains.png", "few_shot.png", "variants.png"):
         assert (out / "report" / name).stat().st_size > 100
-    assert "| model | IN-1K | L1 | L2 | L3 | L4 | L5 |" in stdout and "cog-pl run finished" in stdout
+    assert "| model | IN-1K | L1 | L2 | L3 | L4 | L5 |" in summary and "cog-pl demo finished" in summary
     assert "| demo_cnn | lin (official) |" in stdout and "| demo_cnn | text |" in stdout
     assert len(list((out / "features" / "demo_cnn").glob("*/*/meta.json"))) == 12 + 3 * 10
 

@@ -15,9 +15,9 @@ from cog_pl.results import METHODS, append_row, read_rows
 
 
 def test_the_table_lists_the_built_in_method_and_refuses_unknown_names():
-    assert list_probe_methods() == ("linear",)
+    assert list_probe_methods() == ("linear", "knn")
     assert all(m in METHODS for m in list_probe_methods())  # every method's rows are rows the results store takes
-    with pytest.raises(ValueError, match="unknown probe method 'svm'; known: linear"):
+    with pytest.raises(ValueError, match="unknown probe method 'svm'; known: linear, knn"):
         get_probe_method("svm")
     with pytest.raises(ValueError, match="probe method 'linear' is already registered"):
         register_probe_method("linear")(lambda root, results, **kw: [])
@@ -35,7 +35,9 @@ def test_the_linear_probe_runs_by_name(tmp_path):
 
 @pytest.fixture
 def knn():
-    @register_probe_method("knn", description="1-nearest neighbour on L2-normalised features")
+    builtin = get_probe_method("knn")
+
+    @register_probe_method("knn", description="1-nearest neighbour on L2-normalised features", replace=True)
     def run(root, results, *, model, domain, seeds=(0,), **_):
         splits = Splits.load(root)
         nearest = (splits.test_x @ splits.train_x.T).argmax(dim=1)
@@ -48,6 +50,7 @@ def knn():
 
     yield run
     unregister_probe_method("knn")
+    register_probe_method("knn", description=builtin.description, check=builtin.check)(builtin.run)
 
 
 def test_a_registered_method_is_found_by_name_and_writes_its_rows(knn, tmp_path):

@@ -9,7 +9,12 @@ The probe: K linear heads with learning rates ``lrs`` trained side by side for `
 SGD and cosine rule on L2-normalised features); the head with the best accuracy on a 20 % validation split of the
 train images is tested. Cost per call, bounded by the sizes: one forward pass over
 ``len(domains) * concepts * (train_images + test_images)`` images plus ``len(domains)`` probes on at most that many
-features (seconds on a CPU for the defaults). Rank zero extracts and probes under DDP; the other ranks wait and
+features (seconds on a CPU for the defaults).
+
+With ``methods=("linear", "knn")`` (or ``("knn",)``) the weighted k-NN classifier of the protocol
+(:mod:`cog_pl.probe.knn_protocol`: k of ``knn_ks`` chosen on the same 20 % validation split, then the train images
+vote) is logged too, as ``cog/<domain>/knn_top1``: no training, two similarity products per domain, cheaper than
+the probes (``("knn",)`` alone skips them). Rank zero extracts and probes under DDP; the other ranks wait and
 receive the numbers. The module's train/eval mode is restored afterwards and no gradient is computed.
 """
 
@@ -29,6 +34,8 @@ import torch.nn.functional as F
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol, check_domains
 
 logger = logging.getLogger(__name__)
+#: What the callback can log per domain.
+METHODS = ("linear", "knn")
 
 
 def metric_key(domain: str) -> str:
@@ -42,9 +49,20 @@ class CoGEvaluationCallback(L.Callback):
                  domains: Sequence[str] = DOMAINS, every_n_epochs: int = 1, at_fit_end: bool = True,
                  concepts: int = 20, train_images: int = 20, test_images: int = 10, transform: Any = "protocol",
                  lrs: Sequence[float] = (0.3, 3.0, 30.0), weight_decay: float = 1e-6, epochs: int = 30,
-                 batch_size: int = FeatureProtocol().batch_size, seed: int = 0) -> None:
+                 batch_size: int = FeatureProtocol().batch_size, seed: int = 0,
+                 methods: Sequence[str] = ("linear",), knn_ks: Sequence[int] = (10, 20, 100, 200),
+                 knn_precision: str = "auto") -> None:
         super().__init__()
         check_domains(domains, "CoGEvaluationCallback: ")  # refused now rather than at the end of the first epoch
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown or not methods:
+            raise ValueError(f"CoGEvaluationCallback: methods {list(methods)}; choose one or more of "
+                             f"{', '.join(METHODS)}")
+        from cog_pl.probe.knn import KNNSettings
+        from cog_pl.probe.knn_protocol import resolve_knn_precision
+
+        self.methods, self.knn = tuple(dict.fromkeys(methods)), KNNSettings(ks=tuple(knn_ks))
+        self.knn_precision = resolve_knn_precision(knn_precision, "cpu")  # the features are on the host
         if not in1k_root and "in1k" in domains:
             raise ValueError("CoGEvaluationCallback: in1k needs in1k_root (or leave in1k out of domains)")
         if not in21k_root and any(d != "in1k" for d in domains):
@@ -116,8 +134,18 @@ class CoGEvaluationCallback(L.Callback):
                             protocol=protocol, seeds=[self.seed], perm_seed=self.seed)
         return float(final.top1[0])
 
+    def _knn(self, xtr: torch.Tensor, ytr: torch.Tensor, xte: torch.Tensor, yte: torch.Tensor) -> float:
+        """Test top-1 of the weighted k-NN, k chosen on the 20 % validation split of the train images."""
+        from cog_pl.probe.knn_protocol import KNNData, score_test, validate
+
+        data = KNNData.place(xtr, ytr, int(max(ytr.max(), yte.max())) + 1, "cpu")
+        k = validate(data, self.seed, [None], self.knn, ProbeProtocol().val_fraction, self.knn_precision)[None]["k"]
+        return score_test(data, xte, yte, {(None, self.seed): k}, self.knn, self.knn_precision)[None, self.seed][
+            "test_top1"]
+
     def evaluate(self, pl_module: L.LightningModule) -> dict[str, float]:
-        """Extract and probe every domain now; returns ``{"cog/<domain>/top1": percent, ...}``."""
+        """Extract and probe every domain now; returns ``{"cog/<domain>/top1": percent, ...}`` (and
+        ``cog/<domain>/knn_top1`` with the k-NN among the methods)."""
         if self._data is None:
             self._data = self._load()
         fn = self._features_fn(pl_module)
@@ -129,7 +157,10 @@ class CoGEvaluationCallback(L.Callback):
             for domain, (xtr, ytr, xte, yte) in self._data.items():
                 ftr = self._features(fn, xtr, pl_module.device)
                 fte = self._features(fn, xte, pl_module.device)
-                metrics[f"cog/{metric_key(domain)}/top1"] = self._probe(ftr, ytr, fte, yte)
+                if "linear" in self.methods:
+                    metrics[f"cog/{metric_key(domain)}/top1"] = self._probe(ftr, ytr, fte, yte)
+                if "knn" in self.methods:
+                    metrics[f"cog/{metric_key(domain)}/knn_top1"] = self._knn(ftr, ytr, fte, yte)
         finally:
             pl_module.train(was_training)
         metrics["cog/seconds"] = time.perf_counter() - start

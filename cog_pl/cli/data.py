@@ -7,7 +7,7 @@ import logging
 import shutil
 import sys
 
-from cog_pl.cli.options import add_skip_policy
+from cog_pl.cli.options import add_skip_policy, parse_max_skipped
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     dsub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     chk = dsub.add_parser("check", help="report missing synsets and images, counts, unreadable images",
                           description="Exit status 0 when the benchmark can run on this data, 1 when it cannot.")
-    chk.add_argument("--in1k-root", help="IN-1K folder holding train/ and val/, one folder (or tar) per synset")
-    chk.add_argument("--in21k-root", help="IN-21K folder: one folder (Winter 2021) or tar (Fall 2011) per synset")
+    chk.add_argument("--in1k-root", help="IN-1K: a folder holding train/ and val/ (folders or tars per synset, or "
+                                          "the flat val with its devkit), timm's webdataset shards, or Hugging "
+                                          "Face's tars")
+    chk.add_argument("--in21k-root", help="IN-21K: one folder (Winter 2021) or tar (Fall 2011) per synset, or "
+                                          "timm's imagenet-w21-wds shards")
+    add_source_options(chk)
     chk.add_argument("--decode", action="store_true", help="also fully decode every image (slow; with progress)")
     chk.add_argument("--workers", type=int, default=4, help="decoding processes (default 4)")
     chk.add_argument("--bad-list", help="save the unreadable images here (wnid/filename<TAB>reason)")
@@ -49,12 +53,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp.set_defaults(func=_import)
 
 
+def add_source_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--in1k-source``, ``--in21k-source`` (how the images are stored) and ``--allow-missing``."""
+    for which in ("in1k", "in21k"):  # names checked when opened (the table is not imported at start-up)
+        parser.add_argument(f"--{which}-source", default="auto", metavar="NAME",
+                            help=f"how the {which.upper()} images are stored: synsets, flat_val, wds, hf_tars or "
+                                 "a registered source (default auto: detected from the root)")
+    parser.add_argument("--allow-missing", type=parse_max_skipped, default=0,
+                        help="tolerate this many images the split lists but the source lacks, per split (below 1 "
+                             "a fraction of it): left out with a warning; default 0 refuses any")
+
+
 def _check(args: argparse.Namespace) -> int:
     from cog_pl.data.check import check_data, write_unreadable
 
     report = check_data(args.in1k_root, args.in21k_root, decode=args.decode, workers=args.workers,
                         progress=args.decode and sys.stderr.isatty(), cache_dir=args.cache_dir,
-                        on_error=args.on_error, max_skipped=args.max_skipped)
+                        on_error=args.on_error, max_skipped=args.max_skipped, in1k_source=args.in1k_source,
+                        in21k_source=args.in21k_source, allow_missing=args.allow_missing)
     print(report.format())
     if args.bad_list and args.decode:
         write_unreadable(report, args.bad_list)

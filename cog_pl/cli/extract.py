@@ -5,6 +5,8 @@
 Stores land in ``<data.out>/<model>/<domain>/<split>/``; complete ones are skipped, interrupted ones resumed, each
 only when made by the same checkpoint, model, precision, transform and data (else refused, naming the difference;
 ``--data.overwrite true`` extracts them again). ``--data.dtype float32`` for features beyond float16's range.
+``--data.decode pil|cpu|gpu|auto`` picks the decode path (:mod:`cog_pl.extract.decode`), ``--data.num_workers auto``
+the loader workers from the cores available.
 Any Trainer option works (``--trainer.devices 4 --trainer.strategy ddp --trainer.precision bf16-mixed``,
 ``--trainer.num_nodes`` on a cluster).
 """
@@ -37,6 +39,7 @@ class ExtractCLI(CommandLineCLI):
                 return_predictions: bool | None = None, **kwargs: Any) -> None:
         """Run prediction without keeping the features in memory: the writer callback stores them."""
         datamodule.model_meta = model.store_meta(str(self.trainer.precision))  # existing stores are checked on it
+        datamodule.device = self.trainer.strategy.root_device  # where --data.decode gpu/auto decodes batches
         datamodule.setup("predict")
         if self.trainer.is_global_zero:
             datamodule.finish_ready(datamodule.model_meta, model.feature_dim)

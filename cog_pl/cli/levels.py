@@ -24,9 +24,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     lsub = p.add_subparsers(dest="levels_command", metavar="ACTION", required=True)
 
     b = lsub.add_parser("build", help="build a level file from WordNet 3.0 (defaults reproduce the paper)",
-                        description="Rank the eligible unseen IN-21K concepts by similarity to IN-1K and cut five "
-                                    "levels; writes a versioned JSON level file and prints a report.")
+                        description="Rank the eligible unseen IN-21K concepts by similarity to the seen concepts "
+                                    "(IN-1K, or --seen) and cut five levels; writes a versioned JSON level file (and "
+                                    "with --benchmark a benchmark file for `cog-pl run`) and prints a report.")
     b.add_argument("--out", type=Path, required=True, help="level file to write (JSON)")
+    b.add_argument("--seen", metavar="SET|FILE",
+                   help="the concepts the model was pretrained on: " + ", ".join(_seen_names())
+                        + " or a file of wnids (default in1k, the paper's); eligibility drops them and their "
+                          "ancestors, similarity is the largest to any of them")
+    b.add_argument("--level-size", type=_level_size, metavar="N|auto",
+                   help=f"concepts per level (default {_P.level_size}); 'auto': the largest size up to "
+                        f"{_P.level_size} that the eligible pool fills five times")
+    b.add_argument("--benchmark", type=Path, metavar="FILE",
+                   help="also write a benchmark file for `cog-pl run --benchmark`, test images drawn per concept "
+                        "from --in21k-root by the split rule (sha256-rank-v1)")
+    b.add_argument("--test-per-concept", type=at_least(1), default=50,
+                   help="with --benchmark: test images per concept (default 50, the protocol's)")
+    b.add_argument("--split-seed", type=at_least(0), default=0, help="with --benchmark: seed of the test draw")
+    b.add_argument("--name", help="with --benchmark: its name (default cog-seen-<seen set>)")
     b.add_argument("--discard", type=Path, help="file of wnids to drop (the paper's 70 manual discards are not public)")
     b.add_argument("--in21k-root", type=Path,
                    help="count images on your IN-21K (folder or tar per synset) instead of the Fall 2011 table")
@@ -74,32 +89,80 @@ def register(sub: argparse._SubParsersAction) -> None:
     sim.set_defaults(func=_similarity)
 
 
+def _seen_names() -> list[str]:
+    from cog_pl.levels.seen import NAMED
+
+    return list(NAMED)
+
+
+def _level_size(text: str) -> int | str:
+    """``--level-size``: a positive integer, or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"level size {text!r}: use 'auto' or a positive integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"level size {n}: must be at least 1")
+    return n
+
+
 def _build(args: argparse.Namespace) -> int:
     from cog_pl.levels.builder import build_levels, write_level_file
-    from cog_pl.levels.compare import agreement_summary
     from cog_pl.levels.eligibility import read_discard_list
-    from cog_pl.resources import in21k_wnids
+    from cog_pl.levels.seen import resolve_seen
+    from cog_pl.resources import in1k_wnids, in21k_wnids
 
     if not get_measure(args.measure).wordnet or args.concepts == "official":
         return _build_variant(args)
-    protocol = dataclasses.replace(_P, measure=args.measure, lcs=args.lcs,
+    if args.benchmark and not args.in21k_root:
+        raise ValueError("--benchmark draws each concept's test images from your IN-21K: give --in21k-root")
+    seen = resolve_seen(args.seen)  # a bad --seen is refused before the ontology is built
+    size = _P.level_size if args.level_size in (None, "auto") else args.level_size
+    protocol = dataclasses.replace(_P, measure=args.measure, lcs=args.lcs, level_size=size,
                                    leaf_rule=args.leaf_rule or _P.leaf_rule,
                                    min_images=_P.min_images if args.min_images is None else args.min_images)
+    if args.benchmark:
+        from cog_pl.levels.benchmark_file import benchmark_protocol
+
+        benchmark_protocol(protocol.min_images, args.test_per_concept)  # refused before the build
     discard = read_discard_list(args.discard, in21k_wnids()) if args.discard else []
-    print(f"Building CoG levels ({protocol.measure}, lcs={protocol.lcs}, leaf rule {protocol.leaf_rule})")
-    content = build_levels(protocol, discard, args.in21k_root, args.allow_missing)
+    print(f"Building CoG levels ({protocol.measure}, lcs={protocol.lcs}, leaf rule {protocol.leaf_rule}) "
+          f"relative to the seen set {seen.describe()}")
+    content = build_levels(protocol, discard, args.in21k_root, args.allow_missing, seen=seen,
+                           fit=args.level_size == "auto")
+    bench = None
+    if args.benchmark:  # drawn before anything is written: a root that lacks level concepts leaves no file
+        from cog_pl.levels.benchmark_file import level_benchmark
+
+        bench = level_benchmark(content, args.in21k_root, args.test_per_concept, args.split_seed, args.name)
     write_level_file(args.out, content)
     print("\nEligibility (count after each step):")
     for step in content["eligibility"]:
         print(f"  {step['name']:<52s} {step['remaining']:6d}  (-{step['dropped']})")
-    n = content["eligibility"][-1]["remaining"]
-    print(f"  eligible: {n}; the paper reports {_P.eligible_in_paper} after its {_P.manual_discards_in_paper} "
-          f"manual discards ({_P.eligible_in_paper + _P.manual_discards_in_paper} before them)")
-    summary = agreement_summary(content)
-    print("\nAgreement with the official levels:")
-    print("  levels of this file: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in summary["levels"].items()))
-    if summary["isolated_all"] is not None:
-        print(f"  official 5000 ranked by this similarity: {100 * summary['isolated_all']:.2f}% in their level")
+    official = set(seen.wnids) == set(in1k_wnids())
+    if official:
+        print(f"  eligible: {content['eligibility'][-1]['remaining']}; the paper reports {_P.eligible_in_paper} "
+              f"after its {_P.manual_discards_in_paper} manual discards "
+              f"({_P.eligible_in_paper + _P.manual_discards_in_paper} before them)")
+    sim = content["similarity"]
+    print("\nLevels (concepts; similarity to the closest seen concept: mean, range):")
+    for lvl, ws in content["levels"].items():
+        vals = [sim[w] for w in ws]
+        print(f"  {lvl}  {len(ws):5d}  mean {sum(vals) / len(vals):.3f}  {min(vals):.3f}..{max(vals):.3f}")
+    if official:
+        from cog_pl.levels.compare import agreement_summary
+
+        summary = agreement_summary(content)
+        print("\nAgreement with the official levels:")
+        print("  levels of this file: " + "  ".join(f"{k} {100 * v:.1f}%" for k, v in summary["levels"].items()))
+        if summary["isolated_all"] is not None:
+            print(f"  official 5000 ranked by this similarity: {100 * summary['isolated_all']:.2f}% in their level")
+    if bench is not None:
+        bench.save(args.benchmark)
+        print(f"\nbenchmark {bench.name!r} ({len(bench.in1k)} seen IN-1K concepts as its in1k domain, "
+              f"{args.test_per_concept} test images per level concept): {args.benchmark}")
     if args.plot:
         from cog_pl.levels.plot import plot_levels
 
@@ -118,7 +181,9 @@ def _build_variant(args: argparse.Namespace) -> int:
         raise ValueError(f"--measure {args.measure} re-ranks the official 5000 concepts (it does not use WordNet); "
                          "--concepts eligible is not available")
     eligibility = {"--discard": args.discard, "--in21k-root": args.in21k_root, "--allow-missing": args.allow_missing,
-                   "--leaf-rule": args.leaf_rule is not None, "--min-images": args.min_images is not None}
+                   "--leaf-rule": args.leaf_rule is not None, "--min-images": args.min_images is not None,
+                   "--seen": args.seen is not None, "--level-size": args.level_size is not None,
+                   "--benchmark": args.benchmark is not None}
     ignored = [option for option, given in eligibility.items() if given]
     if ignored:
         raise ValueError(f"{', '.join(ignored)}: eligibility options, but re-ranking the official 5000 concepts "

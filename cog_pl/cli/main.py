@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
-import logging
 import os
 import sys
 from collections.abc import Callable
 
-from cog_pl import __version__
+from cog_pl import __version__, console
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
 COMMAND_MODULES = ("wordnet", "levels", "data", "features", "probe", "report", "run", "noise")
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if handed:
         module, name, rest = handed
         verbose = argv[0] in GLOBAL_FLAGS
-        logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s")
+        console.setup(verbose, lightning_info=True)
 
         def hand() -> int:
             importlib.import_module(module).run(rest, prog=f"cog-pl {name}")
@@ -141,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         return report_errors(name, verbose, hand)
     parser = build_parser(only=_command(argv))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
+    console.setup(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

@@ -1,6 +1,7 @@
 """``cog-pl probe``: tune and test linear probes on extracted features.
 
-``tune`` runs one tuned probe (one seed, all data or N shots) and prints its result row as the last line;
+``tune`` runs one tuned probe (one seed, all data or N shots) and prints its result row as the last line; ``knn``
+the same for the weighted k-NN classifier (:mod:`cog_pl.probe.knn_protocol`);
 ``protocol`` runs a domain's seeds x shots grid into a results file. ``fit``, ``validate`` and ``test`` are listed
 here and run by a LightningCLI with a YAML config (``configs/probe/``; :mod:`cog_pl.cli.probe_lightning`).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -68,6 +70,15 @@ def _shots(text: str) -> int | None:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"shot value {text!r}: use 'all' or a positive integer") from None
+
+
+def workers_value(text: str) -> int | str:
+    """A ``--workers``/``--probe-workers`` value: ``auto`` or a count of at least 1."""
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"workers value {text!r}: use 'auto' or a count of at least 1")
+    return int(text)
 
 
 def _device(name: str) -> str:
@@ -144,12 +155,62 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
     from cog_pl.probe.protocol_run import run_protocol
 
     shots = None if args.shots is None else tuple(args.shots)
-    rows = run_protocol(args.features, args.results, model=args.model, domain=args.domain,
-                        storage=args.storage or Path(args.workdir) / "optuna.db", protocol=_protocol(args),
-                        plan=_plan(args), seeds=tuple(args.seeds) if args.seeds else None, shots=shots,
-                        device=_device(args.device), overwrite=args.overwrite)
+    grid = {"model": args.model, "domain": args.domain, "storage": args.storage or Path(args.workdir) / "optuna.db",
+            "protocol": _protocol(args), "plan": _plan(args), "seeds": tuple(args.seeds) if args.seeds else None,
+            "shots": shots, "device": _device(args.device), "overwrite": args.overwrite}
+    if args.workers is not None:  # N processes on this machine (cog_pl.probe.workers)
+        import sys
+
+        from cog_pl.probe.workers import run_workers
+
+        rows = run_workers(args.features, args.results, workers=args.workers, threads=args.threads,
+                           progress=lambda line: print(line, file=sys.stderr, flush=True), **grid)
+    else:
+        rows = run_protocol(args.features, args.results, **grid)
     print(json.dumps({"rows_written": len(rows), "results": str(args.results)}), flush=True)
     return 0
+
+
+def _knn(args: argparse.Namespace) -> int:
+    """One k-NN cell (k chosen on validation, then tested); its row is the last line."""
+    if args.seed < 0 or (args.shots is not None and args.shots < 1):
+        raise ValueError(f"--seed must be at least 0 and --shots at least 1, got --seed {args.seed} --shots "
+                         f"{args.shots}")
+    import torch
+
+    from cog_pl.features.pair import open_pair
+    from cog_pl.probe.knn import KNNSettings
+    from cog_pl.probe.knn_protocol import knn_rows, launched_group, resolve_knn_precision
+
+    settings = KNNSettings(ks=tuple(args.ks), temperature=args.temperature)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.results:
+        from cog_pl.results import check_results_file
+
+        check_results_file(args.results)
+    device = torch.device(_device(args.device))
+    if device.type == "cuda" and args.device == "auto" and "LOCAL_RANK" in os.environ:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # torchrun: one GPU a rank
+    group = launched_group(device)
+    pair = open_pair(args.features)
+    (row,) = knn_rows(pair, [(args.shots, args.seed)], model=args.model or pair.model,
+                      domain=args.domain or pair.domain, protocol=ProbeProtocol(), settings=settings, device=device,
+                      precision=resolve_knn_precision(args.precision, device), group=group)
+    if group is not None and _rank() != 0:
+        return 0
+    if args.results:
+        from cog_pl.results import append_row
+
+        append_row(args.results, row)
+    print(json.dumps(row, sort_keys=True), flush=True)
+    return 0
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank()
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -206,7 +267,30 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
                            "or feature store), which are otherwise refused")
     grid.add_argument("--seeds", type=int, nargs="*", help="default: the protocol's five seeds")
     grid.add_argument("--shots", nargs="*", type=_shots, help="N values and/or 'all' (default: all, 1, 2, ..., 128)")
+    grid.add_argument("--workers", type=workers_value, metavar="N|auto",
+                      help="run the grid with N worker processes on this machine (auto: one per GPU, else one per "
+                           "few cores), each cell tuned by one worker, --threads per worker (default: the cores "
+                           "split); default: this process alone")
     grid.set_defaults(func=_protocol_cmd)
+
+    knn = sub.add_parser("knn", help="one weighted k-NN classifier: k chosen on validation, tested (no training)")
+    knn.add_argument("--features", required=True, help="directory with train/ and test/ (features.npy, labels.npy)")
+    knn.add_argument("--seed", type=int, default=ProbeProtocol().seeds[0], help="the validation split's and the "
+                     "N-shot samples' seed (the linear probe's samples for the same seed)")
+    knn.add_argument("--shots", type=int, help="N images per concept (default: all)")
+    knn.add_argument("--ks", type=int, nargs="+", default=[10, 20, 100, 200], help="k values tried on validation")
+    knn.add_argument("--temperature", type=float, default=0.07, help="votes weigh exp(similarity / T)")
+    knn.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (under torchrun: a GPU a rank, "
+                                                      "the train features sharded over the ranks)")
+    knn.add_argument("--precision", choices=("auto", "32-true", "bf16-mixed", "64-true"), default="auto",
+                     help="the similarity product's inputs; auto: bfloat16 where the device does it fast")
+    knn.add_argument("--model", help="model name in the result (default: the store's meta, else the parent "
+                                      "directory's name)")
+    knn.add_argument("--domain", help="domain name in the result (default: the store's meta, else the directory's "
+                                       "name)")
+    knn.add_argument("--results", type=Path, help="also add the row to this results store (SQLite)")
+    knn.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    knn.set_defaults(func=_knn)
 
     for name in ("fit", "validate", "test"):  # listed here, run by cog_pl.cli.probe_lightning (cog_pl.cli.main)
         sub.add_parser(name, add_help=False,

@@ -1,4 +1,4 @@
-"""``cog-pl run`` (a model's whole evaluation) and ``cog-pl demo`` (the same on a miniature generated benchmark)."""
+"""``cog-pl run`` (a model's whole evaluation) and ``cog-pl demo`` (two models on a miniature generated benchmark)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cog_pl.cli.data import add_source_options
 from cog_pl.cli.options import add_skip_policy, at_least
+from cog_pl.cli.probe import workers_value
 from cog_pl.levels.measures import get_measure, list_measures
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol
 
@@ -28,12 +30,24 @@ def _shots(text: str) -> int | None:
     return n
 
 
+def _loader_workers(text: str) -> int | str:
+    """``--num-workers``: ``auto`` or a count of at least 0."""
+    if text != "auto" and not text.isdigit():
+        raise argparse.ArgumentTypeError(f"loader workers {text!r}: use 'auto' or a count of at least 0")
+    return text if text == "auto" else int(text)
+
+
 def _devices(text: str) -> int | str:
     """Lightning's ``devices``: a count, ``auto``, or indices such as ``0,1``."""
     return int(text) if text.isdigit() else text
 
 
-def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, trials: int, epochs: int) -> None:
+def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, trials: int, epochs: int,
+            methods: list[str]) -> None:
+    p.add_argument("--methods", nargs="+", default=methods, metavar="METHOD",
+                   help="probe methods run on every domain and reported side by side: linear (the tuned linear "
+                        "probe), knn (weighted k-NN, k chosen on validation, on the linear probe's samples); "
+                        f"default: {' '.join(methods)}")
     p.add_argument("--seeds", type=int, nargs="+", default=list(seeds))
     p.add_argument("--shots", type=_shots, nargs="+", default=shots, help="'all' and/or N images per concept")
     p.add_argument("--baseline", help="model for relative accuracies in the report (must be in the results)")
@@ -46,6 +60,9 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, tri
                    help="precision of the probes' matrix products: 32-true, bf16-mixed, or auto (bf16-mixed where "
                         "the device does bf16 fast, fast mode only; else 32-true)")
     g.add_argument("--trial-batch", type=int, default=None, help="later trials trained side by side (fast mode)")
+    g.add_argument("--probe-workers", type=workers_value, default=None, metavar="N|auto",
+                   help="probe each domain's grid with N worker processes on this machine (auto: one per GPU, else "
+                        "one per few cores, threads split); default: this process alone")
 
 
 def _finetune(p: argparse.ArgumentParser, default: bool, help: str) -> argparse._ArgumentGroup:
@@ -84,18 +101,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Run it again to resume: finished stores and result rows are skipped.")
     p.add_argument("--model", required=True, help="a paper model, efficientnet_lite0, timm:<name>, torchvision:<name>")
     p.add_argument("--checkpoint", help="weights file (the authors' layout for paper models)")
-    p.add_argument("--in1k-root", help="IN-1K with train/ and val/")
-    p.add_argument("--in21k-root", help="IN-21K: a folder or a tar per synset")
+    p.add_argument("--in1k-root", help="IN-1K with train/ and val/, or its webdataset shards or HF tars")
+    p.add_argument("--in21k-root", help="IN-21K: a folder or a tar per synset, or webdataset shards")
+    add_source_options(p)
     p.add_argument("--out", default="cog_run", help="output folder (features, results, report)")
     p.add_argument("--domains", nargs="+", default=list(DOMAINS), help="subset of " + ", ".join(DOMAINS))
     p.add_argument("--benchmark", help="a benchmark file instead of the official concepts and test split")
+    p.add_argument("--seen", metavar="SET|FILE",
+                   help="the concepts the model's pretraining covered (a named set such as in1k, in21k-p, in21k, or "
+                        "a file of wnids): the run warns, naming them, where the levels evaluated hold any; "
+                        "default: the model's registry entry")
     p.add_argument("--no-check", action="store_true", help="skip the data check")
     p.add_argument("--overwrite", action="store_true",
                    help="replace what an earlier run under --out made with other inputs (e.g. another checkpoint), "
                         "which is otherwise refused: feature stores are extracted again, result rows made again")
     g = p.add_argument_group("extraction", "the Lightning Trainer and loaders of the feature extraction")
     g.add_argument("--batch-size", type=int, default=_F.batch_size)
-    g.add_argument("--num-workers", type=int, default=4)
+    g.add_argument("--num-workers", type=_loader_workers, default="auto",
+                   help="loader worker processes, or auto (default): the cores this process may run on, less one")
+    g.add_argument("--decode", choices=("pil", "cpu", "gpu", "auto"), default="pil",
+                   help="how images are decoded and resized: pil (default, the protocol's reference), cpu "
+                        "(libjpeg-turbo and torch's resize in the loader workers), gpu (batches decoded on the "
+                        "device), auto (gpu on CUDA, else cpu); recorded in every store and row")
     g.add_argument("--devices", type=_devices, default="auto", help="extraction devices (Lightning's --devices)")
     g.add_argument("--accelerator", default="auto", help="extraction accelerator (default auto: cuda or cpu)")
     g.add_argument("--precision", default=_F.precision,
@@ -104,7 +131,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--num-nodes", type=int, default=1, help="extraction nodes (Lightning's --num_nodes)")
     add_skip_policy(g, "an unreadable image: fail naming it (default), or skip it, recorded as a missing row of its "
                        "store (meta.json), left out of the probes and counted in the report")
-    _common(p, _P.seeds, [None, *_P.shots], _P.trials, _P.epochs)
+    _common(p, _P.seeds, [None, *_P.shots], _P.trials, _P.epochs, ["linear"])
     ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
                              "report the probes relative to it; default: off")
     ft.add_argument("--finetune-epochs", type=int, default=None, help="fine-tuning epochs")
@@ -121,8 +148,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--train-per-concept", type=at_least(2), default=80)
     d.add_argument("--test-per-concept", type=at_least(1), default=20)
     d.add_argument("--image-size", type=at_least(16), default=32, help="pixels (at least 16)")
-    d.add_argument("--pretrain-epochs", type=at_least(1), default=12)
-    _common(d, (22, 37), [None, 1, 4], 10, 30)
+    d.add_argument("--pretrain-epochs", type=at_least(1), default=12, help="epochs of the supervised baseline")
+    d.add_argument("--ssl-epochs", type=at_least(0), default=SSL_EPOCHS,
+                   help="epochs of the second backbone, self-supervised on the seen concepts' images without labels "
+                        f"and reported relative to the baseline (default {SSL_EPOCHS}; 0: the baseline alone)")
+    _common(d, (22, 37), [None, 1, 4], 10, 30, ["linear", "knn"])
     _finetune(d, True, "also fine-tune the backbone on each domain with the demo recipe (configs/finetune/demo.yaml, "
                        "about a minute on 2 CPU cores) and report the linear probe relative to fine-tuning; "
                        "default: on")
@@ -136,7 +166,8 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
     from cog_pl.pipeline import ProbeOptions, RunConfig
 
     probe = ProbeOptions(trials=args.trials, epochs=args.epochs, mode="exact" if args.exact else "fast",
-                         device=args.probe_device, precision=args.probe_precision, trial_batch=args.trial_batch)
+                         device=args.probe_device, precision=args.probe_precision, trial_batch=args.trial_batch,
+                         workers=args.probe_workers)
     given = {"devices": args.finetune_devices, "accelerator": args.finetune_accelerator,
              "precision": args.finetune_precision, "epochs": getattr(args, "finetune_epochs", None)}
     given = {k: v for k, v in given.items() if v is not None}
@@ -149,7 +180,7 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
     try:  # a refused value is named by its option
         return RunConfig(seeds=tuple(args.seeds), shots=tuple(args.shots), baseline=args.baseline,
                          variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
-                         extract=extract, probe=probe, finetune=finetune,
+                         extract=extract, probe=probe, finetune=finetune, methods=tuple(dict.fromkeys(args.methods)),
                          finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds), **kw)
     except ValueError as err:
         from cog_pl.cli.probe import option_error
@@ -162,32 +193,57 @@ def _run(args: argparse.Namespace) -> int:
 
     extract = ExtractOptions(devices=args.devices, accelerator=args.accelerator, precision=args.precision,
                              strategy=args.strategy, num_nodes=args.num_nodes, batch_size=args.batch_size,
-                             num_workers=args.num_workers, on_error=args.on_error, max_skipped=args.max_skipped)
+                             num_workers=args.num_workers, decode=args.decode, on_error=args.on_error,
+                             max_skipped=args.max_skipped,
+                             in1k_source=args.in1k_source, in21k_source=args.in21k_source,
+                             allow_missing=args.allow_missing)
     cfg = _config(args, extract, {} if args.finetune else None, model=args.model, checkpoint=args.checkpoint,
                   in1k_root=args.in1k_root, in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains),
-                  benchmark=args.benchmark, check=not args.no_check, overwrite=args.overwrite)
+                  benchmark=args.benchmark, check=not args.no_check, overwrite=args.overwrite, seen=args.seen)
     summary = run(cfg)
     print(summary.report["markdown"].read_text())
     print(format_summary(summary, (*cfg.domains, *cfg.variant_domains)))
     return 0
 
 
+#: Loggers whose per-item messages (each probe, each dataset, each regrouped level) the demo keeps to ``--verbose``:
+#: its console shows stages, progress, stores written and the closing summary.
+DEMO_DETAIL_LOGGERS = ("cog_pl.probe", "cog_pl.datamodules", "cog_pl.data", "cog_pl.extract", "cog_pl.levels",
+                       "cog_pl.features.regroup")
+SSL_EPOCHS = 12
+
+
 def _demo(args: argparse.Namespace) -> int:
+    import logging
+    import warnings
+
+    if not args.verbose:
+        for name in DEMO_DETAIL_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    with warnings.catch_warnings():  # the demo decodes its tiny images once and reads them in-process on purpose
+        warnings.filterwarnings("ignore", message=r"The '\w+' does not have many workers", category=UserWarning)
+        return _demo_run(args)
+
+
+def _demo_run(args: argparse.Namespace) -> int:
+    import logging
+
     from cog_pl.demo import prepare
     from cog_pl.demo.finetune import DemoFineTune
-    from cog_pl.pipeline import ExtractOptions, format_summary, run
+    from cog_pl.demo.run import run_demo
+    from cog_pl.demo.summary import format_demo_summary
+    from cog_pl.pipeline import ExtractOptions
 
     out = Path(args.out)
-    print(f"Preparing the demo benchmark under {out / 'data'} (generated once, then reused)")
+    logging.getLogger("cog_pl.demo").info("preparing the demo benchmark and backbones under %s (made once, then "
+                                          "reused)", out / "data")
     assets = prepare(out / "data", n_seen=args.seen, n_per_level=args.per_level,
                      train_per_concept=args.train_per_concept, test_per_concept=args.test_per_concept,
-                     image_size=args.image_size, epochs=args.pretrain_epochs)
+                     image_size=args.image_size, epochs=args.pretrain_epochs, ssl_epochs=args.ssl_epochs)
     cfg = _config(args, ExtractOptions(batch_size=256, num_workers=0, accelerator="cpu", devices=1),
                   DemoFineTune().finetune_kwargs() if args.finetune else None,
                   model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),
                   in21k_root=str(assets.in21k_root), out=str(out), benchmark=str(assets.benchmark),
                   transform=assets.transform, variant_seeds=tuple(args.variant_seeds or args.seeds[:1]))
-    summary = run(cfg)
-    print(summary.report["markdown"].read_text())
-    print(format_summary(summary, (*cfg.domains, *cfg.variant_domains)))
+    print(format_demo_summary(run_demo(assets, cfg)))
     return 0

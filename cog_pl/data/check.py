@@ -1,8 +1,12 @@
 """``cog-pl data check``: can the benchmark run on these ImageNet copies? A counted, readable report.
 
-Errors (the benchmark cannot run as published): a missing IN-1K or CoG synset, a missing official test image,
-a concept whose train count falls outside the protocol's range, and, with ``--decode``, an image extraction would
-stop at. Warnings: an unexpected IN-1K total, and the unreadable images extraction would skip. Check and extraction
+Errors (the benchmark cannot run as published): a missing IN-1K or CoG synset, a missing official test image
+(and, against a split file, a missing train image; each named), a concept whose train count falls outside the
+protocol's range, and, with ``--decode``, an image extraction would stop at. ``allow_missing`` (extraction's
+tolerance) turns missing images within its cap into warnings. Also named, as warnings: images a source holds that
+no label claims (a flat val's extra files) and images a copy re-encoded (a webdataset shard's ``png`` of a
+``.JPEG``). Any source of :mod:`cog_pl.data.sources` is checked; the table says which one read each domain.
+Other warnings: an unexpected IN-1K total, and the unreadable images extraction would skip. Check and extraction
 agree on what is fatal: both decode with :func:`~cog_pl.data.imagenet.load_image` and apply the same policy
 (``on_error``: under ``"fail"`` every unreadable image is an error; under ``"skip"`` a warning, until a (domain,
 split) has more than :func:`~cog_pl.data.imagenet.skip_budget` allows).
@@ -21,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from cog_pl import resources
 from cog_pl.benchmark import Benchmark
 from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, load_image, skip_budget
-from cog_pl.data.sources import ImageSource, open_source, printable
+from cog_pl.data.sources import ImageSource, open_source, open_split_source, printable
 from cog_pl.data.splits import build_split, check_split, installed_split_path, load_split
 from cog_pl.protocol import FeatureProtocol
 
@@ -44,6 +48,8 @@ class DataReport:
     findings: list[Finding] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (location, reason)
     decoded: int = 0
+    sources: dict[str, str] = field(default_factory=dict)  # domain -> the source(s) that read it
+    mismatch: dict[str, dict[str, int]] = field(default_factory=dict)  # domain -> missing / extra / re-encoded
 
     def add(self, severity: str, domain: str, kind: str, message: str) -> None:
         self.findings.append(Finding(severity, domain, kind, message))
@@ -57,9 +63,13 @@ class DataReport:
         return not self.errors
 
     def format(self) -> str:
-        lines = [f"{'domain':<8} {'classes':>9} {'train':>10} {'test':>8}"]
+        lines = [f"{'domain':<8} {'classes':>9} {'train':>10} {'test':>8}  {'source':<16} {'missing':>7} "
+                 f"{'extra':>6} {'re-encoded':>10}"]
         for dom, c in self.counts.items():
-            lines.append(f"{dom:<8} {c['classes']:>4}/{c['expected_classes']:<4} {c['train']:>10} {c['test']:>8}")
+            m = self.mismatch.get(dom, {})
+            lines.append(f"{dom:<8} {c['classes']:>4}/{c['expected_classes']:<4} {c['train']:>10} {c['test']:>8}  "
+                         f"{self.sources.get(dom, '?'):<16} {m.get('missing', 0):>7} {m.get('extra', 0):>6} "
+                         f"{m.get('re-encoded', 0):>10}")
         if self.decoded:
             lines.append(f"decoded {self.decoded} images: {len(self.unreadable)} unreadable")
         for severity in ("error", "warning"):
@@ -98,15 +108,36 @@ class _DecodeAll(Dataset):
         return None
 
 
-def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict, benchmark: Benchmark | None) -> None:
+def _name_mismatch(report: DataReport, domain: str, part: str, missing: list[str], rows: int, allow: float,
+                   source: ImageSource, keys: list[tuple[str, str]]) -> None:
+    """Name each missing image (an error, a warning within ``allow_missing``) and each re-encoded one of ``keys``."""
+    cap = skip_budget(rows, allow) if allow else 0
+    severity = "warning" if len(missing) <= cap else "error"
+    for key in missing:
+        report.add(severity, domain, f"missing {part} images" + (" (allowed)" if severity == "warning" else ""),
+                   printable(key))
+    altered = source.altered()
+    changed = [(k, altered[k]) for k in keys if k in altered]
+    for (wnid, name), why in changed:
+        report.add("warning", domain, f"re-encoded {part} images", printable(f"{wnid}/{name}: {why}"))
+    m = report.mismatch.setdefault(domain, {"missing": 0, "extra": 0, "re-encoded": 0})
+    m["missing"] += len(missing)
+    m["re-encoded"] += len(changed)
+
+
+def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict, benchmark: Benchmark | None,
+                kind: str = "auto", allow_missing: float = 0) -> None:
     wnids = benchmark.in1k if benchmark else resources.in1k_wnids()
     n_val = benchmark.feature_protocol().test_per_concept if benchmark else 50
     counts = {"classes": 0, "expected_classes": len(wnids), "train": 0, "test": 0}
+    names_of = []
     for split, sub in (("train", "train"), ("test", "val")):
-        if not (root / sub).is_dir():
-            report.add("error", "in1k", "missing folder", f"{root / sub} is not a directory")
+        try:
+            source = open_split_source(root, split, kind, cache_dir)
+        except FileNotFoundError as err:
+            report.add("error", "in1k", "missing folder", str(err))
             continue
-        source = open_source(root / sub, cache_dir=cache_dir)
+        names_of.append(source.name)
         present = 0
         for wnid in wnids:
             if not source.has(wnid):
@@ -121,6 +152,14 @@ def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict, benchmark
                 report.add("error", "in1k", "val images per class",
                            f"{wnid}: {len(names)} val images, expected {n_val}")
         counts["classes"] = present if split == "train" else min(counts["classes"], present)
+        absent = [f"{w}/{n}" for w in wnids for n in source.absent(w)]
+        keys = [(w, n) for _, src, w, n in rows[split] if src is source]
+        _name_mismatch(report, "in1k", split, absent, len(keys) + len(absent), allow_missing, source, keys)
+        extra = source.extra()
+        for name in extra:
+            report.add("warning", "in1k", f"unlabelled {sub} images", printable(f"{source.root}/{name}"))
+        report.mismatch["in1k"]["extra"] += len(extra)
+    report.sources["in1k"] = "/".join(dict.fromkeys(names_of)) or "-"
     if counts["train"] and counts["train"] != IN1K_TRAIN_IMAGES and benchmark is None:
         report.add("warning", "in1k", "train total", f"{counts['train']} train images, the official set has "
                                                      f"{IN1K_TRAIN_IMAGES}")
@@ -128,39 +167,45 @@ def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict, benchmark
 
 
 def _check_level(level: str, source: ImageSource, report: DataReport, protocol: FeatureProtocol, cache_dir,
-                 split_file: str | None, rows: dict, benchmark: Benchmark | None) -> None:
+                 split_file: str | None, rows: dict, benchmark: Benchmark | None, allow_missing: float = 0) -> None:
     domain = f"cog_l{level[1]}"
     installed = installed_split_path(level, cache_dir)
     path = split_file or (installed if installed.exists() and benchmark is None else None)
     split = (load_split(path, level, benchmark) if path
              else build_split(level, source, protocol=protocol, benchmark=benchmark))
     issues = check_split(split, protocol, source)
-    for issue in issues:
-        kind = ("missing synset" if issue.problem == "synset missing" else "missing test images"
-                if "test image(s) missing" in issue.problem else "missing train images"
-                if "train image(s)" in issue.problem else "image counts")
+    for issue in issues:  # missing images are named one by one below
+        if "missing" in issue.problem and issue.problem != "synset missing":
+            continue
+        kind = "missing synset" if issue.problem == "synset missing" else "image counts"
         report.add("error", domain, kind, f"{issue.wnid} ({resources.concept_name(issue.wnid)}): {issue.problem}")
     missing = {i.wnid for i in issues if i.problem == "synset missing"}
     counts = {"classes": len(split.classes) - len(missing), "expected_classes": len(split.classes),
               "train": 0, "test": 0}
     present = {w: set(source.list(w)) for w in split.classes if w not in missing}
-    for part in ("train", "test"):  # count and decode what is there; what is not was reported above
+    for part in ("train", "test"):  # count and decode what is there; name what is not
         samples, _ = split.samples(part)
         kept = [(domain, source, w, n) for w, n in samples if n in present.get(w, ())]
+        gone = [f"{w}/{n}" for w, n in samples if w in present and n not in present[w]]
+        _name_mismatch(report, domain, part, gone, len(samples), allow_missing, source, [r[2:] for r in kept])
         counts[part] = len(kept)
         rows[part] += kept
     report.counts[domain] = counts
+    report.sources[domain] = source.name
 
 
 def check_data(in1k_root: str | os.PathLike | None = None, in21k_root: str | os.PathLike | None = None,
                decode: bool = False, workers: int = 0, progress: bool = False, cache_dir: str | None = None,
                protocol: FeatureProtocol | None = None, split_files: dict[str, str] | None = None,
                levels: tuple[str, ...] = resources.LEVELS, benchmark: str | None = None, on_error: str = "fail",
-               max_skipped: float = MAX_SKIPPED) -> DataReport:
+               max_skipped: float = MAX_SKIPPED, in1k_source: str = "auto", in21k_source: str = "auto",
+               allow_missing: float = 0) -> DataReport:
     """Check IN-1K and/or the CoG levels; with ``decode``, fully decode every image of every split.
 
     ``benchmark``: a benchmark file (:mod:`cog_pl.benchmark`) to check against instead of the official one.
     ``on_error`` / ``max_skipped``: the extraction's policy for unreadable images, which decides their severity.
+    ``in1k_source`` / ``in21k_source``: how the images are stored (a source name, or ``"auto"``); ``allow_missing``:
+    the extraction's tolerance of images the split lists but the source lacks.
     """
     check_policy(on_error, max_skipped)
     if in1k_root is None and in21k_root is None:
@@ -170,11 +215,12 @@ def check_data(in1k_root: str | os.PathLike | None = None, in21k_root: str | os.
     report = DataReport()
     rows: dict[str, list] = {"train": [], "test": []}
     if in1k_root is not None:
-        _check_in1k(Path(in1k_root), report, cache_dir, rows, custom)
+        _check_in1k(Path(in1k_root), report, cache_dir, rows, custom, in1k_source, allow_missing)
     if in21k_root is not None:
-        source = open_source(in21k_root, cache_dir=cache_dir)
+        source = open_source(in21k_root, in21k_source, cache_dir=cache_dir)
         for level in levels:
-            _check_level(level, source, report, protocol, cache_dir, (split_files or {}).get(level), rows, custom)
+            _check_level(level, source, report, protocol, cache_dir, (split_files or {}).get(level), rows, custom,
+                         allow_missing)
     if decode:
         _decode(rows, report, workers, progress, on_error, max_skipped)
     return report
@@ -185,28 +231,45 @@ def _decode(rows: dict, report: DataReport, workers: int, progress: bool, on_err
     from tqdm import tqdm
 
     for split in ("test", "train"):
-        loader = DataLoader(_DecodeAll(rows[split]), batch_size=64, num_workers=workers,
+        todo = rows[split]
+        direct = [i for i, r in enumerate(todo) if r[1].random_access]
+        bar = tqdm(total=len(todo), desc=f"decoding {split}", unit="img", disable=not progress)
+        errors: dict[int, str] = {}
+        loader = DataLoader(_DecodeAll([todo[i] for i in direct]), batch_size=64, num_workers=workers,
                             collate_fn=lambda batch: batch)
-        bar = tqdm(total=len(rows[split]), desc=f"decoding {split}", unit="img", disable=not progress)
         done = 0
-        bad: dict[str, list[str]] = defaultdict(list)
         for batch in loader:
-            for i, err in enumerate(batch, start=done):
-                if err is not None:
-                    domain, _, wnid, name = rows[split][i]
-                    report.unreadable.append((printable(f"{wnid}/{name}"), err))
-                    bad[domain].append(err)
+            errors.update((direct[k], err) for k, err in enumerate(batch, start=done) if err is not None)
             done += len(batch)
             bar.update(len(batch))
+        streamed: dict[int, list[int]] = defaultdict(list)  # gzip sources: each file decompressed once
+        for i, r in enumerate(todo):
+            if not r[1].random_access:
+                streamed[id(r[1])].append(i)
+        for at in streamed.values():
+            source = todo[at[0]][1]
+            for pos, data in source.stream([todo[i][2:] for i in at]):
+                _, _, wnid, name = todo[at[pos]]
+                try:
+                    load_image(source, wnid, name, data)
+                except OSError as err:
+                    errors[at[pos]] = str(err)
+                bar.update(1)
         bar.close()
+        done = len(todo)
+        bad: dict[str, list[str]] = defaultdict(list)
+        for i in sorted(errors):
+            domain, _, wnid, name = todo[i]
+            report.unreadable.append((printable(f"{wnid}/{name}"), errors[i]))
+            bad[domain].append(errors[i])
         report.decoded += done
-        for domain, errors in bad.items():  # the severity extraction gives them: stop, or skip within the cap
+        for domain, found in bad.items():  # the severity extraction gives them: stop, or skip within the cap
             kind, severity = f"unreadable {split} images", "error"
             if on_error == "skip":
                 cap = skip_budget(sum(r[0] == domain for r in rows[split]), max_skipped)
-                severity = "warning" if len(errors) <= cap else "error"
-                kind += " (skipped)" if len(errors) <= cap else f" (more than --max-skipped allows: {cap})"
-            for err in errors:
+                severity = "warning" if len(found) <= cap else "error"
+                kind += " (skipped)" if len(found) <= cap else f" (more than --max-skipped allows: {cap})"
+            for err in found:
                 report.add(severity, domain, kind, err)
 
 

@@ -66,12 +66,15 @@ def decode_image(data: bytes) -> Image.Image:
         return img.convert("RGB")  # convert() loads every pixel: a truncated file fails here
 
 
-def load_image(source: ImageSource, wnid: str, filename: str) -> Image.Image:
+def load_image(source: ImageSource, wnid: str, filename: str, data: bytes | Exception | None = None) -> Image.Image:
     """Read and decode one image, or raise :class:`UnreadableImageError` naming it (its ``path`` and ``reason`` set).
+    ``data``: its bytes (or the error reading them) when a streaming source already has them.
 
     The one test of "can this file be decoded": extraction and ``cog-pl data check --decode`` both call it."""
     try:
-        return decode_image(source.read(wnid, filename))
+        if isinstance(data, Exception):
+            raise data
+        return decode_image(source.read(wnid, filename) if data is None else data)
     except Exception as err:  # PIL raises OSError, SyntaxError, ValueError, ... on bad data
         reason = "not a recognised image format" if isinstance(err, UnidentifiedImageError) else str(err)
         reason = " ".join(reason.split())  # one line
@@ -108,9 +111,13 @@ class ImageDataset(Dataset):
         return printable("/".join(self.samples[index]))
 
     def __getitem__(self, index: int) -> dict[str, Any] | None:
+        return self.item(index)
+
+    def item(self, index: int, data: bytes | Exception | None = None) -> dict[str, Any] | None:
+        """Row ``index``, read from the source or, when a stream brings them, decoded from ``data``."""
         wnid, filename = self.samples[index]
         try:
-            image = load_image(self.source, wnid, filename)
+            image = load_image(self.source, wnid, filename, data)
         except UnreadableImageError as err:
             if self.on_error == "fail":
                 raise

@@ -20,17 +20,28 @@ Add a source with :func:`register_source`::
         ...
 
 :func:`open_source` opens a root as the named source, or (``"auto"``) as the first registered source, newest first,
-that detects the root; ``synsets`` is the fallback and detects any folder.
+that detects the root; ``synsets`` is the fallback and detects any folder. :func:`open_split_source` opens IN-1K's
+train or val images under one root, whichever layout holds them.
+
+The other built-in sources each live in their own module and register here: ``flat_val``
+(:mod:`cog_pl.data.flat_val`: the official flat ``val/`` labelled by the devkit or Kaggle's CSV), ``wds``
+(:mod:`cog_pl.data.webdataset`: timm's webdataset shards of IN-1K and IN-21K Winter 2021) and ``hf_tars``
+(:mod:`cog_pl.data.hf_tars`: Hugging Face's gzipped ``ILSVRC/imagenet-1k`` tars, streamed) and ``whole_tar``
+(:mod:`cog_pl.data.whole_tar`: IN-21K's ``fall11_whole.tar`` / ``winter21_whole.tar.gz``, one tar per synset inside;
+the root may be that file). Each keeps an index
+built in one pass and cached (:mod:`cog_pl.data.index_cache`), and :meth:`ImageSource.record` hashes it into the
+meta of the feature stores made from it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from cog_pl.data.tar_index import TarIndex
 from cog_pl.registry import Registry
@@ -53,15 +64,25 @@ def printable(name: str) -> str:
 
 
 class ImageSource(ABC):
-    """Images of synsets under ``root`` (``cache_dir``: where indexes go when ``root`` is read-only)."""
+    """Images of synsets under ``root`` (``cache_dir``: where indexes go when ``root`` is read-only; ``split``:
+    ``"train"`` or ``"test"`` for a source whose one root holds both of IN-1K's, else ignored)."""
 
     name: ClassVar[str] = ""
+    #: Whether :meth:`read` is cheap for any image. A source that can only stream (gzip) says False: extraction
+    #: then reads it through :meth:`stream` (:class:`~cog_pl.data.streamed.StreamedImages`).
+    random_access: ClassVar[bool] = True
+    #: Whether one root holds IN-1K's train and val images, told apart by ``split`` (:func:`open_split_source`).
+    holds_splits: ClassVar[bool] = False
+    #: The IN-1K splits the layout can hold (``flat_val``: only ``"test"``).
+    serves: ClassVar[tuple[str, ...]] = ("train", "test")
 
-    def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> None:
+    def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
+                 split: str | None = None) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"image root {self.root} is not a directory")
         self.cache_dir = cache_dir
+        self.split = split
 
     @classmethod
     def detect(cls, root: Path) -> bool:
@@ -88,6 +109,48 @@ class ImageSource(ABC):
     def where(self, wnid: str, filename: str) -> str:
         """A human-readable location for messages (:func:`printable`)."""
         return printable(f"{self.root}:{wnid}/{filename}")
+
+    def extra(self) -> list[str]:
+        """Images under the root that belong to no synset (a flat ``val/`` image with no label), for data check."""
+        return []
+
+    def absent(self, wnid: str) -> list[str]:
+        """Images of ``wnid`` that the source's own catalogue (devkit labels) lists but the root lacks."""
+        return []
+
+    def altered(self) -> dict[tuple[str, str], str]:
+        """``{(wnid, filename): why}`` for images not stored as the original file (a webdataset copy re-encoded
+        them), for data check: their features may differ from the original's."""
+        return {}
+
+    def entry(self, wnid: str, filename: str) -> str:
+        """Where the index places one image (shard, offset, size), hashed by :meth:`record`; ``""`` when the
+        name alone locates it."""
+        return ""
+
+    def record(self, wnids: Sequence[str]) -> dict[str, Any]:
+        """What a feature store records about where its images came from: the source's name, root, split and a
+        hash of its index over ``wnids`` (each image's name and :meth:`entry`)."""
+        h = hashlib.sha256()
+        for wnid in wnids:
+            if self.has(wnid):
+                for name in self.list(wnid):
+                    h.update(f"{wnid}/{name}\t{self.entry(wnid, name)}\n".encode("utf-8", "surrogateescape"))
+        return {"images": self.name, "root": str(self.root), "split": self.split, "index_sha256": h.hexdigest()}
+
+    def stream(self, keys: Sequence[tuple[str, str]]) -> Iterator[tuple[int, bytes | OSError]]:
+        """``(position in keys, bytes)`` for each ``(wnid, filename)`` of ``keys``, in the order the source reads
+        them best (a streaming source: its storage order); an image that cannot be read comes as its error."""
+        for i, (wnid, filename) in enumerate(keys):
+            try:
+                yield i, self.read(wnid, filename)
+            except (OSError, KeyError) as err:
+                yield i, OSError(str(err))
+
+    def stream_units(self, keys: Sequence[tuple[str, str]]) -> list[list[int]]:
+        """Positions of ``keys`` grouped by what streams independently (one gzip tar each), so that workers and
+        ranks share the work; a random-access source is one unit."""
+        return [list(range(len(keys)))]
 
 
 S = TypeVar("S", bound=type[ImageSource])
@@ -120,18 +183,39 @@ def unregister_source(name: str) -> type[ImageSource]:
     return _SOURCES.remove(name)
 
 
-def open_source(root: str | os.PathLike, kind: str = "auto",
-                cache_dir: str | os.PathLike | None = None) -> ImageSource:
+def open_source(root: str | os.PathLike, kind: str = "auto", cache_dir: str | os.PathLike | None = None,
+                split: str | None = None) -> ImageSource:
     """``root`` opened as the source ``kind``, or with ``"auto"`` as the newest registered source that detects it."""
     if kind != "auto":
-        return get_source(kind)(root, cache_dir)
+        return get_source(kind)(root, cache_dir, split)
     path = Path(root)
-    if not path.is_dir():
-        raise FileNotFoundError(f"image root {path} is not a directory")
+    if not path.is_dir() and not (path.is_file() and get_source("whole_tar").detect(path)):
+        raise FileNotFoundError(f"image root {path} is not a directory")  # a file: only IN-21K's whole tar
     for name in reversed(list_sources()):
         if get_source(name).detect(path):
-            return get_source(name)(path, cache_dir)
+            return get_source(name)(path, cache_dir, split)
     raise ValueError(f"image root {path}: no registered source recognises it; known: {', '.join(list_sources())}")
+
+
+#: IN-1K's folders under its root, by split, for layouts that keep them apart.
+IN1K_FOLDERS = {"train": "train", "test": "val"}
+
+
+def open_split_source(root: str | os.PathLike, split: str, kind: str = "auto",
+                      cache_dir: str | os.PathLike | None = None) -> ImageSource:
+    """IN-1K's ``"train"`` or ``"test"`` (val) images under ``root``: one root holding both (webdataset shards, HF
+    tars) opened with ``split``, else ``root/train`` or ``root/val`` (folders, tars, a flat val). A ``kind`` that
+    cannot hold the split (``flat_val`` for train) leaves it to detection."""
+    path, sub = Path(root), IN1K_FOLDERS[split]
+    if kind != "auto" and split in get_source(kind).serves:
+        cls = get_source(kind)
+        return cls(path if cls.holds_splits else path / sub, cache_dir, split)
+    if path.is_dir() and not (path / sub).is_dir():
+        for name in reversed(list_sources()):
+            cls = get_source(name)
+            if cls.holds_splits and cls.detect(path):
+                return cls(path, cache_dir, split)
+    return open_source(path / sub, "auto", cache_dir, split)
 
 
 @register_source("synsets")
@@ -139,8 +223,9 @@ class SynsetSource(ImageSource):
     """One folder or one tar per synset under ``root``; tars are read through a cached member index, never
     unpacked."""
 
-    def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> None:
-        super().__init__(root, cache_dir)
+    def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
+                 split: str | None = None) -> None:
+        super().__init__(root, cache_dir, split)
         self._tars: dict[str, TarIndex] = {}
         self._lists: dict[str, list[str]] = {}
         self._layouts: dict[str, str | None] = {}
@@ -196,3 +281,14 @@ class SynsetSource(ImageSource):
             return self._tar(wnid).read(filename)
         with open(self.root / wnid / filename, "rb") as fh:
             return fh.read()
+
+    def entry(self, wnid: str, filename: str) -> str:
+        if self.layout(wnid) == "tar":
+            offset, size = self._tar(wnid).members[filename]
+            return f"{wnid}.tar:{offset}:{size}"
+        return ""
+
+
+# the other built-in sources register themselves on import (newest first in detection: whole_tar, wds, hf_tars,
+# flat_val)
+from cog_pl.data import flat_val, hf_tars, webdataset, whole_tar  # noqa: E402, F401

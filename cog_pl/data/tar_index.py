@@ -19,12 +19,14 @@ stops silently at a truncated header, so the file's size is checked against the 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
 import posixpath
 import tarfile
 from pathlib import Path
+from typing import BinaryIO
 
 from cog_pl.io import write_json
 
@@ -55,25 +57,65 @@ def member_key(name: str) -> str:
     return posixpath.normpath(name).lstrip("/")
 
 
-def scan_tar(tar_path: str | os.PathLike) -> dict[str, tuple[int, int]]:
+class TarWindow(io.RawIOBase):
+    """``size`` bytes of an open binary file from ``start``, read as a file of their own: a tar held inside another
+    uncompressed tar (IN-21K's ``fall11_whole.tar``) is scanned in place, its offsets relative to ``start``."""
+
+    def __init__(self, fh: BinaryIO, start: int, size: int) -> None:
+        super().__init__()
+        self.fh, self.start, self.size, self.pos = fh, start, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self.pos = {0: pos, 1: self.pos + pos, 2: self.size + pos}[whence]
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
+        if n <= 0:
+            return b""
+        data = os.pread(self.fh.fileno(), n, self.start + self.pos)
+        self.pos += len(data)
+        return data
+
+    def readinto(self, buf: bytearray | memoryview) -> int:
+        data = self.read(len(buf))
+        buf[: len(data)] = data
+        return len(data)
+
+
+def scan_tar(tar_path: str | os.PathLike, offset: int = 0, size: int | None = None,
+             label: str | None = None) -> dict[str, tuple[int, int]]:
     """Read a tar's headers once: ``{member path: (data offset, size)}`` for its regular files; ``OSError`` naming the
-    tar when it is not a tar, truncated, or holds one name twice."""
+    tar when it is not a tar, truncated, or holds one name twice. ``offset`` / ``size``: the tar is those bytes of
+    ``tar_path`` (a member of an outer tar, ``label`` naming it in messages); offsets are relative to ``offset``."""
+    what = label or str(tar_path)
     members: dict[str, tuple[int, int]] = {}
     end, last = 0, None  # where the last member's padded data ends, and its name
-    try:
-        with tarfile.open(tar_path, "r:") as tf:
-            for info in tf:
-                end, last = info.offset_data + -(-info.size // BLOCK) * BLOCK, info.name
-                if info.isfile():
-                    key = member_key(info.name)
-                    if key in members:
-                        raise OSError(f"{tar_path}: member {key} appears twice; which one is the image is ambiguous")
-                    members[key] = (info.offset_data, info.size)
-    except (tarfile.TarError, EOFError) as err:
-        if last is not None:
-            check_complete(tar_path, end, last)  # cut short: say so, and by how much
-        raise OSError(f"{tar_path}: not a readable uncompressed tar ({err})") from err
-    check_complete(tar_path, end, last)
+    with open(tar_path, "rb") as fh:
+        window = TarWindow(fh, offset, os.fstat(fh.fileno()).st_size - offset if size is None else size)
+        try:
+            with tarfile.open(fileobj=window, mode="r:") as tf:
+                for info in tf:
+                    end, last = info.offset_data + -(-info.size // BLOCK) * BLOCK, info.name
+                    if info.isfile():
+                        key = member_key(info.name)
+                        if key in members:
+                            raise OSError(f"{what}: member {key} appears twice; which one is the image is ambiguous")
+                        members[key] = (info.offset_data, info.size)
+        except (tarfile.TarError, EOFError) as err:
+            if last is not None:
+                check_tail(what, window, end, last)  # cut short: say so, and by how much
+            raise OSError(f"{what}: not a readable uncompressed tar ({err})") from err
+        check_tail(what, window, end, last)
     tops = {key.split("/", 1)[0] if "/" in key else None for key in members}
     if len(tops) == 1 and None not in tops:  # all in one folder (``tar cf n01.tar n01/``): read it as the root
         cut = len(tops.pop()) + 1
@@ -84,19 +126,24 @@ def scan_tar(tar_path: str | os.PathLike) -> dict[str, tuple[int, int]]:
 def check_complete(tar_path: str | os.PathLike, end: int, last: str | None) -> None:
     """Refuse a tar whose size falls short of its last member's data (``end``) or whose bytes after it are not the
     end-of-archive marker (two zero blocks): a truncated or damaged copy, which ``tarfile`` reads without a word."""
-    size = os.path.getsize(tar_path)
+    with open(tar_path, "rb") as fh:
+        check_tail(str(tar_path), TarWindow(fh, 0, os.fstat(fh.fileno()).st_size), end, last)
+
+
+def check_tail(what: str, window: TarWindow, end: int, last: str | None) -> None:
+    """:func:`check_complete` of a tar read through ``window``; messages name ``what``."""
+    size = window.size
     after = f"after member {last}" if last else "at its start"
     if size < end:
-        raise OSError(f"{tar_path}: truncated, {end - size} bytes missing (member {last} ends at byte {end}, the file "
+        raise OSError(f"{what}: truncated, {end - size} bytes missing (member {last} ends at byte {end}, the file "
                       f"has {size})")
-    with open(tar_path, "rb") as fh:
-        fh.seek(end)
-        tail = fh.read(1 << 20)
+    window.seek(end)
+    tail = window.read(1 << 20)
     if tail.strip(b"\0"):
-        raise OSError(f"{tar_path}: truncated or damaged {after}: the {size - end} bytes from byte {end} are not a "
+        raise OSError(f"{what}: truncated or damaged {after}: the {size - end} bytes from byte {end} are not a "
                       "readable tar header")
     if size - end < 2 * BLOCK:
-        raise OSError(f"{tar_path}: truncated {after}: no end-of-archive marker ({2 * BLOCK - (size - end)} bytes "
+        raise OSError(f"{what}: truncated {after}: no end-of-archive marker ({2 * BLOCK - (size - end)} bytes "
                       "missing at least)")
 
 

@@ -10,7 +10,6 @@ memory (:class:`DecodedImages`).
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import lightning as L
@@ -18,9 +17,10 @@ from torch.utils.data import DataLoader
 
 from cog_pl import resources
 from cog_pl.benchmark import Benchmark, load_benchmark
-from cog_pl.data.imagenet import DecodedImages, ImageDataset, collate_images
-from cog_pl.data.sources import ImageSource, get_source, open_source
+from cog_pl.data.imagenet import DecodedImages, ImageDataset, collate_images, skip_budget
+from cog_pl.data.sources import ImageSource, get_source, open_source, open_split_source
 from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
+from cog_pl.data.streamed import StreamedImages
 from cog_pl.data.transforms import TransformConfig, build_transform
 from cog_pl.models.transform import resolve_transform
 from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, FeatureProtocol
@@ -36,7 +36,9 @@ class ImageDataModule(L.LightningDataModule):
     ``cache_images``: decode each split once at ``setup`` (with ``num_workers`` workers) and serve it from memory,
     for small datasets read for many epochs (fine-tuning on the demo); the loaders then run in the main process.
     ``source``: how the images are stored, a name of :func:`~cog_pl.data.sources.list_sources` or ``"auto"`` (detected
-    from the root).
+    from the root). ``allow_missing``: how many images of a split may be absent from the source although the split
+    lists them (the CoG split, or the devkit's val labels), below 1 a fraction of the split, else a count
+    (:func:`~cog_pl.data.imagenet.skip_budget`); 0 (the default) refuses any.
     """
 
     domain: str = ""
@@ -45,8 +47,9 @@ class ImageDataModule(L.LightningDataModule):
                  num_workers: int = 4, on_error: str = "fail", error_log: str | None = None,
                  shuffle_train: bool = True, predict_split: str = "test", pin_memory: bool = True,
                  cache_dir: str | None = None, benchmark: str | None = None, cache_images: bool = False,
-                 source: str = "auto") -> None:
+                 source: str = "auto", allow_missing: float = 0) -> None:
         super().__init__()
+        self.allow_missing = allow_missing
         self.benchmark = benchmark
         self._definition: Benchmark | None = None
         if predict_split not in SPLITS:
@@ -103,6 +106,8 @@ class ImageDataModule(L.LightningDataModule):
             source, samples, labels = self._rows(split)
             dataset = ImageDataset(source, samples, labels, build_transform(self.transform_config), self.on_error,
                                    self.error_log)
+            if not source.random_access:  # gzip: read in one pass, rows placed by index
+                dataset = StreamedImages(dataset, batch_size=self.batch_size)
             if self.cache_images:
                 dataset = DecodedImages(dataset, max(self.batch_size, 256), self.num_workers)
                 log.info("%s %s: decoded into memory (%.1f MiB)", self.domain, split, dataset.nbytes / 2**20)
@@ -111,7 +116,8 @@ class ImageDataModule(L.LightningDataModule):
         return self.datasets[split]
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(self.dataset(split), batch_size=self.batch_size, shuffle=shuffle,
+        streamed = isinstance(self.dataset(split), StreamedImages)  # read in storage order, never shuffled
+        return DataLoader(self.dataset(split), batch_size=self.batch_size, shuffle=shuffle and not streamed,
                           num_workers=0 if self.cache_images else self.num_workers, collate_fn=collate_images,
                           pin_memory=self.pin_memory,
                           persistent_workers=False)
@@ -135,6 +141,20 @@ class ImageDataModule(L.LightningDataModule):
         return meta
 
 
+def _tolerate(what: str, missing: list[str], rows: int, allow: float) -> None:
+    """Refuse a split whose source lacks ``missing`` images of its ``rows`` beyond ``allow`` (``allow_missing``),
+    naming them; within it, warn."""
+    if not missing:
+        return
+    names = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+    cap = skip_budget(rows, allow) if allow else 0
+    if len(missing) > cap:
+        raise FileNotFoundError(f"{what}: {len(missing)} image(s) the split lists are not in the source: {names} "
+                                f"(allow_missing={allow} tolerates {cap}; `cog-pl data check` lists them)")
+    log.warning("%s: %d image(s) the split lists are not in the source, left out (allow_missing=%s): %s", what,
+                len(missing), allow, names)
+
+
 def _require(source: ImageSource, wnids: list[str] | tuple[str, ...], what: str) -> None:
     missing = [w for w in wnids if not source.has(w)]
     if missing:
@@ -151,20 +171,32 @@ class ImageNetDataModule(ImageDataModule):
         super().__init__(**kwargs)
         self.save_hyperparameters()
         self.root = root
+        self._sources: dict[str, ImageSource] = {}
 
     @property
     def classes(self) -> tuple[str, ...]:
         return self.definition.in1k
 
+    def split_source(self, split: str) -> ImageSource:
+        """The source of IN-1K's ``split`` (train, or val as test), whichever layout holds it."""
+        if split not in self._sources:
+            self._sources[split] = open_split_source(self.root, split, self.source_kind, self.cache_dir)
+        return self._sources[split]
+
     def _rows(self, split: str) -> tuple[ImageSource, list[tuple[str, str]], list[int]]:
-        source = self.open_source(os.path.join(self.root, "train" if split == "train" else "val"))
+        source = self.split_source(split)
         _require(source, self.classes, f"IN-1K {'train' if split == 'train' else 'val'}")
         samples, labels = [], []
         for label, wnid in enumerate(self.classes):
             names = source.list(wnid)
             samples += [(wnid, n) for n in names]
             labels += [label] * len(names)
+        absent = [f"{w}/{n}" for w in self.classes for n in source.absent(w)]
+        _tolerate(f"in1k {split} under {source.root}", absent, len(samples) + len(absent), self.allow_missing)
         return source, samples, labels
+
+    def store_meta(self, split: str) -> dict[str, Any]:
+        return {**super().store_meta(split), "source": self.split_source(split).record(self.classes)}
 
 
 class CoGLevelDataModule(ImageDataModule):
@@ -213,6 +245,7 @@ class CoGLevelDataModule(ImageDataModule):
             else:
                 split = build_split(self.level, self.source, self.split_seed, self.protocol, self.custom)
                 log.info("%s: split %s built from %s", self.domain, split.sha256()[:12], self.root)
+            split = self._present(split)
             issues = check_split(split, self.protocol, self.source)
             missing = [i for i in issues if "missing" in i.problem]
             for issue in issues[:10]:
@@ -224,9 +257,26 @@ class CoGLevelDataModule(ImageDataModule):
             self._split = split
         return self._split
 
+    def _present(self, split: LevelSplit) -> LevelSplit:
+        """``split`` less the images the source lacks, when ``allow_missing`` tolerates them (the result's hash, in
+        the stores' identity, then differs); else ``split`` unchanged (the check refuses it)."""
+        present = {w: set(self.source.list(w)) for w in split.classes if self.source.has(w)}
+        if not self.allow_missing or len(present) < len(split.classes):
+            return split
+        keep = {part: {w: tuple(n for n in names if n in present[w]) for w, names in table.items()}
+                for part, table in (("train", split.train), ("test", split.test))}
+        absent = [f"{w}/{n}" for part, table in (("train", split.train), ("test", split.test))
+                  for w, names in table.items() for n in names if n not in present[w]]
+        total = sum(len(v) for table in (split.train, split.test) for v in table.values())
+        _tolerate(f"{self.domain} under {self.root}", absent, total, self.allow_missing)
+        if not absent:
+            return split
+        return LevelSplit(split.level, keep["train"], keep["test"], split.seed, split.max_train)
+
     def _rows(self, split: str) -> tuple[ImageSource, list[tuple[str, str]], list[int]]:
         samples, labels = self.split.samples(split)
         return self.source, samples, labels
 
     def store_meta(self, split: str) -> dict[str, Any]:
-        return {**super().store_meta(split), "split_sha256": self.split.sha256()}
+        return {**super().store_meta(split), "split_sha256": self.split.sha256(),
+                "source": self.source.record(self.classes)}

@@ -18,9 +18,11 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
 from cog_pl.benchmark import Benchmark
+from cog_pl.callbacks.progress import StageProgress
+from cog_pl.console import filter_known_warnings
 from cog_pl.data.transforms import TransformConfig
 from cog_pl.datamodules import ImageNetDataModule
-from cog_pl.demo.backbone import WIDTH, DemoCNN
+from cog_pl.demo.backbone import ARCH, WIDTH, DemoCNN
 from cog_pl.demo.synthetic import BENCHMARK_FILE
 from cog_pl.io import atomic_open, write_json
 
@@ -71,6 +73,32 @@ def demo_transform(image_size: int) -> TransformConfig:
     return TransformConfig(crop=image_size, resize=image_size)
 
 
+def fit_backbone(root: Path, module: L.LightningModule, work: str, epochs: int, batch_size: int, num_workers: int,
+                 desc: str) -> tuple[L.Trainer, ImageNetDataModule, float]:
+    """Fit ``module`` on ``<root>/in1k/train`` (all the seen concepts of the pretraining benchmark, images decoded
+    once) on the CPU in float32 (bf16 autocast made the demo CNN 3-4x slower on a 2-core AMX CPU), resuming from
+    ``<root>/<work>/last.ckpt``; returns the trainer, the data and the seconds it took."""
+    bench = Benchmark.load(root / BENCHMARK_FILE)
+    size = int(bench.meta.get("settings", {}).get("image_size", 32))
+    dm = ImageNetDataModule(root=str(root / "in1k"), benchmark=str(root / BENCHMARK_FILE),
+                            transform=demo_transform(size), batch_size=batch_size, num_workers=num_workers,
+                            pin_memory=False, cache_images=True)
+    last = root / work / "last.ckpt"
+    filter_known_warnings()
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, default_root_dir=root / work,
+                        logger=False, enable_progress_bar=False, enable_model_summary=False, deterministic=True,
+                        callbacks=[ModelCheckpoint(root / work, save_last=True, save_top_k=0), StageProgress(desc)])
+    t0 = time.perf_counter()
+    trainer.fit(module, datamodule=dm, ckpt_path=str(last) if last.exists() else None)
+    return trainer, dm, time.perf_counter() - t0
+
+
+def save_backbone(backbone: nn.Module, out: Path) -> None:
+    """The backbone's state dict, written atomically: what ``build_backbone(..., checkpoint=out)`` loads."""
+    with atomic_open(out, "wb") as fh:
+        torch.save(backbone.state_dict(), fh)
+
+
 def pretrain_demo_backbone(root: str | os.PathLike, epochs: int = 12, batch_size: int = 128, lr: float = 0.1,
                            seed: int = 0, num_workers: int = 0, width: int = WIDTH) -> Path:
     """Train the demo backbone on ``<root>/in1k/train`` (skipped when the checkpoint exists); returns its path."""
@@ -79,27 +107,15 @@ def pretrain_demo_backbone(root: str | os.PathLike, epochs: int = 12, batch_size
     if out.exists():
         log.info("demo backbone exists: %s", out)
         return out
-    bench = Benchmark.load(root / BENCHMARK_FILE)
-    size = int(bench.meta.get("settings", {}).get("image_size", 32))
-    dm = ImageNetDataModule(root=str(root / "in1k"), benchmark=str(root / BENCHMARK_FILE),
-                            transform=demo_transform(size), batch_size=batch_size, num_workers=num_workers,
-                            pin_memory=False)
     L.seed_everything(seed, workers=True, verbose=False)
-    module = DemoPretraining(len(bench.in1k), width, lr)
-    work = root / "pretrain"
-    last = work / "last.ckpt"
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, default_root_dir=work, logger=False,
-                        enable_progress_bar=False, enable_model_summary=False, deterministic=True,
-                        callbacks=[ModelCheckpoint(work, save_last=True, save_top_k=0)])
-    t0 = time.perf_counter()
-    trainer.fit(module, datamodule=dm, ckpt_path=str(last) if last.exists() else None)
+    module = DemoPretraining(len(Benchmark.load(root / BENCHMARK_FILE).in1k), width, lr)
+    trainer, dm, seconds = fit_backbone(root, module, "pretrain", epochs, batch_size, num_workers,
+                                        f"pretraining {ARCH} (supervised)")
     seen = trainer.test(module, datamodule=dm, verbose=False)[0]
-    with atomic_open(out, "wb") as fh:
-        torch.save(module.backbone.state_dict(), fh)
+    save_backbone(module.backbone, out)
     write_json(root / "demo_cnn.json", {"epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed,
                                         "width": width, "feature_dim": module.backbone.feature_dim,
-                                        "seen_test_top1": seen.get("test/top1"),
-                                        "train_seconds": round(time.perf_counter() - t0, 1)})
-    log.info("demo backbone: %d epochs, seen-concept test top-1 %.3f, %.0f s: %s", epochs, seen.get("test/top1", 0),
-             time.perf_counter() - t0, out)
+                                        "seen_test_top1": seen.get("test/top1"), "train_seconds": round(seconds, 1)})
+    log.info("pretrained %s (supervised, %d epochs, %.0f s): seen-concept test top-1 %.3f, %s", ARCH, epochs, seconds,
+             seen.get("test/top1", 0), out)
     return out

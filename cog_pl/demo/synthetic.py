@@ -3,7 +3,9 @@
 Layout under ``root``: ``in1k/train/<wnid>/*.JPEG`` and ``in1k/val/<wnid>/*.JPEG`` for the seen concepts,
 ``in21k/<wnid>/*.JPEG`` for the level concepts (train and test images together, as in IN-21K), and
 ``benchmark.json`` (:class:`~cog_pl.benchmark.Benchmark`) naming the concepts and the test images. Concepts come
-from :mod:`cog_pl.demo.concepts`, images from :mod:`cog_pl.demo.traits`. Generation is deterministic in ``seed``,
+from :mod:`cog_pl.demo.concepts` (levels built by the level builder relative to the seen sample), images from
+:mod:`cog_pl.demo.traits`, test images are drawn per concept by the split rule
+(:func:`cog_pl.levels.benchmark_file.draw_test`). Generation is deterministic in ``seed``,
 writes each concept folder atomically and resumes: ``benchmark.json``, written last, marks a finished benchmark.
 """
 
@@ -22,9 +24,11 @@ from PIL import Image
 
 from cog_pl import resources
 from cog_pl.benchmark import Benchmark
+from cog_pl.data.splits import RULE
 from cog_pl.demo.concepts import sample_concepts
 from cog_pl.demo.traits import TraitStyle, clutter_bank, concept_images
 from cog_pl.io import write_json
+from cog_pl.levels.benchmark_file import TEST_RULE_TEXT, draw_test
 from cog_pl.wordnet.ontology import Ontology
 
 log = logging.getLogger(__name__)
@@ -103,10 +107,11 @@ def make_demo(root: str | os.PathLike, n_seen: int = 50, n_per_level: int = 15, 
             folder = root / "in21k" / wnid
             if not folder.is_dir():
                 _write_concept(folder, images(wnid, n, "in21k"), names)
-            picked = np.random.default_rng([seed, int(wnid[1:]), 3]).choice(n, test_per_concept, replace=False)
-            paths += [f"{wnid}/{names[k]}" for k in sorted(picked)]
+            paths += [f"{wnid}/{name}" for name in draw_test(wnid, names, test_per_concept, seed)]
         test[level] = tuple(paths)
     meta = {"generator": "cog_pl.demo.synthetic.make_demo", "settings": settings,
+            "levels": "cog_pl.levels.builder.build_levels relative to the seen concepts (cog_pl.demo.concepts)",
+            "test_rule": {"rule": RULE, "text": TEST_RULE_TEXT, "seed": seed, "test_per_concept": test_per_concept},
             "mean_lin_similarity": concepts.mean_similarity(),
             "lin_similarity_to_seen": concepts.similarity_seen,
             "names": {w: resources.concept_name(w) for w in (*concepts.in1k, *concepts.similarity_seen)}}

@@ -6,12 +6,18 @@ precision, transform, classes, level file and split hashes, dtype: :func:`~cog_p
 equals this run's; otherwise extraction is refused, naming the difference, unless ``overwrite``, which extracts
 every store again. ``targets`` tells the :class:`~cog_pl.extract.writer.FeatureStoreWriter` where each dataloader's
 rows go.
+
+Images reach the device as ``uint8`` crops (or encoded bytes with ``decode="gpu"``) and are decoded, normalised and
+laid out there by :meth:`ExtractionDataModule.transfer_batch_to_device` (:mod:`cog_pl.extract.decode`: the decode
+paths; the resolved one is part of every store's identity). ``num_workers="auto"`` takes the cores this process may
+run on (:func:`loader_workers`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +25,14 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, collate_images, skip_budget
+from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, skip_budget
+from cog_pl.data.streamed import StreamedImages
+from cog_pl.extract.decode import check_decode, resolve_decode
+from cog_pl.extract.decode_data import PixelImages, collate_pixels
+from cog_pl.extract.decode_device import BatchDecoder
 from cog_pl.features.missing import missing_rows
 from cog_pl.features.store import (
     DTYPES,
@@ -51,6 +62,14 @@ class ExtractionTarget:
     max_missing: int = 0  # unreadable images the store may skip (on_error="skip", skip_budget)
 
 
+def loader_workers(processes: int = 1) -> int:
+    """Loader workers per extraction process: the cores this process may run on (``os.sched_getaffinity``: a
+    container's or a job's share, not the machine's), shared by ``processes`` (DDP ranks on the node), less one for
+    the process itself; at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, processes) - 1)
+
+
 class ExtractionDataModule(L.LightningDataModule):
     """Predict loaders over the images of IN-1K and the CoG levels, for every store not yet complete.
 
@@ -68,6 +87,15 @@ class ExtractionDataModule(L.LightningDataModule):
             a store was made by other inputs, e.g. another checkpoint).
         dtype: the stores' feature dtype, ``float16`` (the protocol's) or ``float32`` (for features beyond float16's
             range, which are refused rather than stored as inf).
+        in1k_source / in21k_source: how the images are stored (:func:`~cog_pl.data.sources.list_sources`), or
+            ``"auto"``: detected from the root. allow_missing: images a split lists but the source lacks that are
+            tolerated (left out, the split hash then says so); 0 refuses any
+            (:class:`~cog_pl.datamodules.images.ImageDataModule`).
+        decode: ``pil`` (the reference), ``cpu``, ``gpu`` or ``auto`` (:mod:`cog_pl.extract.decode`).
+        num_workers: loader worker processes, or ``"auto"`` (:func:`loader_workers`).
+
+    ``device`` (set by the caller, else the Trainer's root device, else the CPU) is where batches are decoded and what
+    ``decode="auto"`` is resolved for.
 
     ``model_meta`` (set by the caller before :meth:`setup`, else taken from the Trainer's model) is what the
     extractor records in every store; existing stores are checked against it.
@@ -75,11 +103,21 @@ class ExtractionDataModule(L.LightningDataModule):
 
     def __init__(self, out: str = "features", model_name: str = "model", in1k_root: str | None = None,
                  in21k_root: str | None = None, domains: Sequence[str] = DOMAINS, splits: Sequence[str] = SPLITS,
-                 transform: Any = "protocol", batch_size: int = FeatureProtocol().batch_size, num_workers: int = 4,
-                 on_error: str = "fail", max_skipped: float = MAX_SKIPPED,
+                 transform: Any = "protocol", batch_size: int = FeatureProtocol().batch_size,
+                 num_workers: int | str = 4, on_error: str = "fail", max_skipped: float = MAX_SKIPPED,
                  cache_dir: str | None = None, split_file_dir: str | None = None,
-                 benchmark: str | None = None, overwrite: bool = False, dtype: str = "float16") -> None:
+                 benchmark: str | None = None, overwrite: bool = False, dtype: str = "float16",
+                 in1k_source: str = "auto", in21k_source: str = "auto", allow_missing: float = 0,
+                 decode: str = "pil") -> None:
         super().__init__()
+        check_decode(decode)
+        if num_workers != "auto" and not (isinstance(num_workers, int) and num_workers >= 0):
+            raise ValueError(f"--num-workers {num_workers!r}; expected auto or a count >= 0")
+        num_workers = loader_workers() if num_workers == "auto" else num_workers
+        self.decode, self.device = decode, None
+        self._decode_path: str | None = None
+        self.decoder: BatchDecoder | None = None
+        self.in1k_source, self.in21k_source, self.allow_missing = in1k_source, in21k_source, allow_missing
         check_domains(domains)
         check_policy(on_error, max_skipped)
         bad = [s for s in splits if s not in SPLITS]
@@ -116,16 +154,17 @@ class ExtractionDataModule(L.LightningDataModule):
         from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
 
         common = {"transform": self.transform, "batch_size": self.batch_size, "num_workers": self.num_workers,
-                  "on_error": self.on_error, "cache_dir": self.cache_dir, "benchmark": self.benchmark}
+                  "on_error": self.on_error, "cache_dir": self.cache_dir, "benchmark": self.benchmark,
+                  "allow_missing": self.allow_missing}
         if domain == "in1k":
             if not self.in1k_root and need_root:
                 raise ValueError("extracting in1k needs --data.in1k_root (a folder with train/ and val/)")
-            dm = ImageNetDataModule(root=self.in1k_root or "", **common)
+            dm = ImageNetDataModule(root=self.in1k_root or "", source=self.in1k_source, **common)
         else:
             if not self.in21k_root and need_root:
                 raise ValueError(f"extracting {domain} needs --data.in21k_root (a folder or tar per synset)")
             dm = CoGLevelDataModule(level=domain, root=self.in21k_root or "", split_file=self._split_file(domain),
-                                    **common)
+                                    source=self.in21k_source, **common)
         return dm
 
     def _finished_meta(self, dm: Any, split: str) -> dict[str, Any]:
@@ -134,7 +173,7 @@ class ExtractionDataModule(L.LightningDataModule):
         store cannot be made again anyway) what needs no image: domain, classes, transform, level file, benchmark."""
         from cog_pl.datamodules.images import ImageDataModule
 
-        if dm.root and Path(dm.root).is_dir():
+        if dm.root and Path(dm.root).exists():  # a folder, or a file some source reads (a whole tar)
             try:
                 return dm.store_meta(split)
             except FileNotFoundError as err:
@@ -203,7 +242,21 @@ class ExtractionDataModule(L.LightningDataModule):
         """The meta a store of this run gets, less what the writer adds: the model's half, the data's half (which
         wins: it names the transform the images were read with) and the dtype. Its identity keys are compared
         against existing stores and recorded in new ones."""
-        return {**model_meta, **data_meta, "dtype": self.dtype}
+        return {**model_meta, **data_meta, "dtype": self.dtype, "decode": self.decode_path}
+
+    def _device(self) -> torch.device:
+        if self.device is not None:
+            return torch.device(self.device)
+        if self.trainer is not None:
+            return self.trainer.strategy.root_device
+        return torch.device("cpu")
+
+    @property
+    def decode_path(self) -> str:
+        """The decode path this run reads images with (``decode`` resolved on the device)."""
+        if self._decode_path is None:
+            self._decode_path = resolve_decode(self.decode, self._device())
+        return self._decode_path
 
     def open_writer(self, target: ExtractionTarget, model_meta: dict[str, Any], dim: int, first: bool = True
                     ) -> StoreWriter:
@@ -219,13 +272,41 @@ class ExtractionDataModule(L.LightningDataModule):
             logger.info("finalised %s (all %d rows were written before the interruption)", t.path, t.rows)
 
     def predict_dataloader(self) -> list[DataLoader]:
+        from cog_pl.models.transform import resolve_transform
+
+        cfg, path = resolve_transform(self.transform), self.decode_path
+        streamed = [isinstance(t.dataset, StreamedImages) for t in self.targets]
+        self._pixels = [PixelImages(t.dataset.base if s else t.dataset, cfg, path)
+                        for t, s in zip(self.targets, streamed)]
+        self.decoder = BatchDecoder(cfg, self._fallback)
+        logger.info("decoding with the %s path on %s, %d loader workers", path, self._device(), self.num_workers)
         loaders = []
-        for t in self.targets:
+        for t, pixels, stream in zip(self.targets, self._pixels, streamed):
             left = np.arange(t.rows) if self.overwrite else np.flatnonzero(~self._done(t.path, t.rows))
             if len(left) < t.rows:
                 logger.info("resuming %s: %d of %d rows left", t.path, len(left), t.rows)
-            data = t.dataset if len(left) == t.rows else Subset(t.dataset, left.tolist())
+            rows = None if len(left) == t.rows else left.tolist()
+            if stream:  # a source read in one pass: rows come in storage order, each with its index
+                data = StreamedImages(pixels, t.dataset.rows if rows is None else rows, self.batch_size)
+            else:
+                data = pixels if rows is None else Subset(pixels, rows)
             loaders.append(DataLoader(data, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers,
-                                      collate_fn=collate_images, persistent_workers=False))
+                                      collate_fn=collate_pixels, persistent_workers=False,
+                                      pin_memory=self._device().type == "cuda"))
         return loaders
+
+    def _fallback(self, index: int, dataloader_idx: int) -> tuple[dict[str, Any] | None, str]:
+        """A row the device decoder refused, through the CPU path, and where it is (for the log)."""
+        pixels = self._pixels[dataloader_idx]
+        return pixels.cpu_row(index), pixels.source.where(*pixels.samples[index])
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Decode (``gpu`` path), move and normalise a loader batch on ``device`` (:class:`BatchDecoder`)."""
+        if self.decoder is None or not isinstance(batch, dict) or "index" not in batch:
+            return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        return self.decoder(batch, device, dataloader_idx)
+
+    def teardown(self, stage: str | None = None) -> None:
+        if self.decoder is not None and self.decoder.images:
+            logger.info("decode path %s: %s", self.decode_path, self.decoder.summary())
 

@@ -53,7 +53,9 @@ CHECKED_KEYS = ("model", "weights_sha256", "domain", "split", "level_file_sha256
 #: Meta keys that say what made a store's rows (the model half from the extractor, the data half from the image
 #: datamodule, and the features' dtype); :func:`check_identity` compares them before a store is skipped or resumed.
 IDENTITY_KEYS = ("model", "arch", "feature", "weights_sha256", "precision", "transform", "dtype", "domain", "split",
-                 "classes", "level_file_sha256", "split_sha256", "benchmark")
+                 "classes", "level_file_sha256", "split_sha256", "benchmark", "decode")
+#: The value of an identity key a store made before the key existed holds (it was made the one way there was).
+IDENTITY_DEFAULTS = {"dtype": "float16", "decode": "pil"}
 #: Files of a write in progress; a kill after the rename may leave them in a finished store, where they are ignored.
 BOOKKEEPING = ("written.npy", "identity.json", "missing.npy", "missing.jsonl")
 #: Feature dtypes a store may hold; float16 (the protocol's) by default.
@@ -118,7 +120,7 @@ def check_identity(path: str | os.PathLike, want: dict[str, Any]) -> None:
     path = Path(path)
     if is_complete(path):
         try:
-            have = {"dtype": "float16", **identity_of(json.loads((path / "meta.json").read_text()))}
+            have = {**IDENTITY_DEFAULTS, **identity_of(json.loads((path / "meta.json").read_text()))}
         except ValueError as err:
             raise StoreError(f"{path / 'meta.json'}: not valid JSON ({err}); {OVERWRITE_HINT}") from err
         _refuse_mismatch(path, have, want, "feature store")
@@ -132,7 +134,7 @@ def _partial_identity(tmp: Path) -> dict[str, Any] | None:
     there is none, or nothing in it to mix with."""
     if (tmp / "identity.json").is_file():
         try:
-            return json.loads((tmp / "identity.json").read_text())
+            return {"decode": IDENTITY_DEFAULTS["decode"], **json.loads((tmp / "identity.json").read_text())}
         except ValueError as err:
             raise StoreError(f"{tmp / 'identity.json'}: not valid JSON ({err}); {OVERWRITE_HINT}") from err
     return {} if _any_written(tmp) else None

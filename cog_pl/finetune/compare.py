@@ -13,6 +13,8 @@ from typing import Any
 
 import lightning as L
 
+from cog_pl.callbacks.progress import StageProgress
+from cog_pl.console import filter_known_warnings
 from cog_pl.device import resolve_precision, trainer_options
 from cog_pl.finetune.module import FineTuneClassifier
 from cog_pl.finetune.rows import METHOD, result_row
@@ -118,8 +120,10 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
         L.seed_everything(seed, verbose=False)
         net = FineTuneClassifier(model, dm.num_classes, checkpoint, **(recipe or {}))
         start = time.perf_counter()
+        filter_known_warnings()
         trainer = L.Trainer(max_epochs=epochs, **trainer_kw, logger=False, enable_checkpointing=False,
-                            enable_model_summary=False, enable_progress_bar=progress)
+                            enable_model_summary=False, enable_progress_bar=False,
+                            callbacks=[StageProgress(f"fine-tuning {name} on {domain}")] if progress else [])
         trainer.fit(net, datamodule=dm)
         trainer.test(net, datamodule=dm, verbose=False)
         row = {**result_row(trainer, net, seed, time.perf_counter() - start), **want}

@@ -3,10 +3,12 @@
 Level file format ``cog-pl-levels`` version 1 (JSON, written atomically):
 
 - ``levels``: ``{"L1": [...], ..., "L5": [...]}``, each list sorted by wnid (the label order the evaluation uses);
-- ``ranking``: every eligible concept, most similar to IN-1K first;
-- ``similarity``: ``{wnid: float}`` for every eligible concept; ``closest_seen``: the IN-1K concept that attains it;
+- ``ranking``: every eligible concept, most similar to the seen set first;
+- ``similarity``: ``{wnid: float}`` for every eligible concept, its largest similarity to a seen concept;
+  ``closest_seen``: the seen concept that attains it;
 - ``eligibility``: the steps with ``dropped`` and ``remaining`` counts;
-- ``settings``: the level protocol values, the discard list and the image-count source;
+- ``settings``: the level protocol values, the discard list, the image-count source and the seen set (``seen``:
+  name, source, count, sha256 and wnids; IN-1K by default, see :mod:`cog_pl.levels.seen`);
 - ``versions``: the libraries' (:func:`cog_pl.provenance.versions`) and WordNet's; ``created``: UTC time.
 """
 
@@ -21,9 +23,10 @@ from typing import Any
 
 from cog_pl.io import read_json, write_json
 from cog_pl.levels.counts import image_counts
-from cog_pl.levels.eligibility import eligible_concepts
+from cog_pl.levels.eligibility import Step, eligible_concepts
 from cog_pl.levels.measures import similarity_to_set
 from cog_pl.levels.ranking import cut_levels, rank
+from cog_pl.levels.seen import SeenSet, resolve_seen
 from cog_pl.protocol import LevelProtocol, as_record
 from cog_pl.provenance import provenance
 from cog_pl.resources import LEVELS, fall11_image_counts, in1k_wnids, in21k_wnids, is_wnid
@@ -48,25 +51,36 @@ def build_ontology(protocol: LevelProtocol = DEFAULT) -> Ontology:
 
 def build_levels(protocol: LevelProtocol = DEFAULT, discard: Iterable[str] = (),
                  in21k_root: str | Path | None = None, allow_missing: bool = False,
-                 onto: Ontology | None = None) -> dict[str, Any]:
-    """Run the whole construction and return the level file's content."""
+                 onto: Ontology | None = None, seen: SeenSet | str | None = None,
+                 fit: bool = False) -> dict[str, Any]:
+    """Run the whole construction and return the level file's content.
+
+    ``seen``: the concepts the model has seen (a :class:`~cog_pl.levels.seen.SeenSet`, a named set or a file;
+    IN-1K by default): eligibility drops them and their ancestors, similarity is the largest to any of them.
+    A pool smaller than ``n_levels * level_size`` is refused naming the largest level size that fits, or with
+    ``fit`` cut into levels of that size (recorded in ``settings.protocol.level_size``).
+    """
+    seen = resolve_seen(seen)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     onto = onto or build_ontology(protocol)
     timings["ontology_s"] = time.perf_counter() - t0
     in21k = list(in21k_wnids())
-    in1k = list(in1k_wnids())
     t = time.perf_counter()
     counts = image_counts(in21k_root, in21k, allow_missing)
     timings["counts_s"] = time.perf_counter() - t
     discard = sorted(set(discard))
-    eligible, steps = eligible_concepts(onto, in21k, in1k, counts, discard, protocol.min_images,
-                                        protocol.person_root, protocol.leaf_rule)
+    eligible, steps = eligible_concepts(onto, in21k, seen.wnids, counts, discard, protocol.min_images,
+                                        protocol.person_root, protocol.leaf_rule,
+                                        "IN-1K" if set(seen.wnids) == set(in1k_wnids()) else "seen")
     for s in steps:
         logger.debug("  %-52s %6d  (-%d)", s.name, s.remaining, s.dropped)
+    protocol = _fitted(protocol, steps, seen, fit)
     t = time.perf_counter()
-    seen = [w for w in in1k if w in onto.index]
-    sim, closest = similarity_to_set(protocol.measure, eligible, seen, onto, protocol.lcs)
+    held = [w for w in seen.wnids if w in onto.index]
+    if not held:
+        raise ValueError(f"none of the seen set {seen.describe()} is in the IN-21K ontology")
+    sim, closest = similarity_to_set(protocol.measure, eligible, held, onto, protocol.lcs)
     timings["similarity_s"] = time.perf_counter() - t
     similarity = {w: float(v) for w, v in zip(eligible, sim)}
     ranked = rank(similarity)
@@ -85,10 +99,30 @@ def build_levels(protocol: LevelProtocol = DEFAULT, discard: Iterable[str] = (),
             "discard": discard,
             "image_counts": str(in21k_root) if in21k_root else "fall11 (ImageNet ReleaseStatus.xml)",
             "ranking_ties": "decreasing similarity, then increasing wnid",
+            "seen": seen.record(),
         },
         "timings": {k: round(v, 3) for k, v in timings.items()},
         **provenance(wordnet=get_wordnet().get_version()),
     }
+
+
+def _fitted(protocol: LevelProtocol, steps: list[Step], seen: SeenSet, fit: bool) -> LevelProtocol:
+    """The protocol, its level size cut to ``pool // n_levels`` with ``fit``; a pool it cannot fill is refused
+    with the eligibility counts."""
+    n, size, pool = protocol.n_levels, protocol.level_size, steps[-1].remaining
+    if pool >= n * size:
+        return protocol
+    largest = pool // n
+    counts = " -> ".join(f"{s.name} {s.remaining}" for s in steps)
+    if largest < 1:
+        raise ValueError(f"only {pool} concept(s) are eligible relative to the seen set {seen.describe()}, too few "
+                         f"for {n} levels (eligibility: {counts}); lower --min-images to admit smaller concepts")
+    if not fit:
+        raise ValueError(f"the {pool} concepts eligible relative to the seen set {seen.describe()} cannot fill {n} "
+                         f"levels of {size}; use a level size of at most {largest} (--level-size {largest}, "
+                         "or --level-size auto)")
+    logger.info("%d eligible concepts: %d levels of %d (not %d)", pool, n, largest, size)
+    return dataclasses.replace(protocol, level_size=largest)
 
 
 def write_level_file(path: str | Path, content: Mapping[str, Any]) -> None:

@@ -2,8 +2,8 @@
 
 Steps, in the order of docs/protocol.md, each reported with the count that remains:
 
-1. drop the IN-1K concepts (the seen concepts);
-2. drop ancestors of IN-1K concepts ("cat" goes, since "tiger cat" is seen);
+1. drop the seen concepts (IN-1K in the paper; any set with ``cog-pl levels build --seen``);
+2. drop ancestors of seen concepts ("cat" goes, since "tiger cat" is seen);
 3. drop the ``person.n.01`` subtree;
 4. drop concepts with fewer than 782 images;
 5. drop non-leaves: with ``leaf_rule="in21k"`` a concept that is an ancestor of any IN-21K concept (App. A.1: "for any
@@ -36,8 +36,11 @@ class Step:
 
 def eligible_concepts(onto: Ontology, in21k: Sequence[str], in1k: Iterable[str], counts: Mapping[str, int],
                       discard: Iterable[str] = (), min_images: int = 782, person_root: str = "n00007846",
-                      leaf_rule: str = "in21k") -> tuple[list[str], list[Step]]:
-    """The eligible concepts (in ``in21k`` order) and the count after each step."""
+                      leaf_rule: str = "in21k", seen_name: str = "IN-1K") -> tuple[list[str], list[Step]]:
+    """The eligible concepts (in ``in21k`` order) and the count after each step.
+
+    ``in1k`` is the seen set (IN-1K in the paper), named ``seen_name`` in the steps.
+    """
     if leaf_rule not in LEAF_RULES:
         raise ValueError(f"unknown leaf rule {leaf_rule!r}; choose one of {', '.join(LEAF_RULES)}")
     missing = [w for w in in21k if w not in counts]
@@ -58,8 +61,8 @@ def eligible_concepts(onto: Ontology, in21k: Sequence[str], in1k: Iterable[str],
         if w in onto.index:
             seen_ancestors |= onto.ancestor_set(w)
     person = onto.index[person_root]
-    keep("drop IN-1K concepts", lambda w: w not in seen)
-    keep("drop ancestors of IN-1K concepts", lambda w: w not in seen_ancestors)
+    keep(f"drop {seen_name} concepts", lambda w: w not in seen)
+    keep(f"drop ancestors of {seen_name} concepts", lambda w: w not in seen_ancestors)
     keep(f"drop the {person_root} (person) subtree", lambda w: person not in set(onto.ancestors[onto.index[w]]))
     keep(f"drop concepts with fewer than {min_images} images", lambda w: counts[w] >= min_images)
     basis = in21k if leaf_rule == "in21k" else current

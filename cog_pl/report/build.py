@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cog_pl.io import atomic_open
-from cog_pl.report.plots import plot_domains, plot_few_shot, plot_variants
-from cog_pl.report.tables import csv_table, official_cells, report_markdown, summarize
+from cog_pl.report.plots import plot_domains, plot_few_shot, plot_methods, plot_variants
+from cog_pl.report.tables import csv_table, official_cells, probe_cells, report_markdown, summarize
 from cog_pl.report.variants import variant_lines, variants_markdown
 from cog_pl.results import read_rows
 
@@ -63,8 +63,11 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     plot_domains(official, files["domains"])
     if baseline:
         files["relative"] = plot_domains(official, out / "domains_relative.png", relative=True, baseline=baseline)
-    if any(c.shots is not None for c in official):
-        files["few_shot"] = plot_few_shot(official, out / "few_shot.png")
+    probes = probe_cells(cells)  # the linear probe's and other probe methods' (k-NN) cells
+    if any(c.shots is not None for c in probes):
+        files["few_shot"] = plot_few_shot(probes, out / "few_shot.png")
+    if len({c.method for c in probes}) > 1:
+        files["methods"] = plot_methods(probes, out / "methods.png")
     if variants:
         files["variants"] = plot_variants(variants, out / "variants.png")
     return files

@@ -10,6 +10,7 @@ from cog_pl.io import atomic_open
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 from cog_pl.report.tables import Cell, domain_label, domains_of
 from cog_pl.report.variants import OFFICIAL, VariantLine
+from cog_pl.results import DEFAULT_METHOD, METHODS
 
 
 def _plt():
@@ -54,8 +55,39 @@ def plot_domains(cells: Sequence[Cell], out: str | Path, relative: bool = False,
     return _save(fig, out)
 
 
+def _line(model: str, method: str) -> tuple[str, dict]:
+    """A line's label and style: the linear probe's solid and named by its model, another method's dashed."""
+    if method == DEFAULT_METHOD:
+        return model, {}
+    return f"{model} ({METHODS.get(method, method)})", {"ls": "--"}
+
+
+def plot_methods(cells: Sequence[Cell], out: str | Path, shots: int | None = None) -> Path:
+    """Top-1 over IN-1K, L1..L5 of every probe method (all data by default), a line per (model, method): the
+    linear probe solid, the k-NN dashed; error bars = std over seeds."""
+    plt = _plt()
+    sel = [c for c in cells if c.shots == shots]
+    domains = domains_of(sel)
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    for model, method in sorted({(c.model, c.method) for c in sel}, key=lambda p: (p[0], list(METHODS).index(p[1]))):
+        by = {c.domain: c for c in sel if c.model == model and c.method == method}
+        xs = [i for i, d in enumerate(domains) if d in by]
+        label, style = _line(model, method)
+        ax.errorbar(xs, [by[domains[i]].top1 for i in xs], yerr=[by[domains[i]].top1_std for i in xs], marker="o",
+                    capsize=3, label=label, lw=1.5, **style)
+    ax.set_xticks(range(len(domains)), [domain_label(d) for d in domains])
+    ax.set_ylabel("top-1 accuracy (%)")
+    what = "all data" if shots is None else f"{shots} images per concept"
+    ax.set_title(f"Probe methods across concept generalization levels ({what})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
 def plot_few_shot(cells: Sequence[Cell], out: str | Path) -> Path:
-    """Top-1 against the number of training images per concept, one panel per domain, one line per model."""
+    """Top-1 against the number of training images per concept, one panel per domain, one line per model (and
+    method: other methods than the linear probe dashed)."""
     plt = _plt()
     domains = domains_of(cells)
     shots = sorted({c.shots for c in cells if c.shots is not None})
@@ -63,11 +95,13 @@ def plot_few_shot(cells: Sequence[Cell], out: str | Path) -> Path:
     pos = {s: i for i, s in enumerate(cols)}
     fig, axes = plt.subplots(1, len(domains), figsize=(3.2 * len(domains), 3.4), dpi=110, sharey=True, squeeze=False)
     for ax, d in zip(axes[0], domains):
-        for model in sorted({c.model for c in cells}):
+        for model, method in sorted({(c.model, c.method) for c in cells},
+                                    key=lambda p: (p[0], list(METHODS).index(p[1]) if p[1] in METHODS else 99)):
             pts = sorted(((pos[c.shots], c.top1) for c in cells if c.domain == d and c.model == model
-                          and c.shots in pos), key=lambda p: p[0])
+                          and c.method == method and c.shots in pos), key=lambda p: p[0])
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model, lw=1.3)
+                label, style = _line(model, method)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, lw=1.3, **style)
         ax.set_xticks(range(len(cols)), ["All" if s is None else str(s) for s in cols], fontsize=7)
         ax.set_title(domain_label(d))
         ax.set_xlabel("images per concept")

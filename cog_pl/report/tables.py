@@ -6,7 +6,8 @@ domain and shots (the paper's "relative to ResNet-50" plots). Domains of level v
 the official ones, grouped by variant; the main tables show the official domains and the variants get their own
 table (:mod:`cog_pl.report.variants`). Cells are grouped by the rows' ``method`` (:data:`cog_pl.results.METHODS`): the
 main tables are the linear probes'; fine-tuned models (method ``finetune``, paper App. C.2) are set against their
-linear probes in a section of their own.
+linear probes in a section of their own; other probe methods (``knn``) are set beside the linear probe per domain
+(:func:`methods_markdown`) and get rows of their own in the few-shot tables.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ class Cell:
         return "All" if self.shots is None else str(self.shots)
 
 
+def spread(mean: float, std: float, n: int) -> str:
+    """``56.90 ± 0.42`` over two or more seeds; ``56.90 (n = 1)`` for one seed, which has no spread to show."""
+    return f"{mean:.2f} ± {std:.2f}" if n >= 2 else f"{mean:.2f} (n = {n})"
+
+
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
     m = sum(values) / len(values)
     if len(values) < 2:
@@ -109,7 +115,7 @@ def markdown_table(cells: Sequence[Cell], shots: int | None = None, relative: bo
             elif relative:
                 vals.append("–" if c.relative is None else f"{c.relative:+.2f}")
             else:
-                vals.append(f"{c.top1:.2f} ± {c.top1_std:.2f}")
+                vals.append(spread(c.top1, c.top1_std, c.seeds))
         lines.append(f"| {m} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
@@ -133,6 +139,10 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
              "seeds", "", markdown_table(official, None)]
     if baseline and any(c.relative is not None for c in official):
         parts += ["", f"## Relative to {baseline} (top-1 points)", "", markdown_table(official, None, relative=True)]
+    beside = methods_markdown(cells)
+    if beside:
+        parts += ["", "## " + " beside ".join(METHODS[m] for m in reversed(probe_methods(cells)))
+                  + ": test top-1 (%) on all data, mean ± std over seeds", "", beside]
     vs_ft = finetune_relative(cells)
     if vs_ft:
         parts += ["", "## Linear probe relative to fine-tuning (probe top-1 / fine-tuned top-1, %)", "",
@@ -146,18 +156,54 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
     shots = sorted({c.shots for c in cells if c.shots is not None})
     if shots:
         parts += ["", "## Few-shot: test top-1 (%) per number of images per concept"]
+        methods = probe_methods(cells)
         for d in domains_of([c for c in cells if c.shots is not None]):
-            sel = [c for c in cells if c.domain == d and c.method == DEFAULT_METHOD]
-            models = sorted({c.model for c in sel})
-            by = {(c.model, c.shots): c for c in sel}
+            sel = [c for c in cells if c.domain == d and c.method in methods]
+            lines = sorted({(c.model, methods.index(c.method)) for c in sel})
+            by = {(c.model, c.method, c.shots): c for c in sel}
             cols = [*shots, None]
             parts += ["", f"### {domain_label(d)}", "",
                       "| model | " + " | ".join("All" if s is None else f"N={s}" for s in cols) + " |",
                       "|---" * (len(cols) + 1) + "|"]
-            for m in models:
-                vals = [f"{by[m, s].top1:.2f}" if (m, s) in by else "–" for s in cols]
-                parts.append(f"| {m} | " + " | ".join(vals) + " |")
+            for m, i in lines:
+                method = methods[i]
+                vals = [f"{by[m, method, s].top1:.2f}" if (m, method, s) in by else "–" for s in cols]
+                name = m if method == DEFAULT_METHOD else f"{m} ({METHODS[method]})"
+                parts.append(f"| {name} | " + " | ".join(vals) + " |")
     return "\n".join(parts) + "\n"
+
+
+def probe_methods(cells: Iterable[Cell]) -> list[str]:
+    """The probe methods with cells (every method but fine-tuning), the linear probe first, in report order."""
+    have = {c.method for c in cells}
+    return [m for m in METHODS if m != "finetune" and (m in have or m == DEFAULT_METHOD)]
+
+
+def probe_cells(cells: Iterable[Cell]) -> list[Cell]:
+    """Every probe method's cells on the official domains (the linear probe's and, say, the k-NN's)."""
+    cells = list(cells)
+    methods = probe_methods(cells)
+    return [c for c in cells if not is_variant(c.domain) and c.method in methods]
+
+
+def methods_markdown(cells: Sequence[Cell]) -> str:
+    """Markdown table of every probe method's top-1 per official domain on all data, a line per (model, method);
+    empty when the linear probe is the only method."""
+    methods = probe_methods(cells)
+    if len(methods) < 2:
+        return ""
+    sel = [c for c in probe_cells(cells) if c.shots is None]
+    domains = domains_of(sel)
+    by = {(c.model, c.method, c.domain): c for c in sel}
+    lines = ["| model | method | " + " | ".join(domain_label(d) for d in domains) + " |",
+             "|---" * (len(domains) + 2) + "|"]
+    for m in sorted({c.model for c in sel}):
+        for method in methods:
+            got = [by.get((m, method, d)) for d in domains]
+            if any(got):
+                lines.append(f"| {m} | {METHODS[method]} | " + " | ".join(
+                    "–" if c is None else spread(c.top1, c.top1_std, c.seeds) for c in got) + " |")
+    return "\n".join(lines)
 
 
 def official_cells(cells: Iterable[Cell]) -> list[Cell]:

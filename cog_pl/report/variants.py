@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from cog_pl.levels.measures import list_measures
 from cog_pl.protocol import LEVEL_OF_DOMAIN, split_domain
-from cog_pl.report.tables import mean_std
+from cog_pl.report.tables import mean_std, spread
 from cog_pl.results import DEFAULT_METHOD, method_of
 
 OFFICIAL = "lin (official)"
@@ -30,7 +30,7 @@ class Stat:
     seeds: int
 
     def __str__(self) -> str:
-        return f"{self.mean:.2f} ± {self.std:.2f}"
+        return spread(self.mean, self.std, self.seeds)
 
 
 @dataclass(frozen=True)

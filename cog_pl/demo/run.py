@@ -1,0 +1,63 @@
+"""The demo end to end: two representations of the miniature benchmark evaluated, one report relative to a baseline.
+
+:func:`run_demo` runs :func:`cog_pl.pipeline.run` for the baseline (the supervised ``demo_cnn``, with everything the
+demo shows: few-shot, level variants, fine-tuning) and then for the second model (the self-supervised
+``demo_cnn_ssl``, all data, same seeds, same probe methods), into one results file; then writes one report, each
+model relative to the baseline per domain (the paper's Fig. 3 (b)-(e)). It returns the time of every stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cog_pl.demo.prepare import DemoAssets
+from cog_pl.pipeline import RunConfig, run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DemoSummary:
+    """What a demo run wrote and how long each stage took (in order)."""
+
+    out: Path
+    baseline: str
+    models: list[str]
+    report: dict[str, Path]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def second_config(base: RunConfig, assets: DemoAssets) -> RunConfig:
+    """The second model's run: the baseline's probes (seeds, methods, search) on all data, nothing else."""
+    return dataclasses.replace(base, model=assets.ssl_model, checkpoint=str(assets.ssl_checkpoint), shots=(None,),
+                               variants=(), finetune=None, finetune_seeds=None, check=False, report=False)
+
+
+def run_demo(assets: DemoAssets, base: RunConfig) -> DemoSummary:
+    """Evaluate the baseline with ``base`` (its ``report`` is ignored), then the second model when ``assets`` has
+    one, and write the report of both; ``base.baseline`` names the reference model (default: the baseline's)."""
+    from cog_pl.models import resolve_spec
+    from cog_pl.report.build import write_report
+
+    seconds = dict(assets.seconds)
+    configs = [dataclasses.replace(base, report=False)]
+    if assets.ssl_checkpoint is not None:
+        configs.append(second_config(configs[0], assets))
+    models = []
+    for cfg in configs:
+        name = resolve_spec(cfg.model).name
+        models.append(name)
+        log.info("evaluating %s", name)
+        summary = run(cfg)
+        seconds.update({f"{stage} {name}": s for stage, s in summary.seconds.items()})
+    baseline = base.baseline or models[0]
+    t = time.perf_counter()
+    out = Path(base.out)
+    report = write_report(out / "results.sqlite", out / "report", models=models, baseline=baseline,
+                          features=out / "features")
+    seconds["report"] = time.perf_counter() - t
+    return DemoSummary(out, baseline, models, report, seconds)

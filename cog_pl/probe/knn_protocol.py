@@ -1,0 +1,290 @@
+"""The k-NN protocol of a domain: k chosen on validation, then the final classifier on the train set, tested.
+
+For each seed, the linear probe's own rows (:func:`cog_pl.data.sampling.tuning_indices`): the 20 % per-class
+validation split and, for N shots, N rows per class of the other 80 % (the tuning sample). One pass of the
+validation rows against the train features serves every shot setting and every k of the seed; the k with the best
+validation top-1 is chosen (the smaller k among equals), every k's validation top-1 recorded. Then one pass of the
+test features against the train features serves every cell: the full train set for all data, the linear probe's
+final N-shot sample (:func:`cog_pl.data.sampling.final_indices`) otherwise. The test store is read only then: the
+test labels never enter the choice of k.
+
+Rows have ``method = "knn"``; a row's identity is the features' identity, the k-NN values (``ks``, temperature,
+validation fraction, normalisation) and the precision. Resuming skips rows of the same identity and refuses rows of
+another (``overwrite``: made again). Under ``torch.distributed`` (``group``) every rank holds a shard of the train
+rows (:func:`cog_pl.probe.knn.neighbours` merges them) and rank 0 writes the rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from cog_pl.data.sampling import final_indices, tuning_indices
+from cog_pl.device import fits, resolve_device, resolve_precision
+from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.probe.data import l2_normalize, load_store
+from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
+from cog_pl.probe.resume import features_identity, format_key, refusal
+from cog_pl.protocol import ProbeProtocol, check_grid
+from cog_pl.provenance import versions
+from cog_pl.results import FORMAT_VERSION, append_row, read_rows, row_key
+
+log = logging.getLogger(__name__)
+METHOD = "knn"
+#: The precisions a k-NN pass runs in (``auto``: bf16-mixed where the device does it fast, :mod:`cog_pl.device`).
+PRECISIONS = ("32-true", "bf16-mixed", "64-true")
+
+
+def rows_digest(rows: np.ndarray | Tensor) -> str:
+    """A short digest of a set of train rows (sorted int64), recorded so two methods' samples can be compared."""
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(rows, dtype=np.int64)).tobytes()).hexdigest()[:16]
+
+
+def choose_k(val_top1: dict[int, float]) -> int:
+    """The k of the best validation top-1; the smaller k among equals."""
+    return min(val_top1, key=lambda k: (-val_top1[k], k))
+
+
+@dataclass
+class KNNData:
+    """Normalised train features (all rows on the host: the validation queries) and labels, and the rows this rank
+    searches (``database``, on the pass's device, starting at global row ``offset``)."""
+
+    train_x: Tensor
+    train_y: Tensor
+    num_classes: int
+    database: Tensor
+    offset: int = 0
+    group: Any = None
+
+    @classmethod
+    def place(cls, train_x: Tensor, train_y: Tensor, num_classes: int, device: torch.device | str,
+              precision: str = "32-true", group: Any = None) -> KNNData:
+        """The rows of this rank (all of them without ``group``; a contiguous shard under DDP) on ``device`` when
+        they fit there (:func:`cog_pl.device.fits`), else on the host."""
+        lo, hi = 0, len(train_x)
+        if group is not None:
+            import torch.distributed as dist
+
+            g = None if group is True else group
+            rank, world = dist.get_rank(g), dist.get_world_size(g)
+            lo, hi = len(train_x) * rank // world, len(train_x) * (rank + 1) // world
+        shard = train_x[lo:hi]
+        per_value = 2 if precision.startswith("bf16") else shard.element_size()
+        if not fits(shard.numel() * per_value, device, what="the k-NN train features"):
+            device = "cpu"
+        return cls(train_x, train_y, num_classes, shard.to(device), lo, group)
+
+    def search(self, queries: Tensor, k: int, subsets: Sequence[Tensor | None],
+               precision: str) -> list[tuple[Tensor, Tensor]]:
+        return neighbours(queries, self.database, k, subsets, precision=precision, offset=self.offset,
+                          group=self.group)
+
+
+def validate(data: KNNData, seed: int, shots: Sequence[int | None], settings: KNNSettings, val_fraction: float,
+             precision: str) -> dict[int | None, dict[str, Any]]:
+    """For each shot setting of ``seed``: every k's validation top-1, the chosen k and the rows used. Reads the
+    train split only."""
+    y = data.train_y.numpy()
+    _, val_idx = tuning_indices(y, val_fraction, seed, None)
+    tuning = {n: tuning_indices(y, val_fraction, seed, n)[0] for n in shots}
+    found = data.search(data.train_x[torch.from_numpy(val_idx)], max(settings.ks),
+                        [torch.from_numpy(tuning[n]) for n in shots], precision)
+    truth = data.train_y[torch.from_numpy(val_idx)]
+    out = {}
+    for n, (sims, rows) in zip(shots, found):
+        labels = data.train_y[rows]
+        by_k = {k: accuracy(vote(sims, labels, data.num_classes, k, settings.temperature), truth)[0]
+                for k in settings.ks}
+        out[n] = {"val_top1_by_k": by_k, "k": choose_k(by_k), "tuning_rows": len(tuning[n]),
+                  "val_rows": len(val_idx), "tuning_rows_sha256": rows_digest(tuning[n])}
+    return out
+
+
+def final_samples(labels: np.ndarray, cells: Sequence[tuple[int | None, int]]) -> dict[tuple, np.ndarray | None]:
+    """The final classifier's train rows of each (shots, seed) cell: None (every row) for all data, else the linear
+    probe's final N-shot sample."""
+    return {(n, seed): None if n is None else final_indices(labels, seed, n) for n, seed in cells}
+
+
+def score_test(data: KNNData, test_x: Tensor, test_y: Tensor, chosen: dict[tuple, int],
+               settings: KNNSettings, precision: str) -> dict[tuple, dict[str, Any]]:
+    """Test top-1/top-5 of each (shots, seed) cell with its chosen k, from one pass over the test features."""
+    samples = final_samples(data.train_y.numpy(), list(chosen))
+    key = {cell: "all" if rows is None else cell for cell, rows in samples.items()}  # all data: one subset
+    distinct = list(dict.fromkeys(key.values()))
+    subsets = [None if d == "all" else torch.from_numpy(samples[d]) for d in distinct]
+    found = dict(zip(distinct, data.search(test_x, max(settings.ks), subsets, precision)))
+    out = {}
+    for cell, k in chosen.items():
+        sims, rows = found[key[cell]]
+        ranked = vote(sims, data.train_y[rows], data.num_classes, k, settings.temperature)
+        top1, top5 = accuracy(ranked, test_y)
+        train = samples[cell]
+        out[cell] = {"test_top1": top1, "test_top5": top5,
+                     "train_rows": len(data.train_y) if train is None else len(train),
+                     "train_rows_sha256": rows_digest(np.arange(len(data.train_y)) if train is None else train)}
+    return out
+
+
+def knn_identity(features: dict | None, settings: KNNSettings, protocol: ProbeProtocol, precision: str) -> dict:
+    """The values a k-NN row's numbers depend on (``knn``, ``precision``, ``features``) and their digest
+    (``identity``)."""
+    values = {"knn": {**settings.as_record(), "val_fraction": protocol.val_fraction,
+                      "normalize": protocol.normalize}, "precision": precision, "features": features}
+    digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
+    return {**values, "identity": digest}
+
+
+def _differences(row: dict, want: dict) -> list[tuple[str, Any, Any]]:
+    if row.get("identity") == want["identity"]:
+        return []
+    diff = [(k, row.get(k, "<not recorded>"), want[k]) for k in ("knn", "precision", "features")
+            if row.get(k, "<not recorded>") != want[k]]
+    return diff or [("identity", row.get("identity"), want["identity"])]
+
+
+def knn_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, seeds: Sequence[int],
+             shots: Sequence[int | None], want: dict, overwrite: bool = False) -> list[tuple[int | None, int]]:
+    """The (shots, seed) cells whose k-NN row is missing or (``overwrite``) made with other values; a row made with
+    other values is refused otherwise, before any work."""
+    existing = {row_key(r): r for r in read_rows(results)}
+    todo = []
+    for n in shots:
+        for seed in seeds:
+            key = (model, METHOD, domain, n, seed)
+            row = existing.get(key)
+            diff = _differences(row, want) if row is not None else None
+            if diff and not overwrite:
+                raise ValueError(refusal(results, key, diff))
+            if row is None or diff:
+                todo.append((n, seed))
+            else:
+                log.info("skip %s: row exists, made with the same inputs", format_key(key))
+    return todo
+
+
+def knn_rows(pair: StorePair, cells: Sequence[tuple[int | None, int]], *, model: str, domain: str,
+             protocol: ProbeProtocol, settings: KNNSettings, device: torch.device | str, precision: str,
+             group: Any = None) -> list[dict[str, Any]]:
+    """The result rows of ``cells`` ((shots, seed) pairs) on the stores of ``pair``: validation passes (one per
+    seed), then the test store is read and one test pass serves every cell."""
+    start = time.perf_counter()
+    x, y = load_store(pair.train, "cpu")
+    x = l2_normalize(x) if protocol.normalize else x
+    data = KNNData.place(x, y, pair.num_classes, device, precision, group)
+    chosen: dict[tuple, dict[str, Any]] = {}
+    for seed in dict.fromkeys(s for _, s in cells):
+        shots = [n for n, s in cells if s == seed]
+        for n, result in validate(data, seed, shots, settings, protocol.val_fraction, precision).items():
+            chosen[n, seed] = result
+    validated = time.perf_counter()
+    test_x, test_y = load_store(pair.test, "cpu")  # read only now: the choice of k is made
+    test_x = l2_normalize(test_x) if protocol.normalize else test_x
+    tested = score_test(data, test_x, test_y, {c: r["k"] for c, r in chosen.items()}, settings, precision)
+    end = time.perf_counter()
+    ident = knn_identity(features_identity(pair), settings, protocol, precision)
+    world = 1
+    if group is not None:
+        import torch.distributed as dist
+
+        world = dist.get_world_size(None if group is True else group)
+    rows = []
+    for n, seed in cells:
+        val = chosen[n, seed]
+        rows.append({
+            "format_version": FORMAT_VERSION, "model": model, "method": METHOD, "domain": domain, "shots": n,
+            "seed": seed, "k": val["k"], "val_top1": val["val_top1_by_k"][val["k"]],
+            "val_top1_by_k": {str(k): v for k, v in val["val_top1_by_k"].items()},
+            **{k: v for k, v in val.items() if k not in ("k", "val_top1_by_k")}, **tested[n, seed],
+            **ident, "device": str(data.database.device), "world_size": world,
+            "seconds": round(end - start, 3), "validation_seconds": round(validated - start, 3),
+            "test_seconds": round(end - validated, 3), "cells_in_pass": len(cells), "versions": versions()})
+        log.info("%s: k=%d (val top-1 %.2f) -> test top-1 %.2f", format_key(row_key(rows[-1])), val["k"],
+                 rows[-1]["val_top1"], rows[-1]["test_top1"])
+    return rows
+
+
+def resolve_knn_precision(precision: str | None, device: torch.device | str) -> str:
+    """``auto`` (None) is bf16-mixed on a GPU that does bfloat16 products fast (:func:`cog_pl.device.resolve_precision`,
+    whose product returns float32 similarities there), and 32-true on the host: a CPU's bfloat16 product returns
+    bfloat16 similarities, whose ties make the exact tie-breaking slower than the float32 pass and move top-5 sets
+    (``benchmarks/bench_knn.py``)."""
+    if (precision or "auto") == "auto" and resolve_device(device).type != "cuda":
+        return "32-true"
+    return resolve_precision(precision or "auto", device, PRECISIONS)
+
+
+def run_knn_protocol(root: str | os.PathLike | StorePair, results: str | os.PathLike, *, model: str | None = None,
+                     domain: str | None = None, protocol: ProbeProtocol | None = None,
+                     seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
+                     device: str | torch.device = "cpu", overwrite: bool = False, settings: KNNSettings | None = None,
+                     precision: str | None = None, group: Any = None, plan: Any = None,
+                     **_: Any) -> list[dict[str, Any]]:
+    """Every (shots, seed) cell of a domain (All and each N of the protocol by default) into ``results``; returns
+    the rows written. ``precision`` defaults to the search plan's (``plan.precision``), else ``auto``. Arguments of
+    the linear method that do not apply (``storage``) are accepted and ignored, so both run from one call."""
+    protocol, settings = protocol or ProbeProtocol(), settings or KNNSettings()
+    seeds = protocol.seeds if seeds is None else seeds
+    shots = (None, *protocol.shots) if shots is None else shots
+    check_grid(seeds, shots)
+    device = resolve_device(device)
+    precision = resolve_knn_precision(precision or getattr(plan, "precision", None), device)
+    pair = root if isinstance(root, StorePair) else open_pair(root)
+    model, domain = model or pair.model, domain or pair.domain
+    want = knn_identity(features_identity(pair), settings, protocol, precision)
+    todo = knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,
+                    overwrite=overwrite)
+    if not todo:
+        return []
+    rows = knn_rows(pair, todo, model=model, domain=domain, protocol=protocol, settings=settings, device=device,
+                    precision=precision, group=group)
+    if group is None or _rank(group) == 0:
+        for row in rows:
+            append_row(results, row)
+    return rows
+
+
+def _rank(group: Any) -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank(None if group is True else group)
+
+
+def check_knn_grid(root: str | os.PathLike, results: str | os.PathLike, *, model: str | None = None,
+                   domain: str | None = None, protocol: ProbeProtocol | None = None,
+                   seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
+                   device: str | torch.device = "cpu", overwrite: bool = False, plan: Any = None,
+                   **_: Any) -> list[tuple[int | None, int]]:
+    """:func:`knn_todo` of a grid as :func:`run_knn_protocol` would run it: refuses rows of other values before
+    any work (``cog-pl run`` checks every method's grid before the first probe)."""
+    protocol, settings = protocol or ProbeProtocol(), KNNSettings()
+    seeds = protocol.seeds if seeds is None else seeds
+    shots = (None, *protocol.shots) if shots is None else shots
+    precision = resolve_knn_precision(getattr(plan, "precision", None), resolve_device(device))
+    pair = open_pair(root)
+    want = knn_identity(features_identity(pair), settings, protocol, precision)
+    return knn_todo(pair, results, model=model or pair.model, domain=domain or pair.domain, seeds=seeds,
+                    shots=shots, want=want, overwrite=overwrite)
+
+
+def launched_group(device: torch.device) -> Any:
+    """The default process group when this process was started by ``torchrun`` (``WORLD_SIZE`` > 1; initialised
+    here with NCCL on CUDA, gloo on the host, when not yet), else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return True

@@ -1,0 +1,277 @@
+"""A domain's probe grid on a whole machine: N worker processes on one study storage and one results file.
+
+:func:`plan_workers` decides how many workers a machine runs and where: with CUDA devices one per GPU, each pinned to
+its own (``CUDA_VISIBLE_DEVICES``) with the CPU threads split between them; otherwise one per few cores
+(:func:`threads_per_worker`) with torch's threads split, so workers never oversubscribe the cores; never more than
+the grid's cells, nor than host memory holds copies of the features. :func:`run_workers` starts them
+(``python -m cog_pl.probe.workers SPEC``) and merges their progress into one display.
+
+Each worker takes the grid's cells in the same order (largest first) and *claims a cell before tuning it*
+(:func:`cog_pl.results.claim_row`; a heartbeat thread renews the claim, a dead worker's claim is taken over after
+``stale_after`` or at once when provably dead). A cell is thus tuned by one worker alone, exactly as a one-worker
+run tunes it, so the grid's rows equal a one-worker run's (``tests/test_probe_workers_auto.py``). Workers started by
+hand on several machines (``probe protocol`` without ``--workers``) still share studies as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSlot:
+    """One worker: its torch threads, the device it probes on and the environment it starts with."""
+
+    threads: int
+    device: str
+    env: dict[str, str]
+
+
+def available_cores() -> int:
+    """Cores this process may run on (a container's or job's share)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def threads_per_worker(cores: int) -> int:
+    """Torch threads per CPU worker for ``workers="auto"``: 1 up to 4 cores, then about half the square root (2 at
+    16 cores, 4 at 64): small probes gain little from threads, many processes a lot."""
+    return max(1, round(cores ** 0.5 / 2))
+
+
+def available_memory() -> int | None:
+    """Bytes of host memory available (``MemAvailable``), None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def plan_workers(workers: int | str, device: str, cells: int, feature_bytes: int = 0, threads: int = 0
+                 ) -> list[WorkerSlot]:
+    """The workers for a grid of ``cells`` cells on ``device`` (``cpu`` or ``cuda``): ``workers`` a count or
+    ``"auto"``; ``feature_bytes``: the size of the domain's stores (each CPU worker holds about three float32 copies);
+    ``threads``: torch threads per worker (0: the cores split between the workers)."""
+    if workers != "auto" and not (isinstance(workers, int) and workers >= 1):
+        raise ValueError(f"--workers {workers!r}; expected auto or a count of at least 1")
+    cores = available_cores()
+    gpus = 0
+    if str(device).startswith("cuda"):
+        import torch
+
+        gpus = torch.cuda.device_count()
+    if workers == "auto":
+        if gpus:
+            workers = gpus
+        else:
+            workers = cores // threads_per_worker(cores)
+            memory = available_memory()
+            if feature_bytes and memory:
+                workers = min(workers, max(1, int(0.8 * memory) // (6 * feature_bytes)))
+    workers = max(1, min(workers, max(cells, 1)))
+    per = threads or max(1, cores // workers)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    slots = []
+    for i in range(workers):
+        mine = {**env, "OMP_NUM_THREADS": str(per), "MKL_NUM_THREADS": str(per)}
+        if gpus:
+            mine["CUDA_VISIBLE_DEVICES"] = _visible(i % gpus)
+        slots.append(WorkerSlot(per, "cuda" if gpus else "cpu", mine))
+    return slots
+
+
+def _visible(i: int) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry of this process's i-th visible GPU (honouring the parent's own list)."""
+    parent = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return parent[i] if i < len(parent) else str(i)
+
+
+def cell_order(cells: list[tuple[int | None, int]]) -> list[tuple[int | None, int]]:
+    """Largest cells first (all data, then shots descending), so the last cells to end are small ones."""
+    return sorted(cells, key=lambda c: (c[0] is not None, -(c[0] or 0), c[1]))
+
+
+def run_workers(root: str | os.PathLike, results: str | os.PathLike, *, workers: int | str, model: str | None = None,
+                domain: str | None = None, storage: str | os.PathLike, protocol: Any = None, plan: Any = None,
+                seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
+                device: str = "cpu", overwrite: bool = False, threads: int = 0,
+                progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """:func:`~cog_pl.probe.protocol_run.run_protocol` with ``workers`` processes (:func:`plan_workers`); returns the
+    rows written. ``progress`` gets one line per cell started and ended (default: the log)."""
+    from cog_pl.features.pair import open_pair
+    from cog_pl.probe.protocol_run import grid_todo, run_protocol
+    from cog_pl.probe.tuner import SearchPlan
+    from cog_pl.protocol import ProbeProtocol, check_grid
+
+    protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
+    seeds = protocol.seeds if seeds is None else seeds
+    shots = (None, *protocol.shots) if shots is None else shots
+    check_grid(seeds, shots)
+    pair = open_pair(root)
+    model, domain = model or pair.model, domain or pair.domain
+    todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
+                     shots=shots, device=device, overwrite=overwrite)  # a row of other inputs: refused now
+    size = sum(os.path.getsize(p) for p in Path(root).rglob("features.npy"))
+    slots = plan_workers(workers, device, len(todo), 2 * size, threads)  # float16 on disk, float32 in memory
+    if len(slots) <= 1:
+        return run_protocol(root, results, model=model, domain=domain, storage=storage, protocol=protocol, plan=plan,
+                            seeds=seeds, shots=shots, device=device, overwrite=overwrite)
+    show = progress or log.info
+    show(f"probe grid {model}/{domain}: {len(todo)} cells on {len(slots)} workers "
+         f"({slots[0].threads} thread(s) each, {slots[0].device})")
+    spec = {"root": str(root), "results": str(results), "model": model, "domain": domain, "storage": str(storage),
+            "protocol": protocol, "plan": plan, "cells": cell_order(todo)}
+    with tempfile.TemporaryDirectory(prefix="cog-pl-workers-") as tmp:
+        rows = _start(spec, slots, Path(tmp), show)
+    return rows
+
+
+def _start(spec: dict[str, Any], slots: list[WorkerSlot], tmp: Path, show: Callable[[str], None]
+           ) -> list[dict[str, Any]]:
+    """Start one process per slot, relay their events as one display, wait; a failed worker stops the others."""
+    procs, readers, rows, lock = [], [], [], threading.Lock()
+    total, started = len(spec["cells"]), time.monotonic()
+    tails: dict[int, list[str]] = {}
+    for i, slot in enumerate(slots):
+        path = tmp / f"worker{i}.pkl"
+        path.write_bytes(pickle.dumps({**spec, "device": slot.device, "threads": slot.threads}))
+        procs.append(subprocess.Popen([sys.executable, "-m", "cog_pl.probe.workers", str(path)], env=slot.env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
+    def events(i: int, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            event = json.loads(line)
+            with lock:
+                if event["event"] == "row":
+                    rows.append(event["row"])
+                    r = event["row"]
+                    show(f"[{len(rows)}/{total}] worker {i}: shots={r['shots'] or 'all'} seed={r['seed']} -> "
+                         f"test top-1 {r['test_top1']:.2f} ({r['seconds']:.1f} s; {time.monotonic() - started:.0f} s "
+                         "in all)")
+                else:
+                    show(f"worker {i}: {event['event']} shots={event['shots'] or 'all'} seed={event['seed']}")
+
+    def errors(i: int, proc: subprocess.Popen) -> None:
+        for line in proc.stderr:
+            tails.setdefault(i, []).append(line.rstrip())
+            del tails[i][:-20]
+            log.debug("worker %d: %s", i, line.rstrip())
+
+    for i, proc in enumerate(procs):
+        for target in (events, errors):
+            readers.append(threading.Thread(target=target, args=(i, proc), daemon=True))
+            readers[-1].start()
+    failed = None
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = next((i for i, p in enumerate(procs) if p.poll() not in (None, 0)), None)
+            if failed is not None:
+                break
+            time.sleep(0.2)
+        failed = next((i for i, p in enumerate(procs) if p.poll() not in (None, 0)), failed)
+    finally:
+        for p in procs:
+            if p.poll() is None and failed is not None:
+                p.terminate()
+        for p in procs:
+            p.wait()
+        for t in readers:
+            t.join(timeout=5)
+    if failed is not None:
+        last = next((line for line in reversed(tails.get(failed, [])) if line.strip()), "no message")
+        raise RuntimeError(f"probe worker {failed} failed (exit status {procs[failed].returncode}): {last}")
+    return rows
+
+
+def work(spec: dict[str, Any]) -> None:
+    """One worker: claim each open cell of ``spec["cells"]`` in turn, tune and test it alone, append its row; then
+    wait for the cells other workers hold. Events go to stdout as JSON lines."""
+    import torch
+
+    from cog_pl.features.pair import open_pair
+    from cog_pl.probe.protocol_run import METHOD, Splits, probe
+    from cog_pl.probe.resume import claim_expired, claim_lease, differences, wanted
+    from cog_pl.probe.storage import opened
+    from cog_pl.results import append_row, claim_row, release_claim, renew_claim
+
+    torch.set_num_threads(spec["threads"])
+    protocol, plan, device, results = spec["protocol"], spec["plan"], spec["device"], spec["results"]
+    pair = open_pair(spec["root"])
+    splits = Splits.for_probes(pair, device, protocol, plan)
+    want = wanted(splits.features, protocol, plan.as_record(), plan.precision_on(device))
+
+    def done(row: dict[str, Any]) -> bool:
+        return not differences(row, want)
+
+    todo = list(spec["cells"])
+    with opened(spec["storage"]) as storage:
+        while todo:
+            held = []
+            for n, seed in todo:
+                key = (spec["model"], METHOD, spec["domain"], n, seed)
+                lease = claim_lease()
+                status = claim_row(results, key, done, lease, lambda h: claim_expired(h, plan.stale_after))
+                if status == "held":
+                    held.append((n, seed))
+                if status != "claimed":
+                    continue
+                _emit({"event": "tuning", "shots": n, "seed": seed})
+                beat = _Heartbeat(lambda key=key: renew_claim(results, key, claim_lease()), plan.heartbeat_every)
+                try:
+                    row = probe(splits, seed=seed, shots=n, storage=storage, model=spec["model"],
+                                domain=spec["domain"], protocol=protocol, plan=plan, device=device)
+                    append_row(results, row)  # ends the claim
+                except BaseException:
+                    release_claim(results, key, lease["worker"])
+                    raise
+                finally:
+                    beat.stop()
+                _emit({"event": "row", "row": {k: row[k] for k in ("shots", "seed", "test_top1", "seconds")}})
+            if held:
+                time.sleep(1.0)
+            todo = held
+
+
+class _Heartbeat:
+    """Calls ``renew`` every ``every`` seconds on a thread until stopped."""
+
+    def __init__(self, renew: Callable[[], None], every: float) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(renew, every), daemon=True)
+        self._thread.start()
+
+    def _run(self, renew: Callable[[], None], every: float) -> None:
+        while not self._stop.wait(every):
+            renew()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _emit(event: dict[str, Any]) -> None:
+    print(json.dumps(event), flush=True)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    work(pickle.loads(Path(sys.argv[1]).read_bytes()))

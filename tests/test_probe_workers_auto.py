@@ -1,0 +1,62 @@
+"""``probe protocol --workers N|auto``: worker processes on one storage and one results file, each cell tuned by one
+worker; the grid's rows equal a one-worker run's, and the plan of workers follows the machine."""
+
+from __future__ import annotations
+
+import pytest
+from test_probe_fixtures import write_features
+
+from cog_pl.cli.main import main
+from cog_pl.probe.workers import plan_workers, threads_per_worker
+from cog_pl.results import read_rows
+
+SAME = ("lr", "wd", "best_trial", "val_top1", "test_top1", "test_top5", "train_rows", "identity", "study")
+
+
+def grid(features, results, storage, *extra):
+    return ["probe", "protocol", "--features", str(features), "--results", str(results), "--storage", str(storage),
+            "--trials", "6", "--epochs", "4", "--batch-size", "64", "--seeds", "22", "37", "--shots", "all", "2",
+            "--device", "cpu", "--model", "m", "--domain", "d", *extra]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["2", "auto"])
+def test_the_rows_of_n_workers_equal_a_one_worker_run(tmp_path, workers, capsys):
+    features = write_features(tmp_path / "feats", classes=8, dim=24, per_class=40)
+    assert main(grid(features, tmp_path / "one.sqlite", tmp_path / "one.db")) == 0
+    assert main(grid(features, tmp_path / "many.sqlite", tmp_path / "many.log", "--workers", workers)) == 0
+    err = capsys.readouterr().err
+    one = {(r["shots"], r["seed"]): r for r in read_rows(tmp_path / "one.sqlite")}
+    many = {(r["shots"], r["seed"]): r for r in read_rows(tmp_path / "many.sqlite")}
+    assert sorted(one, key=str) == sorted(many, key=str) and len(one) == 4
+    for key, row in one.items():
+        assert {k: row[k] for k in SAME} == {k: many[key][k] for k in SAME}, key
+    if workers == "2":
+        assert "4 cells on 2 workers" in err and "[4/4] worker" in err  # the merged display
+    # resumed: every row exists, nothing is made again
+    assert main(grid(features, tmp_path / "many.sqlite", tmp_path / "many.log", "--workers", workers)) == 0
+    assert [r["worker"] for r in read_rows(tmp_path / "many.sqlite")] == [r["worker"] for r in many.values()]
+
+
+def test_the_plan_splits_the_cores_and_never_exceeds_the_cells(monkeypatch):
+    monkeypatch.setattr("cog_pl.probe.workers.available_cores", lambda: 16)
+    slots = plan_workers("auto", "cpu", cells=100)
+    assert threads_per_worker(16) == 2 and len(slots) == 8 and {s.threads for s in slots} == {2}
+    assert {s.env["OMP_NUM_THREADS"] for s in slots} == {"2"} and all(s.device == "cpu" for s in slots)
+    assert len(plan_workers("auto", "cpu", cells=3)) == 3
+    assert [s.threads for s in plan_workers(4, "cpu", cells=10)] == [4] * 4
+    monkeypatch.setattr("cog_pl.probe.workers.available_cores", lambda: 2)
+    assert [s.threads for s in plan_workers("auto", "cpu", cells=10)] == [1, 1]
+    monkeypatch.setattr("cog_pl.probe.workers.available_memory", lambda: 10 * 2**30)
+    assert len(plan_workers("auto", "cpu", cells=10, feature_bytes=2**30)) == 1  # two copies would not fit
+    with pytest.raises(ValueError, match="--workers 0"):
+        plan_workers(0, "cpu", cells=3)
+
+
+def test_a_bad_workers_value_is_one_line_naming_it(tmp_path, capsys):
+    features = write_features(tmp_path / "feats", classes=4, dim=8, per_class=10)
+    with pytest.raises(SystemExit) as exit:
+        main(grid(features, tmp_path / "r.sqlite", tmp_path / "s.db", "--workers", "0"))
+    assert exit.value.code == 2
+    [line] = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert "argument --workers: workers value '0'" in line
