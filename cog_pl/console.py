@@ -7,9 +7,10 @@
   a handler of its own (Lightning does, on import, on the ``lightning`` logger, whatever the application set up)
   would print each of its records a second time through ours: the console handler leaves a record to the handler
   it has already met on its way to the root.
-- **Lightning's chatter.** Its rank-zero messages (``GPU available: False``, ``Loading train_dataloader ...``, once per
-  Trainer) are debug-level for our own commands: each stage says once what runs where. The LightningCLI commands
-  keep them. Its advertisements (``💡 Tip: ... litlogger``) are dropped at their logger for every command.
+- **Other packages' chatter.** Their info messages show with ``--verbose`` only (``cog_pl``'s always); Lightning's
+  rank-zero messages (``GPU available: False``, ``Loading train_dataloader ...``, repeated by every Trainer) too,
+  except for the LightningCLI commands, which keep them. Lightning's advertisements (``💡 Tip: ... litlogger``) are
+  dropped at their logger for every command. Hugging Face's download bars are off (weights come from packages).
 - **Known warnings.** :data:`KNOWN_WARNINGS` lists, by message and module, the deprecation warnings third-party
   packages raise about their own internals (nothing a ``cog-pl`` user can change); :func:`filter_known_warnings`
   ignores exactly those. Every other warning is shown.

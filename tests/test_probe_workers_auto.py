@@ -7,7 +7,7 @@ import pytest
 from test_probe_fixtures import write_features
 
 from cog_pl.cli.main import main
-from cog_pl.probe.workers import plan_workers, threads_per_worker
+from cog_pl.probe.workers import grid_flops, plan_workers, threads_per_worker
 from cog_pl.results import read_rows
 
 SAME = ("lr", "wd", "best_trial", "val_top1", "test_top1", "test_top5", "train_rows", "identity", "study")
@@ -49,6 +49,11 @@ def test_the_plan_splits_the_cores_and_never_exceeds_the_cells(monkeypatch):
     assert [s.threads for s in plan_workers("auto", "cpu", cells=10)] == [1, 1]
     monkeypatch.setattr("cog_pl.probe.workers.available_memory", lambda: 10 * 2**30)
     assert len(plan_workers("auto", "cpu", cells=10, feature_bytes=2**30)) == 1  # two copies would not fit
+    grid = grid_flops(cells=10, rows=30_000, dim=512, classes=100, trials=10, epochs=10)
+    tiny = grid_flops(cells=10, rows=300, dim=16, classes=6, trials=6, epochs=15)
+    assert len(plan_workers("auto", "cpu", cells=10, flops=grid)) == 2  # minutes of work: two workers
+    assert len(plan_workers("auto", "cpu", cells=10, flops=tiny)) == 1  # done before a worker would have started
+    assert len(plan_workers(2, "cpu", cells=10, flops=tiny)) == 2  # a count is the user's
     with pytest.raises(ValueError, match="--workers 0"):
         plan_workers(0, "cpu", cells=3)
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 
 import pytest
+import scipy.io  # noqa: F401 - the devkit's meta.mat is written (and read) with scipy (the test extra pins it)
 from conftest_data import tiny  # noqa: F401 - fixture
 from conftest_sources import assert_same_stores, extract, in1k_images, write_flat_val, write_folders
 
 from cog_pl.data.check import check_data
 from cog_pl.data.flat_val import FlatValSource
 from cog_pl.data.sources import SynsetSource, open_split_source
-
-pytest.importorskip("scipy.io")  # the devkit's meta.mat is written (and read) with scipy
 
 
 @pytest.mark.parametrize("labels", ["devkit", "kaggle"])

@@ -50,7 +50,8 @@ def devkit_ids(meta: Path) -> dict[int, str]:
     try:
         from scipy.io import loadmat
     except ImportError:
-        raise ImportError(f"reading {meta} needs scipy (pip install scipy), or use Kaggle's {KAGGLE}") from None
+        raise ImportError(f"reading {meta} needs scipy (pip install 'cog_pl[devkit]'), or use Kaggle's "
+                          f"{KAGGLE}") from None
     if not meta.is_file():
         raise FileNotFoundError(f"{meta}: the devkit's meta.mat is missing beside {GROUND_TRUTH}")
     try:

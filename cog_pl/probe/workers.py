@@ -63,11 +63,26 @@ def available_memory() -> int | None:
     return None
 
 
-def plan_workers(workers: int | str, device: str, cells: int, feature_bytes: int = 0, threads: int = 0
-                 ) -> list[WorkerSlot]:
+#: Seconds a worker process takes to start (imports, features loaded) on a small CPU, and the host's float32
+#: throughput per core assumed by :func:`grid_flops`' estimate: ``auto`` starts workers only when one process would
+#: take several start-ups' time, so a small grid is never slower with ``auto`` than in one process.
+WORKER_START_SECONDS = 5.0
+CORE_FLOPS = 2e10
+
+
+def grid_flops(cells: int, rows: int, dim: int, classes: int, trials: int, epochs: int) -> float:
+    """Multiply-adds x 2 of a grid's tuning and final retrains, all cells at full size (an upper bound: few-shot
+    cells are smaller): forward and backward of a linear head, 3 products of rows x dim x classes per epoch."""
+    return 6.0 * cells * (trials + 1) * epochs * rows * dim * classes
+
+
+def plan_workers(workers: int | str, device: str, cells: int, feature_bytes: int = 0, threads: int = 0,
+                 flops: float | None = None) -> list[WorkerSlot]:
     """The workers for a grid of ``cells`` cells on ``device`` (``cpu`` or ``cuda``): ``workers`` a count or
     ``"auto"``; ``feature_bytes``: the size of the domain's stores (each CPU worker holds about three float32 copies);
-    ``threads``: torch threads per worker (0: the cores split between the workers)."""
+    ``threads``: torch threads per worker (0: the cores split between the workers); ``flops``: the grid's work
+    (:func:`grid_flops`), with which ``auto`` on the CPU keeps one process when the work would take less than four
+    worker start-ups in it."""
     if workers != "auto" and not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"--workers {workers!r}; expected auto or a count of at least 1")
     cores = available_cores()
@@ -84,6 +99,8 @@ def plan_workers(workers: int | str, device: str, cells: int, feature_bytes: int
             memory = available_memory()
             if feature_bytes and memory:
                 workers = min(workers, max(1, int(0.8 * memory) // (6 * feature_bytes)))
+            if flops is not None and flops / (CORE_FLOPS * cores) < 4 * WORKER_START_SECONDS:
+                workers = 1  # done before the workers would have started
     workers = max(1, min(workers, max(cells, 1)))
     per = threads or max(1, cores // workers)
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
@@ -128,7 +145,10 @@ def run_workers(root: str | os.PathLike, results: str | os.PathLike, *, workers:
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
                      shots=shots, device=device, overwrite=overwrite)  # a row of other inputs: refused now
     size = sum(os.path.getsize(p) for p in Path(root).rglob("features.npy"))
-    slots = plan_workers(workers, device, len(todo), 2 * size, threads)  # float16 on disk, float32 in memory
+    train = pair.train
+    flops = grid_flops(len(todo), len(train), train.features.shape[1], train.num_classes, protocol.trials,
+                       protocol.epochs)
+    slots = plan_workers(workers, device, len(todo), 2 * size, threads, flops)  # float16 on disk, float32 in memory
     if len(slots) <= 1:
         return run_protocol(root, results, model=model, domain=domain, storage=storage, protocol=protocol, plan=plan,
                             seeds=seeds, shots=shots, device=device, overwrite=overwrite)
