@@ -85,7 +85,7 @@ def _features(root: Path, classes: int = 8, dim: int = 24, train: int = 30, test
 
 
 def _rows(path: Path) -> dict:
-    return {(r["model"], r["method"], r["domain"], r["shots"], r["seed"]): (r["test_top1"], r["lr"], r["wd"])
+    return {(r["model"], r["method"], r["domain"], r["shots"], r["seed"]): (r["test_top1"], r.get("lr"), r.get("wd"))
             for r in read_rows(path)}
 
 

@@ -318,7 +318,8 @@ def test_default_demo_fine_tuning_scores_at_least_the_linear_probe(default_demo)
     assert all(r["epochs"] == recipe.epochs and r["recipe"]["lr"] == recipe.lr for r in tuned.values())
     top1 = {d: (round(probe[d], 2), round(tuned[d]["test_top1"], 2)) for d in DOMAINS}  # (probe, fine-tuned)
     assert all(ft >= lp for lp, ft in top1.values()), top1
-    assert "Linear probe relative to fine-tuning" in stdout and "| demo_cnn | fine-tuned |" in stdout
+    report = (out / "report" / "report.md").read_text()
+    assert "Linear probe relative to fine-tuning" in report and "| demo_cnn | fine-tuned |" in report
 
 
 def test_a_variant_without_its_package_is_a_command_error(tmp_path, monkeypatch, capsys):
