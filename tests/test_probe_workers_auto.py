@@ -46,12 +46,15 @@ def test_the_plan_splits_the_cores_and_never_exceeds_the_cells(monkeypatch):
     assert len(plan_workers("auto", "cpu", cells=3)) == 3
     assert [s.threads for s in plan_workers(4, "cpu", cells=10)] == [4] * 4
     monkeypatch.setattr("cog_pl.probe.workers.available_cores", lambda: 2)
-    assert [s.threads for s in plan_workers("auto", "cpu", cells=10)] == [1, 1]
+    assert [s.threads for s in plan_workers("auto", "cpu", cells=10)] == [2]  # one process's threads win here
+    assert [s.threads for s in plan_workers(2, "cpu", cells=10)] == [1, 1]  # a count is the user's
+    monkeypatch.setattr("cog_pl.probe.workers.available_cores", lambda: 8)
     monkeypatch.setattr("cog_pl.probe.workers.available_memory", lambda: 10 * 2**30)
     assert len(plan_workers("auto", "cpu", cells=10, feature_bytes=2**30)) == 1  # two copies would not fit
-    grid = grid_flops(cells=10, rows=30_000, dim=512, classes=100, trials=10, epochs=10)
+    monkeypatch.setattr("cog_pl.probe.workers.available_memory", lambda: 100 * 2**30)
+    grid = grid_flops(cells=10, rows=300_000, dim=512, classes=100, trials=10, epochs=10)
     tiny = grid_flops(cells=10, rows=300, dim=16, classes=6, trials=6, epochs=15)
-    assert len(plan_workers("auto", "cpu", cells=10, flops=grid)) == 2  # minutes of work: two workers
+    assert len(plan_workers("auto", "cpu", cells=10, flops=grid)) == 8  # long work on 8 cores: 8 workers
     assert len(plan_workers("auto", "cpu", cells=10, flops=tiny)) == 1  # done before a worker would have started
     assert len(plan_workers(2, "cpu", cells=10, flops=tiny)) == 2  # a count is the user's
     with pytest.raises(ValueError, match="--workers 0"):

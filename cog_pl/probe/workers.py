@@ -68,6 +68,9 @@ def available_memory() -> int | None:
 #: take several start-ups' time, so a small grid is never slower with ``auto`` than in one process.
 WORKER_START_SECONDS = 5.0
 CORE_FLOPS = 2e10
+#: At most this many cores, ``auto`` runs one process with every thread: measured on 2 quiet cores, one process with 2
+#: threads did a 12-cell grid in 21.3 s and two one-thread workers in 25.5 s (an 8-cell grid: 13.6 s against 16.9 s).
+SMALL_HOST_CORES = 2
 
 
 def grid_flops(cells: int, rows: int, dim: int, classes: int, trials: int, epochs: int) -> float:
@@ -101,6 +104,8 @@ def plan_workers(workers: int | str, device: str, cells: int, feature_bytes: int
                 workers = min(workers, max(1, int(0.8 * memory) // (6 * feature_bytes)))
             if flops is not None and flops / (CORE_FLOPS * cores) < 4 * WORKER_START_SECONDS:
                 workers = 1  # done before the workers would have started
+            if cores <= SMALL_HOST_CORES:
+                workers = 1  # one process's threads beat one-thread workers here (benchmarks/bench_probe_grid.py)
     workers = max(1, min(workers, max(cells, 1)))
     per = threads or max(1, cores // workers)
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
