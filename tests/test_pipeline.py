@@ -308,7 +308,7 @@ def test_default_demo_fine_tuning_scores_at_least_the_linear_probe(default_demo)
     from cog_pl.demo.finetune import DemoFineTune
     from cog_pl.protocol import DOMAINS
 
-    out, stdout = default_demo
+    out, _ = default_demo
     rows = read_rows(out / "results.sqlite")
     probe = {r["domain"]: r["test_top1"] for r in rows
              if r["model"] == "demo_cnn" and r["method"] == "linear" and r["shots"] is None}
