@@ -68,3 +68,26 @@ def test_a_bad_workers_value_is_one_line_naming_it(tmp_path, capsys):
     assert exit.value.code == 2
     [line] = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
     assert "argument --workers: workers value '0'" in line
+
+
+@pytest.mark.slow
+def test_the_run_probe_stage_with_two_workers_writes_the_rows_of_one_process(tmp_path):
+    """``cog-pl run --probe-workers 2`` goes through :func:`cog_pl.probe.workers.run_workers` per domain."""
+    from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+
+    def run(out, workers):
+        write_features(out / "features" / "m" / "cog_l1", classes=4, dim=8, per_class=20, test_per_class=4)
+        (tmp_path / "in21k").mkdir(exist_ok=True)
+        config = RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path / "in21k"), out=str(out),
+                           domains=("cog_l1",), seeds=(22, 37), shots=(None, 2), check=False,
+                           probe=ProbeOptions(trials=3, epochs=2, device="cpu", trial_batch=1, workers=workers))
+        assert _probe(config, out, "m") == 4
+        return {(r["shots"], r["seed"]): {k: r[k] for k in SAME} for r in read_rows(out / "results.sqlite")}
+
+    from cog_pl.probe.study import worker_id
+
+    one, two = run(tmp_path / "one", None), run(tmp_path / "two", 2)
+    assert one == two and len(one) == 4
+    made_by = {r["worker"] for r in read_rows(tmp_path / "two" / "results.sqlite")}
+    assert worker_id() not in made_by and {r["worker"] for r in read_rows(tmp_path / "one" / "results.sqlite")} == {
+        worker_id()}  # the rows of the two-worker run were made in the worker processes
