@@ -51,6 +51,13 @@ FINETUNE_SET_BY_RUN = ("model", "checkpoint", "results", "domains", "in1k_root",
                        "transform", "seed", "progress", "overwrite")
 
 
+def _is_whole_tar(root: str) -> bool:
+    """Whether ``root`` is IN-21K's one outer tar (:mod:`cog_pl.data.whole_tar`), read in place like a folder."""
+    from cog_pl.data.whole_tar import find_whole_tar
+
+    return Path(root).is_file() and bool(find_whole_tar(Path(root)))
+
+
 @dataclass
 class ExtractOptions:
     """The extraction's Lightning Trainer and loaders (Lightning's meanings); the protocol's batch and precision."""
@@ -191,8 +198,10 @@ class RunConfig:
                                  ("--in21k-root", needs_in21k, self.in21k_root)):
             if need and not root:
                 raise ValueError(f"{flag} is required for the domains {', '.join(self.domains)}")
-            if need and not Path(root).is_dir():
-                raise FileNotFoundError(f"{flag} {root} is not a folder")
+            if need and not Path(root).is_dir() and not (flag == "--in21k-root" and _is_whole_tar(root)):
+                raise FileNotFoundError(f"{flag} {root} is not a folder" + (
+                    " nor an IN-21K whole tar (fall11_whole.tar, winter21_whole.tar.gz)" if flag == "--in21k-root"
+                    else ""))
         if self.finetune is not None:
             self._check_finetune()
 

@@ -29,7 +29,8 @@ def test_whole_tar_extracts_to_the_folder_layouts_stores(tiny, tmp_path, name): 
     w = source.synsets()[0]
     assert source.list(w) == sorted(p.name for p in (folders / w).iterdir())
     assert source.read(w, source.list(w)[1]) == (folders / w / source.list(w)[1]).read_bytes()
-    got = extract(tmp_path / "got", DOMAINS, in21k_root=tar.parent)
+    root = tar if name == "fall11_whole.tar" else tar.parent  # the tar file itself, or the folder holding it
+    got = extract(tmp_path / "got", DOMAINS, in21k_root=root)
     assert_same_stores(got, extract(tmp_path / "ref", DOMAINS, in21k_root=folders))
     assert got["cog_l1", "test"][3]["source"]["images"] == "whole_tar"
     assert sorted(p.name for p in tar.parent.iterdir()) == [name, f"{name}.whole.table"]  # nothing unpacked
@@ -79,3 +80,15 @@ def test_an_inner_member_that_is_not_a_tar_is_refused_naming_it(tmp_path, name):
         add_member(outer, "n01443537.tar", b"these bytes are no tar at all " * 40)
     with pytest.raises(OSError, match=f"{tar}: member n01443537.tar is not a readable tar"):
         open_source(tar, cache_dir=tmp_path / "cache")
+
+
+def test_the_run_takes_the_whole_tar_itself_as_its_in21k_root(tiny, tmp_path):  # noqa: F811
+    from cog_pl.pipeline import RunConfig
+
+    tar = whole_tar(tiny.make_in21k(tmp_path / "in21k"), tmp_path / "whole" / "fall11_whole.tar")
+    config = dict(model="resnet50", in1k_root=None, out=str(tmp_path / "out"), domains=("cog_l1",), check=False)
+    assert RunConfig(in21k_root=str(tar), **config).in21k_root == str(tar)
+    other = tmp_path / "notes.txt"
+    other.write_text("not images")
+    with pytest.raises(FileNotFoundError, match=f"--in21k-root {other} is not a folder nor an IN-21K whole tar"):
+        RunConfig(in21k_root=str(other), **config)
