@@ -41,21 +41,22 @@ def _env():
     return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
-def _stores(out):
-    return {(d, s): out / "resnet10t" / d / s for d in DOMAINS for s in ("train", "test")}
+def _stores(out, domains=DOMAINS):
+    return {(d, s): out / "resnet10t" / d / s for d in domains for s in ("train", "test")}
 
 
-def _same(a: Path, b: Path, exact: bool = True) -> None:
-    for key, pa in _stores(a).items():
-        sa, sb = open_store(pa), open_store(_stores(b)[key])
+def _same(a: Path, b: Path, exact: bool = True, domains=DOMAINS) -> None:
+    """Every store of ``a`` equal to ``b``'s: labels and row index exactly, features exactly or up to float rounding."""
+    for key, pa in _stores(a, domains).items():
+        sa, sb = open_store(pa), open_store(_stores(b, domains)[key])
         assert len(sa) == len(sb) > 0, key
         np.testing.assert_array_equal(sa.labels, sb.labels)
         np.testing.assert_array_equal(sa.index, sb.index)
         fa, fb = np.asarray(sa.features, np.float32), np.asarray(sb.features, np.float32)
         if exact:
-            np.testing.assert_array_equal(fa, fb)
+            np.testing.assert_array_equal(fa, fb, err_msg=str(key))
         else:
-            np.testing.assert_allclose(fa, fb, rtol=2e-3, atol=2e-3)
+            np.testing.assert_allclose(fa, fb, rtol=2e-3, atol=2e-3, err_msg=str(key))
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,16 @@ from cog_pl.data.hf_tars import HFTarSource
 from cog_pl.data.sources import open_split_source
 
 
-def test_hf_tars_stream_to_the_folder_layouts_stores(tiny, tmp_path):  # noqa: F811
+def test_hf_tars_stream_to_the_folder_layouts_stores(tiny, tmp_path, caplog):  # noqa: F811
     images = in1k_images(tiny.in1k)
     root = hf_tars(tmp_path / "hf", images)
     train = open_split_source(root, "train", cache_dir=tmp_path / "cache")
     assert isinstance(train, HFTarSource) and not train.random_access and len(train.tars) == 2
     assert all(train.list(w) == sorted(images["train"][w]) for w in tiny.in1k)  # original names, wnid dropped
+    w = tiny.in1k[-1]
+    with caplog.at_level("WARNING", logger="cog_pl.data.sources"):
+        assert [train.read(w, n) for n in train.list(w)] == [images["train"][w][n] for n in train.list(w)]
+    assert sum("decompresses the tar up to them" in r.message for r in caplog.records) == 1  # said once
     got = extract(tmp_path / "got", ("in1k",), in1k_root=root)
     assert_same_stores(got, extract(tmp_path / "ref", ("in1k",), in1k_root=write_folders(tmp_path / "f", images)))
     assert got["in1k", "train"][3]["source"]["images"] == "hf_tars"

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from conftest_data import tiny  # noqa: F401 - fixture
 from conftest_sources import assert_same_stores, extract, hf_tars, in1k_images, whole_tar, write_folders
+from test_extract_ddp import _same as same_stores
+from test_extract_ddp import _stores as store_paths
 
 from cog_pl.demo.synthetic import make_demo
 from cog_pl.features.store import is_complete, open_store
@@ -64,23 +66,6 @@ def _cmd(bench, layout: str, out: Path, *extra: str) -> list[str]:
             "--data.batch_size", "2", "--trainer.accelerator", "cpu", "--seed_everything", "0", *extra]
 
 
-def _stores(out: Path) -> dict[tuple[str, str], Path]:
-    return {(d, s): out / "resnet10t" / d / s for d in DOMAINS for s in ("train", "test")}
-
-
-def _same(a: Path, b: Path, exact: bool = True) -> None:
-    for key, pa in _stores(a).items():
-        sa, sb = open_store(pa), open_store(_stores(b)[key])
-        assert len(sa) == len(sb) > 0, key
-        np.testing.assert_array_equal(sa.labels, sb.labels)
-        np.testing.assert_array_equal(sa.index, sb.index)
-        fa, fb = np.asarray(sa.features, np.float32), np.asarray(sb.features, np.float32)
-        if exact:
-            np.testing.assert_array_equal(fa, fb, err_msg=str(key))
-        else:
-            np.testing.assert_allclose(fa, fb, rtol=2e-3, atol=2e-3, err_msg=str(key))
-
-
 def _run(cmd: list[str]) -> None:
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -89,9 +74,10 @@ def _run(cmd: list[str]) -> None:
 def test_two_ddp_processes_stream_each_row_once_to_the_folder_layouts_stores(bench, tmp_path):
     _run(_cmd(bench, "folders", tmp_path / "ref", "--trainer.devices", "1"))
     _run(_cmd(bench, "streamed", tmp_path / "ddp", "--trainer.devices", "2", "--trainer.strategy", "ddp"))
-    _same(tmp_path / "ref", tmp_path / "ddp", exact=False)  # other batch compositions: equal up to float rounding
-    assert open_store(_stores(tmp_path / "ddp")["in1k", "train"]).meta["source"]["images"] == "hf_tars"
-    assert open_store(_stores(tmp_path / "ddp")["cog_l1", "test"]).meta["source"]["images"] == "whole_tar"
+    # other batch compositions: equal up to float rounding
+    same_stores(tmp_path / "ref", tmp_path / "ddp", exact=False, domains=DOMAINS)
+    assert open_store(store_paths(tmp_path / "ddp", DOMAINS)["in1k", "train"]).meta["source"]["images"] == "hf_tars"
+    assert open_store(store_paths(tmp_path / "ddp", DOMAINS)["cog_l1", "test"]).meta["source"]["images"] == "whole_tar"
     assert not list((tmp_path / "ddp").rglob("*.partial"))
 
 
@@ -115,7 +101,7 @@ def test_an_extraction_from_streamed_tars_killed_half_way_resumes_to_the_uninter
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert half is not None, "the extraction ended before a store was part written"
-    assert not all(is_complete(p) for p in _stores(out).values())
+    assert not all(is_complete(p) for p in store_paths(out, DOMAINS).values())
     _run(_cmd(bench, "streamed", out, "--trainer.devices", "1"))  # resumes the rows left, streamed again
-    _same(tmp_path / "ref", out)
+    same_stores(tmp_path / "ref", out, domains=DOMAINS)
     assert not list(out.rglob("*.partial*"))

@@ -140,14 +140,11 @@ def _tune(args: argparse.Namespace) -> int:
 def _refuse_other_row(results: Path, key: tuple, splits, protocol, plan, device, overwrite: bool) -> None:
     """A row of the cell made with other inputs is refused before any work (``--overwrite``: replaced), as the
     grid does; one made with the same inputs is made again and replaced by an equal row."""
-    from cog_pl.probe.resume import differences, refusal, wanted
-    from cog_pl.results import read_rows, row_key
+    from cog_pl.probe.resume import cells_todo, wanted
 
-    row = next((r for r in read_rows(results) if row_key(r) == key), None)
-    diff = differences(row, wanted(splits.features, protocol, plan.as_record(), plan.precision_on(device))) \
-        if row is not None else []
-    if diff and not overwrite:
-        raise ValueError(refusal(results, key, diff))
+    model, method, domain, shots, seed = key
+    cells_todo(results, model=model, method=method, domain=domain, seeds=[seed], shots=[shots], overwrite=overwrite,
+               want=wanted(splits.features, protocol, plan.as_record(), plan.precision_on(device)))
 
 
 def _protocol_cmd(args: argparse.Namespace) -> int:

@@ -14,7 +14,6 @@ works but decompresses its tar up to it (logged once): fine for a few images, ne
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import tarfile
@@ -24,7 +23,6 @@ from pathlib import Path
 from cog_pl.data.index_cache import cached_index
 from cog_pl.data.sources import ImageSource, is_image_name, printable, register_source
 
-log = logging.getLogger(__name__)
 _WNID = re.compile(r"n\d{8}")
 PATTERNS = {"train": re.compile(r"train_images_\d+\.tar\.gz"), "test": re.compile(r"val_images\.tar\.gz")}
 INDEX_VERSION = 1
@@ -91,7 +89,6 @@ class HFTarSource(ImageSource):
                     raise ValueError(f"{tar}: member {printable(member)} is {wnid}/{printable(name)}, which "
                                      f"{self.tars[table[name][0]].name} holds too")
                 table[name] = (n, member)
-        self._warned = False
 
     @classmethod
     def detect(cls, root: Path) -> bool:
@@ -117,15 +114,7 @@ class HFTarSource(ImageSource):
         return f"{self.tars[n].name}:{member}"
 
     def read(self, wnid: str, filename: str) -> bytes:
-        if not self._warned:
-            log.warning("%s: reading single images decompresses their tar up to them; extraction streams instead",
-                        self.root)
-            self._warned = True
-        for _, data in self.stream([(wnid, filename)]):
-            if isinstance(data, OSError):
-                raise data
-            return data
-        raise KeyError(f"{wnid}/{filename} is not under {self.root}")
+        return self.read_streaming(wnid, filename, self.root)
 
     def stream_units(self, keys: Sequence[tuple[str, str]]) -> list[list[int]]:
         units: dict[int, list[int]] = {}

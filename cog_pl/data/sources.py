@@ -36,6 +36,7 @@ meta of the feature stores made from it.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from abc import ABC, abstractmethod
@@ -57,6 +58,8 @@ def is_image_name(name: str) -> bool:
     return not base.startswith(".") and base.lower().endswith(IMAGE_EXTENSIONS)
 
 
+log = logging.getLogger(__name__)
+
 def printable(name: str) -> str:
     """A file name for messages and logs: bytes that are not UTF-8 (kept by Python as surrogate escapes, see
     :func:`os.fsdecode`) shown as ``\\xff``, so printing or writing the name as text never fails."""
@@ -71,6 +74,7 @@ class ImageSource(ABC):
     #: Whether :meth:`read` is cheap for any image. A source that can only stream (gzip) says False: extraction
     #: then reads it through :meth:`stream` (:class:`~cog_pl.data.streamed.StreamedImages`).
     random_access: ClassVar[bool] = True
+    _warned_streaming = False  # read_streaming has said it is slow
     #: Whether one root holds IN-1K's train and val images, told apart by ``split`` (:func:`open_split_source`).
     holds_splits: ClassVar[bool] = False
     #: The IN-1K splits the layout can hold (``flat_val``: only ``"test"``).
@@ -146,6 +150,18 @@ class ImageSource(ABC):
                 yield i, self.read(wnid, filename)
             except (OSError, KeyError) as err:
                 yield i, OSError(str(err))
+
+    def read_streaming(self, wnid: str, filename: str, where: Path) -> bytes:
+        """One image of a source without random access (``where``: the stream), read by streaming up to it; slow, so
+        said once per source: extraction streams every image in one pass instead."""
+        if not self._warned_streaming:
+            log.warning("%s: reading single images decompresses the tar up to them; extraction streams instead", where)
+            self._warned_streaming = True
+        for _, data in self.stream([(wnid, filename)]):
+            if isinstance(data, OSError):
+                raise data
+            return data
+        raise KeyError(f"{wnid}/{printable(filename)} is not in {where}")
 
     def stream_units(self, keys: Sequence[tuple[str, str]]) -> list[list[int]]:
         """Positions of ``keys`` grouped by what streams independently (one gzip tar each), so that workers and

@@ -18,7 +18,6 @@ A cut-short outer tar and an inner member that is not a tar are refused, naming 
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import tarfile
@@ -33,7 +32,6 @@ from cog_pl.data.index_cache import cached_table
 from cog_pl.data.sources import ImageSource, is_image_name, printable, register_source
 from cog_pl.data.tar_index import BLOCK, check_complete, member_key, read_range, scan_tar
 
-log = logging.getLogger(__name__)
 WHOLE = re.compile(r".+_whole\.tar(\.gz)?")
 INNER = re.compile(r"(?:.*/)?(n\d{8})\.tar")
 _WNID_TAR = re.compile(r"n\d{8}\.tar")
@@ -210,7 +208,6 @@ class WholeTarSource(ImageSource):
         scan = scan_plain if self.random_access else scan_gzip
         self.table = cached_table(self.tar, "whole", INDEX_VERSION, [self.tar], lambda: scan(self.tar), cache_dir)
         self.inner: list[str] = self.table.meta["inner"]
-        self._warned = False
 
     @classmethod
     def detect(cls, root: Path) -> bool:
@@ -248,15 +245,7 @@ class WholeTarSource(ImageSource):
             row, cols = self._row(wnid, filename), self.table.columns
             return read_range(self.tar, int(cols["offset"][row]), int(cols["size"][row]),
                               what=f"{self.tar} image {printable(wnid + '/' + filename)}")
-        if not self._warned:
-            log.warning("%s: reading single images decompresses the tar up to them; extraction streams instead",
-                        self.tar)
-            self._warned = True
-        for _, data in self.stream([(wnid, filename)]):
-            if isinstance(data, OSError):
-                raise data
-            return data
-        raise KeyError(f"{wnid}/{printable(filename)} is not in {self.tar}")
+        return self.read_streaming(wnid, filename, self.tar)
 
     def stream_units(self, keys: Sequence[tuple[str, str]]) -> list[list[int]]:
         if self.random_access:

@@ -34,10 +34,10 @@ from cog_pl.device import fits, resolve_device, resolve_precision
 from cog_pl.features.pair import StorePair, open_pair
 from cog_pl.probe.data import l2_normalize, load_store
 from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
-from cog_pl.probe.resume import features_identity, format_key, refusal
+from cog_pl.probe.resume import cells_todo, features_identity, format_key
 from cog_pl.protocol import ProbeProtocol, check_grid
 from cog_pl.provenance import versions
-from cog_pl.results import FORMAT_VERSION, append_row, read_rows, row_key
+from cog_pl.results import FORMAT_VERSION, append_row, row_key
 
 log = logging.getLogger(__name__)
 METHOD = "knn"
@@ -158,20 +158,8 @@ def knn_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain:
              shots: Sequence[int | None], want: dict, overwrite: bool = False) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells whose k-NN row is missing or (``overwrite``) made with other values; a row made with
     other values is refused otherwise, before any work."""
-    existing = {row_key(r): r for r in read_rows(results)}
-    todo = []
-    for n in shots:
-        for seed in seeds:
-            key = (model, METHOD, domain, n, seed)
-            row = existing.get(key)
-            diff = _differences(row, want) if row is not None else None
-            if diff and not overwrite:
-                raise ValueError(refusal(results, key, diff))
-            if row is None or diff:
-                todo.append((n, seed))
-            else:
-                log.info("skip %s: row exists, made with the same inputs", format_key(key))
-    return todo
+    return cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
+                      overwrite=overwrite, compare=_differences)
 
 
 def knn_rows(pair: StorePair, cells: Sequence[tuple[int | None, int]], *, model: str, domain: str,

@@ -26,12 +26,12 @@ from cog_pl.device import fits, resolve_device
 from cog_pl.features.pair import StorePair, open_pair
 from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_store, sub_seed, tuning_indices
 from cog_pl.probe.resume import (
+    cells_todo,
     claim_expired,
     claim_lease,
     differences,
     features_identity,
     format_key,
-    refusal,
     restart_orphaned_study,
     row_identity,
     wanted,
@@ -41,7 +41,7 @@ from cog_pl.probe.study import open_study, worker_id
 from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, train_probe
 from cog_pl.protocol import ProbeProtocol, as_record, check_grid
 from cog_pl.provenance import versions
-from cog_pl.results import FORMAT_VERSION, append_row, claim_row, read_rows, release_claim, renew_claim, row_key
+from cog_pl.results import FORMAT_VERSION, append_row, claim_row, release_claim, renew_claim
 
 log = logging.getLogger(__name__)
 #: The method of the rows written here (:data:`cog_pl.results.METHODS`).
@@ -182,20 +182,19 @@ def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain
     """The (shots, seed) cells of the grid whose row is missing or, with ``overwrite``, made with another identity;
     a row of another identity is refused otherwise (before any work), naming the row and the values that differ."""
     want = wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device))
-    existing = {row_key(r): r for r in read_rows(results)}
-    todo = []
-    for n in shots:
-        for seed in seeds:
-            key = (model, METHOD, domain, n, seed)
-            row = existing.get(key)
-            diff = differences(row, want) if row is not None else None
-            if diff and not overwrite:
-                raise ValueError(refusal(results, key, diff))
-            if row is None or diff:
-                todo.append((n, seed))
-            else:
-                log.info("skip %s: row exists, made with the same inputs", format_key(key))
-    return todo
+    return cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
+                      overwrite=overwrite)
+
+
+def grid_values(protocol: ProbeProtocol | None, plan: SearchPlan | None, seeds: tuple[int, ...] | None,
+                shots: tuple[int | None, ...] | None) -> tuple[ProbeProtocol, SearchPlan, tuple, tuple]:
+    """A grid's protocol, search plan, seeds and shot settings, the protocol's where not given (All and each N),
+    checked."""
+    protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
+    seeds = protocol.seeds if seeds is None else seeds
+    shots = (None, *protocol.shots) if shots is None else shots
+    check_grid(seeds, shots)
+    return protocol, plan, seeds, shots
 
 
 def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: str | None = None,
@@ -213,10 +212,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     one results file: they tune the studies together and each row's final retrain runs once; a worker returns when
     every row of the grid is written (by any of them).
     """
-    protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
-    seeds = protocol.seeds if seeds is None else seeds
-    shots = (None, *protocol.shots) if shots is None else shots
-    check_grid(seeds, shots)
+    protocol, plan, seeds, shots = grid_values(protocol, plan, seeds, shots)
     pair = open_pair(root)
     model, domain = model or pair.model, domain or pair.domain
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,

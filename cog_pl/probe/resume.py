@@ -114,6 +114,30 @@ def differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, An
     return diff
 
 
+def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, want: dict[str, Any],
+               overwrite: bool = False, compare: Any = None) -> list[tuple[int | None, int]]:
+    """The (shots, seed) cells of a method's grid whose row is missing or, with ``overwrite``, made with other inputs
+    (``compare(row, want)``: the values that differ, :func:`differences` by default); a row made with other inputs is
+    refused otherwise, before any work, naming the row and the values that differ."""
+    from cog_pl.results import read_rows, row_key
+
+    compare = compare or differences
+    existing = {row_key(r): r for r in read_rows(results)}
+    todo = []
+    for n in shots:
+        for seed in seeds:
+            key = (model, method, domain, n, seed)
+            row = existing.get(key)
+            diff = compare(row, want) if row is not None else None
+            if diff and not overwrite:
+                raise ValueError(refusal(results, key, diff))
+            if row is None or diff:
+                todo.append((n, seed))
+            else:
+                log.info("skip %s: row exists, made with the same inputs", format_key(key))
+    return todo
+
+
 def format_key(key: tuple) -> str:
     model, method, domain, shots, seed = key
     return f"{model}/{method}/{domain}/shots={shots or 'all'}/seed={seed}"

@@ -137,14 +137,9 @@ def run_workers(root: str | os.PathLike, results: str | os.PathLike, *, workers:
     """:func:`~cog_pl.probe.protocol_run.run_protocol` with ``workers`` processes (:func:`plan_workers`); returns the
     rows written. ``progress`` gets one line per cell started and ended (default: the log)."""
     from cog_pl.features.pair import open_pair
-    from cog_pl.probe.protocol_run import grid_todo, run_protocol
-    from cog_pl.probe.tuner import SearchPlan
-    from cog_pl.protocol import ProbeProtocol, check_grid
+    from cog_pl.probe.protocol_run import grid_todo, grid_values, run_protocol
 
-    protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
-    seeds = protocol.seeds if seeds is None else seeds
-    shots = (None, *protocol.shots) if shots is None else shots
-    check_grid(seeds, shots)
+    protocol, plan, seeds, shots = grid_values(protocol, plan, seeds, shots)
     pair = open_pair(root)
     model, domain = model or pair.model, domain or pair.domain
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
