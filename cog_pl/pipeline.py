@@ -121,6 +121,7 @@ class RunConfig:
     in21k_root: str | None
     out: str = "cog_run"
     checkpoint: str | None = None
+    trust_checkpoint: bool = False  # read a checkpoint safe loading refuses (its code runs); recorded in the stores
     domains: tuple[str, ...] = DOMAINS
     seeds: tuple[int, ...] = ProbeProtocol().seeds
     shots: tuple[int | None, ...] = (None, *ProbeProtocol().shots)
@@ -312,7 +313,7 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any]:
     from cog_pl.extract.module import FeatureExtractor
 
     opts = cfg.extract
-    model = FeatureExtractor(cfg.model, cfg.checkpoint)
+    model = FeatureExtractor(cfg.model, cfg.checkpoint, trust_checkpoint=cfg.trust_checkpoint)
     filter_known_warnings()
     trainer = L.Trainer(**opts.trainer_kwargs(), logger=False, enable_checkpointing=False,
                         enable_model_summary=False, enable_progress_bar=False,
@@ -404,13 +405,15 @@ def _finetune(cfg: RunConfig, out: Path, transform: Any) -> int:
     skipped; returns the rows written."""
     from cog_pl.finetune.compare import finetune_domains
 
-    written = 0
+    written, options = 0, dict(cfg.finetune)
+    if cfg.trust_checkpoint:  # the backbone's file needs the opt-in: the fine-tuning recipe records it too
+        options["recipe"] = {**(options.get("recipe") or {}), "trust_checkpoint": True}
     for seed in cfg.finetune_seed_values:
         logger.info("fine-tuning %s on %d domains, seed %d", cfg.model, len(cfg.domains), seed)
         rows = finetune_domains(cfg.model, cfg.checkpoint, str(out / "results.sqlite"), cfg.domains,
                                 in1k_root=cfg.in1k_root, in21k_root=cfg.in21k_root, benchmark=cfg.benchmark,
                                 transform=transform, seed=seed, progress=cfg.progress, overwrite=cfg.overwrite,
-                                **cfg.finetune)
+                                **options)
         written += len(rows)
     return written
 

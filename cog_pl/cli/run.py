@@ -100,7 +100,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Data check, extraction of IN-1K and L1..L5, every tuned probe, the report. "
                                    "Run it again to resume: finished stores and result rows are skipped.")
     p.add_argument("--model", required=True, help="a paper model, efficientnet_lite0, timm:<name>, torchvision:<name>")
-    p.add_argument("--checkpoint", help="weights file (the authors' layout for paper models)")
+    p.add_argument("--checkpoint",
+                   help="weights file (the authors' published file for paper models); default for a paper model: "
+                        "its file in --models-dir when there")
+    p.add_argument("--models-dir", default=None,
+                   help="where cog-pl models download puts the paper's files (default: $COG_PL_MODELS or "
+                        "~/.cache/cog_pl/models)")
+    p.add_argument("--trust-checkpoint", action="store_true",
+                   help="read a checkpoint that safe loading refuses (TorchScript, dill): its code runs; recorded "
+                        "in every store")
     p.add_argument("--in1k-root", help="IN-1K with train/ and val/, or its webdataset shards or HF tars")
     p.add_argument("--in21k-root", help="IN-21K: a folder or a tar per synset, or webdataset shards")
     add_source_options(p)
@@ -197,7 +205,11 @@ def _run(args: argparse.Namespace) -> int:
                              max_skipped=args.max_skipped,
                              in1k_source=args.in1k_source, in21k_source=args.in21k_source,
                              allow_missing=args.allow_missing)
-    cfg = _config(args, extract, {} if args.finetune else None, model=args.model, checkpoint=args.checkpoint,
+    from cog_pl.models.files import default_checkpoint
+
+    checkpoint = args.checkpoint or default_checkpoint(args.model, args.models_dir)
+    cfg = _config(args, extract, {} if args.finetune else None, model=args.model, checkpoint=checkpoint,
+                  trust_checkpoint=args.trust_checkpoint,
                   in1k_root=args.in1k_root, in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains),
                   benchmark=args.benchmark, check=not args.no_check, overwrite=args.overwrite, seen=args.seen)
     summary = run(cfg)

@@ -21,16 +21,19 @@ class FeatureExtractor(BackboneModule):
         checkpoint: the weights file (the authors' layout for paper models); random weights when omitted.
         prefix: override the checkpoint's key prefix. key_map: regex -> replacement applied to checkpoint keys.
         in_order: map checkpoint tensors by position instead of by name.
+        trust_checkpoint: read a checkpoint that safe loading refuses (a TorchScript archive, a ``dill`` pickle):
+            its code runs. Recorded in every store made.
         channels_last: run convolutions in NHWC memory format (faster on GPUs with tensor cores).
     Mixed precision comes from the Trainer (``precision="bf16-mixed"`` or ``"16-mixed"``).
     """
 
     def __init__(self, model: str = "resnet50", checkpoint: str | None = None, prefix: str | None = None,
                  key_map: dict[str, str] | None = None, in_order: bool = False, channels_last: bool = False,
-                 write_stores: bool = True) -> None:
+                 write_stores: bool = True, trust_checkpoint: bool = False) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.set_backbone(build_backbone(model, checkpoint, prefix, key_map, in_order), channels_last)
+        self.set_backbone(build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint),
+                          channels_last)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.features(images)
@@ -54,8 +57,9 @@ class FeatureExtractor(BackboneModule):
         spec = self.backbone.spec
         return {
             "format": "cog-pl-features", "version": 1,
-            "model": spec.name, "arch": spec.arch, "feature": spec.feature,
+            "model": spec.name, "arch": spec.arch, "feature": spec.feature, "definition": spec.definition(),
             "weights": self.backbone.weights, "weights_sha256": self.backbone.weights_sha256,
+            "trusted_checkpoint": self.backbone.trusted,
             "transform": self.transform_config.as_record(),
             "precision": precision or (str(self.trainer.precision) if self._trainer is not None else None),
             **provenance(),

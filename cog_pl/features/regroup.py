@@ -50,7 +50,8 @@ VARIANTS_DIR = "variants"
 #: Meta keys a regrouped store inherits from the source stores: the model and how its features were made. The
 #: others describe one source store (its domain, classes, level file, split, origin: ``source``, ``benchmark``) and
 #: are recorded per source store under ``regrouped_from``, or not at all.
-_INHERITED = ("model", "arch", "feature", "weights", "weights_sha256", "transform", "precision", "versions")
+_INHERITED = ("model", "arch", "feature", "definition", "trusted_checkpoint", "weights", "weights_sha256", "transform",
+              "precision", "versions")
 #: Keys every source store must agree on: the features of one model, read one way.
 _SAME_MODEL = ("model", "weights_sha256", "dim", "transform")
 

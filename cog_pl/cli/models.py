@@ -1,0 +1,199 @@
+"""``cog-pl models list|check|convert|download``: the paper's 31 models and the files their authors publish."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+NORMALISATIONS = {((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)): "ImageNet",
+                  ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)): "none (pixels in [0, 1])",
+                  ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)): "0.5 / 0.5",
+                  ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)): "CLIP"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="the paper's models: list them, check, convert and download their files",
+                       description="The paper's 31 models as their authors publish them (docs/models.md).")
+    msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    ls = msub.add_parser("list", help="every model: architecture, feature, input, where its file is published")
+    ls.add_argument("--json", action="store_true", help="one JSON object per model instead of the table")
+    ls.set_defaults(func=_list)
+    check = msub.add_parser("check", help="load a file as the model reads it and report what it held",
+                            description="Loads FILE in NAME's published layout and reports the container and "
+                                        "prefix used, the tensors loaded and dropped, the feature dim and the "
+                                        "file's sha256 (a table, then one JSON line).")
+    check.add_argument("name", help="a paper model (cog-pl models list), timm:<name> or torchvision:<name>")
+    check.add_argument("file", type=Path)
+    _loading_options(check)
+    check.set_defaults(func=_check)
+    conv = msub.add_parser("convert", help="re-save a file as plain tensors (read without trust afterwards)",
+                           description="Reads FILE in NAME's layout (with --trust-checkpoint where safe loading "
+                                       "refuses it), checks that it loads, and writes OUT: its weights as plain "
+                                       "tensors, which cog_pl reads with weights_only=True.")
+    conv.add_argument("name")
+    conv.add_argument("file", type=Path)
+    conv.add_argument("out", type=Path)
+    _loading_options(conv)
+    conv.set_defaults(func=_convert)
+    dl = msub.add_parser("download", help="fetch a model's published file into DIR/NAME/ (resumable)",
+                         description="Downloads NAME's file from where its authors publish it into DIR/NAME/ "
+                                     "(default DIR: the models dir, where cog-pl run looks), resuming a partial "
+                                     "download and checking the hash the file name carries. Files behind a manual "
+                                     "download or a conversion: prints where to get them.")
+    dl.add_argument("name")
+    dl.add_argument("dir", nargs="?", type=Path, help="default: $COG_PL_MODELS or ~/.cache/cog_pl/models")
+    dl.add_argument("--url", help="download from this URL instead (a mirror); its file name's hash is checked")
+    dl.add_argument("--no-progress", action="store_true")
+    dl.set_defaults(func=_download)
+
+
+def _loading_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trust-checkpoint", action="store_true",
+                   help="read a file that safe loading refuses (TorchScript, dill): its code runs")
+    p.add_argument("--prefix", help="override the key prefix (users' files)")
+
+
+def _norm(spec: Any) -> str:
+    name = NORMALISATIONS.get((tuple(spec.mean), tuple(spec.std)))
+    if name is None:
+        name = f"mean {tuple(spec.mean)}, std {tuple(spec.std)}"
+    return name + (", BGR" if spec.bgr else "")
+
+
+def _where(spec: Any) -> str:
+    pub = spec.published
+    if pub is None:
+        return ""
+    return pub.url or pub.manual or ""
+
+
+def model_rows() -> list[dict[str, Any]]:
+    """One row per paper model: what ``cog-pl models list`` prints."""
+    from cog_pl.models.zoo import PAPER_MODELS
+
+    rows = []
+    for spec in PAPER_MODELS.values():
+        pub = spec.published
+        rows.append({"name": spec.name, "paper_name": spec.paper_name, "group": spec.group, "arch": spec.arch,
+                     "feature": spec.feature, "feature_dim": spec.feature_dim, "image_size": spec.image_size,
+                     "normalisation": _norm(spec), "file": pub.file if pub else None, "published": _where(spec),
+                     "download": "direct" if pub and pub.url else "manual",
+                     "conversion": pub.conversion if pub else None,
+                     "needs_trust": spec.layout.trust})
+    return rows
+
+
+def _list(args: argparse.Namespace) -> int:
+    rows = model_rows()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    cols = ("name", "paper_name", "group", "arch", "feature_dim", "image_size", "normalisation", "download")
+    heads = ("model", "paper", "group", "architecture", "dim", "px", "normalisation", "file")
+    width = [max(len(h), *(len(str(r[c])) for r in rows)) for c, h in zip(cols, heads)]
+    print("  ".join(h.ljust(w) for h, w in zip(heads, width)))
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(w) for c, w in zip(cols, width)))
+    print("\nwhere each file is published, and the one-time conversions:")
+    for r in rows:
+        extra = f" (needs a one-time conversion: {r['conversion']})" if r["conversion"] else ""
+        trust = f" [{r['needs_trust']}: read with --trust-checkpoint or convert once]" if r["needs_trust"] else ""
+        print(f"  {r['name']}: {r['published']}{extra}{trust}")
+    return 0
+
+
+def check_file(name: str, file: Path, trust: bool = False, prefix: str | None = None) -> dict[str, Any]:
+    """Load ``file`` as ``name`` reads it; the facts ``cog-pl models check`` reports."""
+    import torch
+
+    from cog_pl.models import build_backbone
+
+    backbone = build_backbone(name, file, prefix=prefix, trust_checkpoint=trust)
+    spec, report = backbone.spec, backbone.report
+    with torch.inference_mode():
+        dim = int(backbone.model(torch.zeros(1, 3, spec.image_size, spec.image_size)).shape[-1])
+    if dim != spec.feature_dim:
+        raise RuntimeError(f"{name}: the built network gives {dim}-d features, its spec says {spec.feature_dim}")
+    return {"model": spec.name, "file": str(file), "sha256": backbone.weights_sha256, "container": report.container,
+            "prefix": report.prefix, "loaded": report.loaded, "dropped": report.dropped, "missing": 0,
+            "other_objects": report.other_objects, "trusted": report.trusted, "converted_from": report.converted_from,
+            "feature_dim": dim, "image_size": spec.image_size, "definition": spec.definition()}
+
+
+def _check(args: argparse.Namespace) -> int:
+    facts = check_file(args.name, args.file, args.trust_checkpoint, args.prefix)
+    lines = [("model", facts["model"]), ("file", facts["file"]), ("sha256", facts["sha256"]),
+             ("container", facts["container"]), ("prefix", repr(facts["prefix"])),
+             ("tensors loaded", facts["loaded"]), ("tensors missing", 0),
+             ("tensors dropped", ", ".join(f"{k} ({n})" for k, n in facts["dropped"].items()) or "none"),
+             ("other objects", ", ".join(facts["other_objects"]) or "none"),
+             ("read with trust", "yes" if facts["trusted"] else "no"),
+             ("feature", f"{facts['feature_dim']}-d at {facts['image_size']} px"),
+             ("definition", facts["definition"])]
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        print(f"{key:<{width}}  {value}")
+    print(json.dumps(facts))
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from cog_pl.io import file_sha256
+    from cog_pl.models.checkpoints import load_file, save_converted, take_container
+    from cog_pl.models.zoo import resolve_spec
+
+    spec = resolve_spec(args.name)
+    check_file(args.name, args.file, args.trust_checkpoint, args.prefix)  # it loads, or one line says why
+    tensors, container, _ = take_container(load_file(args.file, args.trust_checkpoint), spec.layout, str(args.file),
+                                           spec.paper_name or spec.name)
+    facts = {"model": spec.name, "source": Path(args.file).name, "source_sha256": file_sha256(args.file),
+             "container": container}
+    save_converted(tensors, args.out, facts)
+    print(f"wrote {args.out}: {len(tensors)} tensors of {args.file} ({container}) as plain tensors; "
+          f"cog-pl run --model {spec.name} --checkpoint {args.out} reads it without trust")
+    return 0
+
+
+def _download(args: argparse.Namespace) -> int:
+    from cog_pl.models.files import model_folder
+    from cog_pl.models.zoo import PAPER_MODELS, resolve_spec
+
+    spec = resolve_spec(args.name)
+    if spec.name not in PAPER_MODELS or spec.published is None:
+        raise ValueError(f"{args.name}: not one of the paper's models (cog-pl models list); timm and torchvision "
+                         "models need no download")
+    pub, folder = spec.published, model_folder(spec.name, args.dir)
+    url = args.url or pub.url
+    if url is None:
+        conversion = f"; then convert it: {pub.conversion}" if pub.conversion else ""
+        raise ValueError(f"{spec.name}: {pub.manual}{conversion}; put it in {folder}/ (where cog-pl run looks)")
+    from cog_pl.models.download import download, hash_prefix_of
+
+    name = url.rsplit("/", 1)[-1].split("?")[0]
+    expected = (pub.sha256_prefix if not args.url else None) or hash_prefix_of(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    if pub.member and not args.url or name.endswith(".zip"):
+        archive = download(url, folder / name, expected, progress=not args.no_progress)
+        dest = _unzip(archive, pub.member or pub.file, folder / pub.file)
+    else:
+        dest = download(url, folder / pub.file, expected, progress=not args.no_progress)
+    print(f"{spec.name}: {dest}")
+    return 0
+
+
+def _unzip(archive: Path, member: str, dest: Path) -> Path:
+    import shutil
+    import zipfile
+
+    from cog_pl.io import atomic_open
+
+    with zipfile.ZipFile(archive) as zf:
+        if member not in zf.namelist():
+            raise ValueError(f"{archive}: holds no {member} (it holds {', '.join(zf.namelist()[:5])})")
+        with zf.open(member) as src, atomic_open(dest, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+    archive.unlink()
+    return dest

@@ -1,0 +1,1 @@
+"""Architectures of the paper's models that neither timm nor torchvision provide."""

@@ -1,0 +1,80 @@
+"""pycls's EfficientNet-B1 / -B4 zoo files read into timm's EfficientNets give pycls's BGR features."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from replicas.pycls_effnet import publish_efficientnet_b1, publish_efficientnet_b4
+from torch import nn
+
+from cog_pl.models.arch.pycls_effnet import PYCLS_TO_TIMM, build_pycls_efficientnet
+
+PUBLISHERS = {"b1": publish_efficientnet_b1, "b4": publish_efficientnet_b4}
+
+
+def _rename(key: str) -> str:
+    for pattern, repl in PYCLS_TO_TIMM:
+        key = re.sub(pattern, repl, key)
+    return key
+
+
+@pytest.fixture(scope="module", params=["b1", pytest.param("b4", marks=pytest.mark.slow)])
+def published(request, tmp_path_factory):
+    variant = request.param
+    path = tmp_path_factory.mktemp(variant) / f"EN-{variant.upper()}_dds_8gpu.pyth"
+    replica = PUBLISHERS[variant](path, seed=0)
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    return variant, replica, checkpoint
+
+
+def test_file_is_pycls_checkpoint(published):
+    _, _, checkpoint = published
+    assert set(checkpoint) == {"epoch", "model_state", "optimizer_state", "cfg"}
+    assert checkpoint["epoch"] == 99 and set(checkpoint["optimizer_state"]) == {"state", "param_groups"}
+    assert isinstance(checkpoint["cfg"], str) and "TYPE: effnet" in checkpoint["cfg"]  # cfg.dump(): YAML text
+    heads = {"head.fc.weight", "head.fc.bias"}
+    assert heads | {"stem.conv.weight", "s1.b1.dwise.weight", "s2.b1.exp.weight"} <= set(checkpoint["model_state"])
+
+
+def test_key_map_is_one_to_one(published):
+    variant, _, checkpoint = published
+    source = {k: v for k, v in checkpoint["model_state"].items() if not k.startswith("head.fc.")}
+    renamed = {_rename(k): k for k in source}
+    model = build_pycls_efficientnet(variant)
+    own = model.state_dict()
+    assert len(renamed) == len(source)  # no two pycls tensors land on one timm name
+    assert set(renamed) == set(own)
+    assert all(own[k].shape == source[renamed[k]].shape for k in own)
+    model.load_state_dict({k: source[p] for k, p in renamed.items()}, strict=True)
+    loaded = model.state_dict()
+    assert all(torch.equal(loaded[k], source[p]) for k, p in renamed.items())
+
+
+def test_features_equal_pycls(published):
+    variant, replica, checkpoint = published
+    model = build_pycls_efficientnet(variant)
+    state = {_rename(k): v for k, v in checkpoint["model_state"].items() if not k.startswith("head.fc.")}
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    images = torch.randn(2, 3, replica.image_size, replica.image_size, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        ours, ref = model(images), replica.reference(images)
+        rgb = model.model(images)  # the same network fed RGB: what the flip changes
+    assert ours.shape == ref.shape == (2, replica.feature_dim)
+    assert ((ours - ref).abs().max() / ref.abs().max()).item() < 1e-5
+    assert ((rgb - ref).abs().max() / ref.abs().max()).item() > 1e-3
+
+
+def test_wrapper_state_dict_has_no_prefix_when_nested():
+    model = build_pycls_efficientnet("b1")
+    parent = nn.Sequential(model)
+    keys = list(parent.state_dict())
+    assert keys == ["0." + k for k in model.model.state_dict()]
+    parent.load_state_dict(parent.state_dict(), strict=True)
+
+
+def test_unknown_variant():
+    with pytest.raises(ValueError, match="b1, b4"):
+        build_pycls_efficientnet("b7")
