@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 from replicas.pycls_effnet import publish_efficientnet_b1, publish_efficientnet_b4
 from torch import nn
 
-from cog_pl.models.arch.pycls_effnet import PYCLS_TO_TIMM, build_pycls_efficientnet
+from cog_pl.models.arch.pycls_effnet import build_efficientnet_b1, build_pycls_efficientnet, pycls_to_timm
 
 PUBLISHERS = {"b1": publish_efficientnet_b1, "b4": publish_efficientnet_b4}
 
 
-def _rename(key: str) -> str:
-    for pattern, repl in PYCLS_TO_TIMM:
-        key = re.sub(pattern, repl, key)
-    return key
+def _backbone(checkpoint: dict) -> dict[str, torch.Tensor]:
+    """``model_state`` without the classifier, renamed onto timm's names."""
+    return pycls_to_timm({k: v for k, v in checkpoint["model_state"].items() if not k.startswith("head.fc.")})
 
 
 @pytest.fixture(scope="module", params=["b1", pytest.param("b4", marks=pytest.mark.slow)])
@@ -41,7 +38,7 @@ def test_file_is_pycls_checkpoint(published):
 def test_key_map_is_one_to_one(published):
     variant, _, checkpoint = published
     source = {k: v for k, v in checkpoint["model_state"].items() if not k.startswith("head.fc.")}
-    renamed = {_rename(k): k for k in source}
+    renamed = dict(zip(pycls_to_timm(dict.fromkeys(source)), source))  # timm name -> pycls name
     model = build_pycls_efficientnet(variant)
     own = model.state_dict()
     assert len(renamed) == len(source)  # no two pycls tensors land on one timm name
@@ -55,8 +52,7 @@ def test_key_map_is_one_to_one(published):
 def test_features_equal_pycls(published):
     variant, replica, checkpoint = published
     model = build_pycls_efficientnet(variant)
-    state = {_rename(k): v for k, v in checkpoint["model_state"].items() if not k.startswith("head.fc.")}
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(_backbone(checkpoint), strict=True)
     model.eval()
     images = torch.randn(2, 3, replica.image_size, replica.image_size, generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
@@ -73,6 +69,14 @@ def test_wrapper_state_dict_has_no_prefix_when_nested():
     keys = list(parent.state_dict())
     assert keys == ["0." + k for k in model.model.state_dict()]
     parent.load_state_dict(parent.state_dict(), strict=True)
+
+
+def test_bare_network_takes_bgr():
+    wrapped, bare = build_pycls_efficientnet("b1").eval(), build_efficientnet_b1().eval()
+    bare.load_state_dict(wrapped.state_dict(), strict=True)
+    images = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        assert torch.equal(bare(torch.flip(images, [1])), wrapped(images))
 
 
 def test_unknown_variant():

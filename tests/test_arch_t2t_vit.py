@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from replicas import Replica
+from replicas.t2t_vit import authors_sinusoid_table, publish_t2t_vit_t_14
 
 from cog_pl.models.arch.t2t_vit import build_t2t_vit_t_14
-from tests.replicas import Replica
-from tests.replicas.t2t_vit import authors_sinusoid_table, publish_t2t_vit_t_14
 
 
 @pytest.fixture(scope="module")

@@ -241,3 +241,66 @@ def test_part_longer_than_the_file_is_downloaded_again(server, tmp_path):
     download(server.url, dest, hash_prefix_of(server.name), progress=False, timeout=5)
     assert [r[2] for r in server.requests] == [f"bytes={SIZE + 5}-", None]
     assert dest.read_bytes() == server.data
+
+
+@pytest.fixture
+def published(tmp_path):
+    """A server of a real checkpoint (a ResNet-50 state dict as torchvision publishes it), its name carrying the
+    prefix of its own sha256 as torchvision's names do."""
+    import io
+
+    import torch
+    import torchvision
+
+    buf = io.BytesIO()
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet50().state_dict(), buf)
+    data = buf.getvalue()
+    srv = ReplicaServer(data, f"resnet50-{hashlib.sha256(data).hexdigest()[:8]}.pth")
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)
+
+
+def test_models_download_resumes_after_a_cut_and_run_finds_the_file(published, tmp_path, capsys):
+    from cog_pl.cli.main import main
+    from cog_pl.models.files import default_checkpoint
+
+    models = tmp_path / "models"
+    published.cut_after = 2_000_000
+    assert main(["models", "download", "resnet50", str(models), "--url", published.url, "--no-progress"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted at byte 2000000" in err[0] and published.url in err[0]
+    assert main(["models", "download", "resnet50", str(models), "--url", published.url, "--no-progress"]) == 0
+    dest = models / "resnet50" / published.name
+    assert capsys.readouterr().out.strip() == f"resnet50: {dest}"
+    assert dest.read_bytes() == published.data and published.requests[-1][2] == "bytes=2000000-"
+    assert default_checkpoint("resnet50", models) == str(dest)  # cog-pl run --model resnet50 takes it
+    assert main(["models", "check", "resnet50", str(dest)]) == 0
+
+
+def test_models_download_refuses_a_file_whose_hash_is_not_its_names(published, tmp_path, capsys):
+    from cog_pl.cli.main import main
+
+    published.name = "resnet50-00000000.pth"  # the content's digest does not start so
+    url = published.url
+    assert main(["models", "download", "resnet50", str(tmp_path), "--url", url, "--no-progress"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "does not start with the expected 00000000" in line and "\n" not in line
+    assert not any((tmp_path / "resnet50").glob("*"))
+
+
+def test_models_download_of_a_manual_file_says_where_to_get_it(tmp_path, capsys):
+    from cog_pl.cli.main import main
+
+    assert main(["models", "download", "t2t_vit_t_14", str(tmp_path)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "81.7_T2T_ViTt_14.pth.tar" in line and "yitu-opensource/T2T-ViT" in line
+    assert str(tmp_path / "t2t_vit_t_14") in line
+    assert main(["models", "download", "byol", str(tmp_path)]) == 2
+    assert "chigur/byol-convert" in capsys.readouterr().err  # the one-time conversion is named

@@ -73,6 +73,14 @@ def test_benign_pickled_objects_load_and_a_malicious_pickle_runs_nothing(tmp_pat
     torch.save({"state_dict": resnet50_state, "args": argparse.Namespace(lr=0.1), "acc": np.float64(76.1),
                 "dtype": np.dtype("float32")}, ok)
     assert build_backbone("torchvision:resnet50", ok).report.other_objects == ["args", "acc", "dtype"]
+    scalar = np._core.multiarray.scalar  # files saved under numpy 1.x name it numpy.core.multiarray.scalar
+    old = tmp_path / "numpy1.pth"
+    scalar.__module__ = "numpy.core.multiarray"
+    try:
+        torch.save({"state_dict": resnet50_state, "best_acc1": np.float64(76.1)}, old)
+    finally:
+        scalar.__module__ = "numpy._core.multiarray"
+    assert load_file(old)["best_acc1"] == 76.1
     marker = tmp_path / "ran"
 
     class Payload:

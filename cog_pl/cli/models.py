@@ -175,11 +175,11 @@ def _download(args: argparse.Namespace) -> int:
     name = url.rsplit("/", 1)[-1].split("?")[0]
     expected = (pub.sha256_prefix if not args.url else None) or hash_prefix_of(name)
     folder.mkdir(parents=True, exist_ok=True)
-    if pub.member and not args.url or name.endswith(".zip"):
+    if name.endswith(".zip"):
         archive = download(url, folder / name, expected, progress=not args.no_progress)
         dest = _unzip(archive, pub.member or pub.file, folder / pub.file)
-    else:
-        dest = download(url, folder / pub.file, expected, progress=not args.no_progress)
+    else:  # a mirror's file keeps its own name: the hash prefix it carries is its own
+        dest = download(url, folder / (name if args.url else pub.file), expected, progress=not args.no_progress)
     print(f"{spec.name}: {dest}")
     return 0
 

@@ -13,8 +13,15 @@ from torch import nn
 
 from cog_pl.data.transforms import TransformConfig
 from cog_pl.io import file_sha256
-from cog_pl.models.checkpoints import (CONVERTED, LoadReport, adapt_state_dict, load_file, load_in_order, load_into,
-                                       take_container)
+from cog_pl.models.checkpoints import (
+    CONVERTED,
+    LoadReport,
+    adapt_state_dict,
+    load_file,
+    load_in_order,
+    load_into,
+    take_container,
+)
 from cog_pl.models.transform import backbone_transform
 from cog_pl.models.zoo import EFFICIENTNET_LITE0, BackboneSpec, resolve_spec
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import warnings
 import zipfile
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,10 @@ TRUST_HINT = ("if you trust the file, pass trust_checkpoint=True (--model.trust_
 
 def _safe_globals() -> list[Any]:
     """Objects training scripts pickle beside the weights that unpickle without running code from the file."""
-    scalar = getattr(getattr(np, "_core", np.core), "multiarray").scalar
+    scalar = np._core.multiarray.scalar
     dtypes = [type(np.dtype(t)) for t in (np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_)]
-    return [argparse.Namespace, scalar, np.dtype, *dtypes]
+    # numpy 1.x wrote numpy.core.multiarray.scalar (torch.serialization.safe_globals takes (object, name) for that)
+    return [argparse.Namespace, scalar, (scalar, "numpy.core.multiarray.scalar"), np.dtype, *dtypes]
 
 
 class CheckpointError(ValueError):
@@ -69,7 +71,9 @@ def load_file(path: str | Path, trust: bool = False) -> Any:
         if not trust:
             raise CheckpointError(f"checkpoint {path} is a TorchScript archive: reading it runs its code, so it was "
                                   f"not opened; {TRUST_HINT}")
-        return dict(torch.jit.load(str(path), map_location="cpu").state_dict())
+        with warnings.catch_warnings():  # torch.jit is deprecated, but is how such an archive is read
+            warnings.simplefilter("ignore", FutureWarning)
+            return dict(torch.jit.load(str(path), map_location="cpu").state_dict())
     if trust:
         return torch.load(path, map_location="cpu", weights_only=False)
     try:
@@ -186,7 +190,9 @@ def adapt_state_dict(state: Mapping[str, torch.Tensor], layout: Layout, key_map:
         raise CheckpointError(f"no checkpoint key starts with prefix {prefix!r}; first keys: {first}")
     if report is not None:
         report.dropped.update({f"head {k}": n for k, n in heads.items()})
-        report.dropped.update({f"outside {prefix!r}: {k}": n for k, n in outside.items()})
+        if outside:  # other networks and training state: one entry, its largest groups named
+            names = [k for k, _ in outside.most_common(4)] + (["..."] if len(outside) > 4 else [])
+            report.dropped[f"outside {prefix!r}: {', '.join(names)}"] = sum(outside.values())
     return out
 
 

@@ -160,12 +160,13 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
                  published=_manual("81.7_T2T_ViTt_14.pth.tar", "the Google Drive link in yitu-opensource/T2T-ViT's "
                                    "README (T2T-ViT-t-14, 81.7)"),
                  note="the EMA weights, as the paper took them"),
-    BackboneSpec("nat_m4", "cog:nat_m4", 1536, image_size=240, paper_name="NAT-M4",
+    BackboneSpec("nat_m4", "cog:nat_m4", 1536, paper_name="NAT-M4",
                  layout=Layout(heads=("classifier.",), source="human-analysis/neural-architecture-transfer "
                                                              "NATNet.build_from_config, raw state dict"),
                  published=Published("net.weights", "https://www.zhichaolu.com/assets/neural-architecture-transfer/"
                                      "pretrained/imagenet/net-img@240-flops@600-top1@80.5/net.weights"),
-                 note="built from the authors' subnets/imagenet/NAT-M4/net.config, shipped in cog_pl"),
+                 note="built from the authors' subnets/imagenet/NAT-M4/net.config (shipped in cog_pl); S = 224 as "
+                      "the paper and naver/cog (no nat_m4.yaml) ran it, not net.config's img_size 240"),
     BackboneSpec("efficientnet_b1", "cog:pycls_efficientnet_b1", 1280, image_size=240, bgr=True,
                  paper_name="EfficientNet-B1",
                  layout=Layout(("model_state",), heads=("head.fc.",), convert="cog_pl.models.arch.pycls_effnet:"

@@ -93,5 +93,7 @@ def publish_nat_m4(path: Path, seed: int = 0) -> Replica:
         with torch.no_grad():
             return net(images)
 
-    return Replica(reference=reference, image_size=config["img_size"],
+    # S = 224: the paper (Sec. 4.1: S = 224 except Inception-v3, DeiT-B-distilled, EfficientNet-B1/-B4) and
+    # naver/cog, which has no configs/nat_m4.yaml, so configs/default.py's 224; net.config's img_size 240 is NAT's own
+    return Replica(reference=reference, image_size=224,
                    feature_dim=config["feature_mix_layer"]["out_channels"])

@@ -89,11 +89,13 @@ def _randomise(model: nn.Module, image_size: int, g: torch.Generator) -> None:
         bn.weight.copy_(0.5 + 0.5 * torch.rand(bn.num_features, generator=g))
         bn.bias.copy_(0.1 * torch.randn(bn.num_features, generator=g))
         bn.reset_running_stats()
+    momentum = {bn: bn.momentum for bn in bns}
+    for bn in bns:
         bn.momentum = None  # a cumulative average over the calibration batch
     model.train()
     model(torch.randn(2, 3, image_size, image_size, generator=g))
     for bn in bns:
-        bn.momentum = 0.1  # pycls/core/config.py BN.MOM
+        bn.momentum = momentum[bn]
         bn.num_batches_tracked.fill_(500_000)
     model.eval()
 

@@ -13,7 +13,8 @@ How the file was made, from the publisher's code:
   ``argparse.Namespace`` itself, pickled), ``amp_scaler.state_dict_key`` (``'amp_scaler'`` for native AMP,
   ``'amp'`` for apex) when AMP was on, ``state_dict_ema`` (``ModelEma.ema``, unwrapped too) and ``metric``.
 - The model is ``T2t_vit_t_14`` of ``models/t2t_vit.py``: its state dict holds the frozen sinusoid ``pos_embed``
-  (a ``requires_grad=False`` parameter, identical in both copies) and ``head.weight``/``head.bias`` for 1000 classes.
+  (a ``requires_grad=False`` parameter: the EMA of a constant, so the same table in both copies) and
+  ``head.weight``/``head.bias`` for 1000 classes.
 - The optimizer is timm 0.3.4 ``create_optimizer``: ``torch.optim.AdamW`` over ``add_weight_decay`` groups
   (1-D tensors, ``.bias`` and ``no_weight_decay() == {'cls_token'}`` without decay, frozen ``pos_embed`` left out),
   with the ``initial_lr`` timm's ``Scheduler`` adds to each group; torch of 2021 stored ``step`` as an int.
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tests.replicas import Replica
+from replicas import Replica
 
 EMBED, DEPTH, HEADS, MLP_HIDDEN, TOKEN_DIM, CLASSES = 384, 14, 6, 1152, 64, 1000
 #: single-head token attention scales by the input width (models/token_transformer.py: head_dim = dim // 1)

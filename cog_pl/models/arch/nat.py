@@ -180,5 +180,6 @@ class NATBackbone(nn.Module):
 
 
 def build_nat_m4(config: Mapping[str, Any] | None = None) -> NATBackbone:
-    """NAT-M4's feature network (1536-d at 240 px), or that of another NAT ``net.config`` given as ``config``."""
+    """NAT-M4's feature network (1536-d; fully convolutional: the paper fed it 224 px, its own evaluation 240), or
+    that of another NAT ``net.config`` given as ``config``."""
     return NATBackbone(nat_m4_config() if config is None else config)

@@ -32,6 +32,7 @@ the same network, so the file loads into them with :data:`PYCLS_TO_TIMM`. Source
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -98,14 +99,40 @@ def _add_inner(module: nn.Module, state: dict[str, Any], prefix: str, *args: Any
         state[prefix + _INNER + key[len(prefix):]] = state.pop(key)
 
 
+def pycls_to_timm(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``model_state`` (``head.fc.*`` already dropped) renamed by :data:`PYCLS_TO_TIMM`."""
+    out = {}
+    for key, value in state.items():
+        for pattern, repl in PYCLS_TO_TIMM:
+            key = re.sub(pattern, repl, key)
+        out[key] = value
+    return out
+
+
+def _timm_efficientnet(variant: str) -> nn.Module:
+    import timm
+
+    key = variant.lower().replace("-", "_").removeprefix("efficientnet_").removeprefix("en_")
+    if key not in PYCLS_EFFICIENTNETS:
+        raise ValueError(f"pycls EfficientNet {variant!r} is not one of {', '.join(PYCLS_EFFICIENTNETS)}")
+    return timm.create_model(PYCLS_EFFICIENTNETS[key], pretrained=False, num_classes=0)
+
+
 def build_pycls_efficientnet(variant: str) -> nn.Module:
-    """pycls's EfficientNet ``variant`` (``"b1"`` or ``"b4"``) without classifier, taking RGB images.
+    """pycls's EfficientNet ``variant`` (``"b1"`` or ``"b4"``) without classifier, taking RGB images (flipped here).
 
     Random weights: load the zoo file's ``model_state`` renamed by :data:`PYCLS_TO_TIMM`, ``head.fc.*`` dropped.
     """
-    import timm
+    return BGRInput(_timm_efficientnet(variant))
 
-    key = variant.lower().removeprefix("efficientnet_").removeprefix("en-")
-    if key not in PYCLS_EFFICIENTNETS:
-        raise ValueError(f"pycls EfficientNet {variant!r} is not one of {', '.join(PYCLS_EFFICIENTNETS)}")
-    return BGRInput(timm.create_model(PYCLS_EFFICIENTNETS[key], pretrained=False, num_classes=0))
+
+def build_efficientnet_b1() -> nn.Module:
+    """The bare network of ``EN-B1_dds_8gpu.pyth`` (timm ``efficientnet_b1``, no classifier): it takes *BGR* input;
+    whoever builds it for RGB images flips them first (:class:`BGRInput`, or the zoo's ``bgr`` flag), once."""
+    return _timm_efficientnet("b1")
+
+
+def build_efficientnet_b4() -> nn.Module:
+    """The bare network of ``EN-B4_dds_8gpu.pyth`` (timm ``efficientnet_b4``): BGR input, as
+    :func:`build_efficientnet_b1`."""
+    return _timm_efficientnet("b4")
