@@ -5,9 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 from replicas.pycls_effnet import publish_efficientnet_b1, publish_efficientnet_b4
-from torch import nn
 
-from cog_pl.models.arch.pycls_effnet import build_efficientnet_b1, build_pycls_efficientnet, pycls_to_timm
+from cog_pl.models.arch.pycls_effnet import build_efficientnet_b1, build_efficientnet_b4, pycls_to_timm
+from cog_pl.models.build import BGRInput
+
+
+def build_pycls_efficientnet(variant: str) -> BGRInput:
+    """The network as the zoo builds it for RGB input (``bgr=True``)."""
+    return BGRInput({"b1": build_efficientnet_b1, "b4": build_efficientnet_b4}[variant]())
 
 PUBLISHERS = {"b1": publish_efficientnet_b1, "b4": publish_efficientnet_b4}
 
@@ -39,7 +44,7 @@ def test_key_map_is_one_to_one(published):
     variant, _, checkpoint = published
     source = {k: v for k, v in checkpoint["model_state"].items() if not k.startswith("head.fc.")}
     renamed = dict(zip(pycls_to_timm(dict.fromkeys(source)), source))  # timm name -> pycls name
-    model = build_pycls_efficientnet(variant)
+    model = build_pycls_efficientnet(variant).net
     own = model.state_dict()
     assert len(renamed) == len(source)  # no two pycls tensors land on one timm name
     assert set(renamed) == set(own)
@@ -52,33 +57,20 @@ def test_key_map_is_one_to_one(published):
 def test_features_equal_pycls(published):
     variant, replica, checkpoint = published
     model = build_pycls_efficientnet(variant)
-    model.load_state_dict(_backbone(checkpoint), strict=True)
+    model.net.load_state_dict(_backbone(checkpoint), strict=True)
     model.eval()
     images = torch.randn(2, 3, replica.image_size, replica.image_size, generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         ours, ref = model(images), replica.reference(images)
-        rgb = model.model(images)  # the same network fed RGB: what the flip changes
+        rgb = model.net(images)  # the same network fed RGB: what the flip changes
     assert ours.shape == ref.shape == (2, replica.feature_dim)
     assert ((ours - ref).abs().max() / ref.abs().max()).item() < 1e-5
     assert ((rgb - ref).abs().max() / ref.abs().max()).item() > 1e-3
 
 
-def test_wrapper_state_dict_has_no_prefix_when_nested():
-    model = build_pycls_efficientnet("b1")
-    parent = nn.Sequential(model)
-    keys = list(parent.state_dict())
-    assert keys == ["0." + k for k in model.model.state_dict()]
-    parent.load_state_dict(parent.state_dict(), strict=True)
-
-
 def test_bare_network_takes_bgr():
     wrapped, bare = build_pycls_efficientnet("b1").eval(), build_efficientnet_b1().eval()
-    bare.load_state_dict(wrapped.state_dict(), strict=True)
+    bare.load_state_dict(wrapped.net.state_dict(), strict=True)
     images = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
         assert torch.equal(bare(torch.flip(images, [1])), wrapped(images))
-
-
-def test_unknown_variant():
-    with pytest.raises(ValueError, match="b1, b4"):
-        build_pycls_efficientnet("b7")

@@ -304,3 +304,31 @@ def test_models_download_of_a_manual_file_says_where_to_get_it(tmp_path, capsys)
     assert str(tmp_path / "t2t_vit_t_14") in line
     assert main(["models", "download", "byol", str(tmp_path)]) == 2
     assert "chigur/byol-convert" in capsys.readouterr().err  # the one-time conversion is named
+
+
+def test_models_download_extracts_the_member_of_a_release_zip(tmp_path, capsys):
+    """OBoW publishes its backbone inside a release zip (valeoai/obow v0.1.0): the member is extracted, the zip
+    removed."""
+    import io
+    import zipfile
+
+    from cog_pl.cli.main import main
+    from cog_pl.models.zoo import PAPER_MODELS
+
+    pub = PAPER_MODELS["obow"].published
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(pub.member, b"the checkpoint's bytes")
+        zf.writestr("ImageNetFull_ResNet50_OBoW_full_feature_extractor/README", b"other")
+    srv = ReplicaServer(buf.getvalue(), pub.url.rsplit("/", 1)[-1])
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        assert main(["models", "download", "obow", str(tmp_path), "--url", srv.url, "--no-progress"]) == 0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)
+    dest = tmp_path / "obow" / pub.file
+    assert dest.read_bytes() == b"the checkpoint's bytes" and sorted(p.name for p in dest.parent.iterdir()) == [pub.file]
+    assert capsys.readouterr().out.strip() == f"obow: {dest}"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.replicas import deit, torchvision_family
-from tests.replicas.torchvision_family import SAFE_GLOBALS
+from replicas import deit, torchvision_family
+from replicas.torchvision_family import SAFE_GLOBALS
 
 PUBLISHERS: dict[str, Callable] = torchvision_family.PUBLISHERS | deit.PUBLISHERS
 #: files over ~120 MB (the ResNet-50 files are ~100 MB; every replica publishes in under ~5 s on 2 cores)

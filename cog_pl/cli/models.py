@@ -45,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     dl.add_argument("name")
     dl.add_argument("dir", nargs="?", type=Path, help="default: $COG_PL_MODELS or ~/.cache/cog_pl/models")
     dl.add_argument("--url", help="download from this URL instead (a mirror); its file name's hash is checked")
+    dl.add_argument("--no-hash-check", action="store_true",
+                    help="keep a file whose sha256 does not start with the prefix its name carries")
     dl.add_argument("--no-progress", action="store_true")
     dl.set_defaults(func=_download)
 
@@ -173,7 +175,7 @@ def _download(args: argparse.Namespace) -> int:
     from cog_pl.models.download import download, hash_prefix_of
 
     name = url.rsplit("/", 1)[-1].split("?")[0]
-    expected = (pub.sha256_prefix if not args.url else None) or hash_prefix_of(name)
+    expected = None if args.no_hash_check else (pub.sha256_prefix if not args.url else None) or hash_prefix_of(name)
     folder.mkdir(parents=True, exist_ok=True)
     if name.endswith(".zip"):
         archive = download(url, folder / name, expected, progress=not args.no_progress)

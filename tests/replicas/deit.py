@@ -11,6 +11,7 @@ the commit naver/cog ``prepare_models/prepare_deit.sh`` checks out, on timm 0.3.
 - Names are timm 0.3.2 ``VisionTransformer``'s: ``cls_token``, ``pos_embed``, ``patch_embed.proj``,
   ``blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}``, ``norm``, ``head``; ``DistilledVisionTransformer``
   adds ``dist_token`` (a parameter after ``pos_embed``), a ``pos_embed`` with two extra tokens and ``head_dist``.
+  The state dict's ``_metadata`` lists every submodule (dropouts, ``DropPath`` of the ``drop_path`` 0.1 run, GELU).
 - DeiT shipped in December 2020 with torch >= 1.7: zip format; tensors on the CPU (not confirmed).
 
 The reference is timm's own class (``timm.create_model`` of the same names, 1.0.31 here) loaded as naver/cog
@@ -31,8 +32,8 @@ import timm
 import torch
 import torch.nn.functional as F
 
-from tests.replicas import Replica
-from tests.replicas.torchvision_family import plausible, save_as_published
+from . import Replica
+from .torchvision_family import plausible, save_as_published
 
 #: paper name -> (timm / deit model name, image size, width, depth, distilled)
 MODELS = {
@@ -64,8 +65,22 @@ def authors_shapes(size: int, dim: int, depth: int, distilled: bool) -> OrderedD
     return shapes
 
 
-def _weights(shapes: OrderedDict, gen: torch.Generator) -> OrderedDict:
-    weights = plausible({k: torch.empty(s, device="meta") for k, s in shapes.items()}, gen)
+def authors_metadata(depth: int, distilled: bool) -> OrderedDict:
+    """``state_dict()._metadata`` of that model: every submodule in registration order, all at version 1."""
+    names = ["", "patch_embed", "patch_embed.proj", "pos_drop", "blocks"]
+    for i in range(depth):
+        p = f"blocks.{i}"
+        names += [p, p + ".norm1", p + ".attn", p + ".attn.qkv", p + ".attn.attn_drop", p + ".attn.proj",
+                  p + ".attn.proj_drop", p + ".drop_path", p + ".norm2", p + ".mlp", p + ".mlp.fc1", p + ".mlp.act",
+                  p + ".mlp.fc2", p + ".mlp.drop"]
+    names += ["norm", "head"] + (["head_dist"] if distilled else [])
+    return OrderedDict((name, {"version": 1}) for name in names)
+
+
+def _weights(shapes: OrderedDict, metadata: OrderedDict, gen: torch.Generator) -> OrderedDict:
+    template = OrderedDict((k, torch.empty(s, device="meta")) for k, s in shapes.items())
+    template._metadata = metadata
+    weights = plausible(template, gen)
     # ViT init is fan-in (trunc_normal / xavier), not the conv fan-out default of ``plausible``
     proj = weights["patch_embed.proj.weight"]
     weights["patch_embed.proj.weight"] = proj / proj.std() * (3 * PATCH * PATCH) ** -0.5
@@ -99,7 +114,8 @@ def _cog_deit(path: Path, name: str) -> torch.nn.Module:
 
 def _publish(paper_name: str, path: Path, seed: int) -> Replica:
     name, size, dim, depth, distilled = MODELS[paper_name]
-    weights = _weights(authors_shapes(size, dim, depth, distilled), torch.Generator().manual_seed(seed))
+    shapes, metadata = authors_shapes(size, dim, depth, distilled), authors_metadata(depth, distilled)
+    weights = _weights(shapes, metadata, torch.Generator().manual_seed(seed))
     save_as_published({"model": weights}, path, legacy=False)
     backbone = _cog_deit(path, name)
 

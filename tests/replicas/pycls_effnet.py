@@ -70,11 +70,20 @@ def _step_once(model: nn.Module, optimizer: torch.optim.Optimizer, g: torch.Gene
     optimizer.zero_grad()
 
 
+def _calibration_images(size: int, g: torch.Generator) -> torch.Tensor:
+    """Normalised RGB images: two of white noise, four of uniform colours upsampled from 8 and 32 px grids."""
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    smooth = [nn.functional.interpolate(torch.rand(2, 3, n, n, generator=g), size=size, mode="bicubic").clamp(0, 1)
+              for n in (8, 32)]
+    return torch.cat([torch.randn(2, 3, size, size, generator=g), *((x - mean) / std for x in smooth)])
+
+
 @torch.no_grad()
 def _randomise(model: nn.Module, image_size: int, g: torch.Generator) -> None:
     """Plausible trained-looking tensors: He-scaled convolutions, BN affine away from init, and BN running
-    statistics measured on random images of the model's size (as training leaves them: features then depend on the
-    image instead of exploding through the stages)."""
+    statistics measured on images of the model's size (as training leaves them), white noise and smooth ones alike,
+    so that features stay bounded, and numerically stable, for both kinds of test input."""
     bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
     for module in model.modules():
         if isinstance(module, nn.Conv2d):
@@ -93,7 +102,7 @@ def _randomise(model: nn.Module, image_size: int, g: torch.Generator) -> None:
     for bn in bns:
         bn.momentum = None  # a cumulative average over the calibration batch
     model.train()
-    model(torch.randn(2, 3, image_size, image_size, generator=g))
+    model(torch.flip(_calibration_images(image_size, g), [1]))  # the network sees BGR
     for bn in bns:
         bn.momentum = momentum[bn]
         bn.num_batches_tracked.fill_(500_000)

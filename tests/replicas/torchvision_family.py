@@ -16,13 +16,19 @@ Conventions that hold across publishers (each ``publish_*`` docstring cites the 
   ``_metadata`` are the real ones.
 - **Devices.** Where the saver hands ``torch.save`` the GPU tensors of a training run, storages are tagged ``cuda:0``
   (read them with ``map_location``).
-- **numpy 1.x scalars.** Where the publisher's learning-rate code leaves a ``numpy.float64`` in ``param_groups``, it
-  is pickled as numpy 1.x did, ``numpy.core.multiarray.scalar``: under numpy 2 ``weights_only=True`` needs
-  ``(numpy._core.multiarray.scalar, "numpy.core.multiarray.scalar")``, ``numpy.dtype`` and ``Float64DType``
-  allow-listed (see :data:`SAFE_GLOBALS`).
+- **Pickled globals.** Files are pickled with the globals of the publisher's software (:func:`_era_pickle`): torch
+  0.2/0.3 tensors as ``torch._utils._rebuild_tensor``; a GPU run's storages as ``torch.cuda.FloatStorage`` (torch
+  1.x); a ``numpy.float64`` left in ``param_groups`` by the publisher's learning-rate code as numpy 1.x's
+  ``numpy.core.multiarray.scalar``, which under numpy 2 ``weights_only=True`` accepts only when allow-listed as
+  ``(numpy._core.multiarray.scalar, "numpy.core.multiarray.scalar")`` with ``numpy.dtype`` and ``Float64DType``
+  (:data:`SAFE_GLOBALS`).
+- **dill.** MadryLab/robustness saves with ``pickle_module=dill``; for a dict of tensors and plain Python objects
+  dill writes only standard globals (checked with dill 0.4.1: ``collections.OrderedDict``, ``_rebuild_tensor_v2``,
+  storage classes), so the file reads with ``weights_only=True`` and no allow-list.
 
-The references are torchvision's own classes, loaded as naver/cog ``model_loaders.py`` (at
-/work/.mirror/naver+cog) maps each file: the ``_cog_*`` functions below repeat those loaders step by step.
+The references are torchvision's own classes, loaded as the benchmark's naver/cog ``model_loaders.py`` maps each
+file: the ``_cog_*`` functions below repeat those loaders step by step (torchvision 0.8.2 API replaced by
+``weights=None``).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from tests.replicas import Replica
+from . import Replica
 
 #: trained parameters that get a momentum buffer in a replica's optimizer state
 MOMENTUM_SAMPLES = 3
@@ -142,22 +148,38 @@ def sgd_state(model: nn.Module, gen: torch.Generator, *, lr: float, weight_decay
 # ---------------------------------------------------------------------------------------------------- saving
 
 
-class _Numpy1Pickler(pickle._Pickler):
-    """Writes numpy scalars under numpy 1.x's global ``numpy.core.multiarray.scalar``, as pre-2024 files hold them."""
+_STORAGES = ("Float", "Double", "Half", "Long", "Int", "Short", "Char", "Byte", "Bool")
 
-    def save_global(self, obj: object, name: str | None = None) -> None:
-        if obj is _SCALAR:
-            self.write(pickle.GLOBAL + b"numpy.core.multiarray\nscalar\n")
+
+def _era_pickle(base: type, cuda: bool, torch_03: bool) -> types.SimpleNamespace:
+    """A ``pickle_module`` for ``torch.save`` that writes what the publishers' software wrote and torch 2 does not:
+    numpy 1.x's ``numpy.core.multiarray.scalar`` for numpy scalars; for a GPU run's tensors, torch 1.x's
+    ``torch.cuda.<T>Storage`` (torch >= 1.13 always writes ``torch.<T>Storage``); for torch 0.2/0.3, tensors as
+    ``torch._utils._rebuild_tensor(storage, offset, size, stride)`` (``_rebuild_tensor_v2`` came with 0.4)."""
+    names = {id(_SCALAR): b"numpy.core.multiarray\nscalar\n"}
+    if cuda:
+        names |= {id(getattr(torch, f"{t}Storage")): f"torch.cuda\n{t}Storage\n".encode() for t in _STORAGES}
+
+    class EraPickler(base):
+        def save(self, obj: object, save_persistent_id: bool = True) -> None:
+            if torch_03 and type(obj) is torch.Tensor and id(obj) not in self.memo:
+                typed = torch.storage.TypedStorage(wrap_storage=obj.untyped_storage(), dtype=obj.dtype, _internal=True)
+                args = (typed, obj.storage_offset(), tuple(obj.size()), obj.stride())
+                return self.save_reduce(torch._utils._rebuild_tensor, args, obj=obj)
+            name = names.get(id(obj))
+            if name is None:
+                return super().save(obj, save_persistent_id)
+            memo = self.memo.get(id(obj))
+            if memo is not None:
+                self.write(self.get(memo[0]))
+                return
+            self.write(pickle.GLOBAL + name)
             self.memoize(obj)
-            return
-        super().save_global(obj, name)
 
+    def dump(obj: object, file: object, protocol: int = 2) -> None:
+        EraPickler(file, protocol).dump(obj)
 
-def _numpy1_dump(obj: object, file: object, protocol: int = 2) -> None:
-    _Numpy1Pickler(file, protocol).dump(obj)
-
-
-NUMPY1_PICKLE = types.SimpleNamespace(Pickler=_Numpy1Pickler, dump=_numpy1_dump, __name__="numpy1_pickle")
+    return types.SimpleNamespace(Pickler=EraPickler, dump=dump, __name__=f"{base.__module__}_as_published")
 
 
 @contextlib.contextmanager
@@ -178,11 +200,13 @@ def _storages_on(device: str) -> Iterator[None]:
         registry[:] = [entry for entry in registry if entry[1] is not tagger]
 
 
-def save_as_published(obj: object, path: Path, *, legacy: bool, device: str = "cpu",
-                      pickle_module: object = pickle) -> None:
-    """``torch.save`` in the publisher's format (legacy before torch 1.6) with its storage locations."""
+def save_as_published(obj: object, path: Path, *, legacy: bool, device: str = "cpu", with_dill: bool = False,
+                      torch_03: bool = False) -> None:
+    """``torch.save`` in the publisher's format (legacy before torch 1.6), storage locations and pickler."""
+    base = dill.Pickler if with_dill else pickle._Pickler
+    module = _era_pickle(base, cuda=device.startswith("cuda"), torch_03=torch_03)
     with _storages_on(device):
-        torch.save(obj, path, pickle_module=pickle_module, _use_new_zipfile_serialization=not legacy)
+        torch.save(obj, path, pickle_module=module, _use_new_zipfile_serialization=not legacy)
 
 
 def _read(path: Path) -> object:
@@ -339,7 +363,7 @@ def inception_v3_forward(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def _publish_torchvision_2017(path: Path, seed: int, build: Callable[[], nn.Module]) -> None:
     """A torchvision file of 2017: ``torch.save(model.state_dict())`` of torch 0.2/0.3 (legacy format, CPU)."""
     state_dict = _pre_041(on_meta(build).state_dict(), torch.Generator().manual_seed(seed))
-    save_as_published(state_dict, path, legacy=True)
+    save_as_published(state_dict, path, legacy=True, torch_03=True)
 
 
 def publish_resnet50(path: Path, seed: int = 0) -> Replica:
@@ -435,7 +459,8 @@ def _moco_checkpoint(seed: int, epochs: int, legacy: bool, K: int = 65536) -> di
     state_dict = plausible(model.state_dict(), gen, tracked=epochs * 5004)  # encoder_k drawn after, so different
     state_dict["module.queue"] = _unit_columns(128, K, gen, dim=0)
     state_dict["module.queue_ptr"] = torch.tensor([int(torch.randint(0, K // 256, (1,), generator=gen)) * 256])
-    optimizer = sgd_state(model, gen, lr=0.0, weight_decay=1e-4, legacy_ids=legacy)
+    last_lr = 0.03 * 0.5 * (1.0 + math.cos(math.pi * (epochs - 1) / epochs))  # main_moco.py adjust_learning_rate --cos
+    optimizer = sgd_state(model, gen, lr=last_lr, weight_decay=1e-4, legacy_ids=legacy)
     return {"epoch": epochs, "arch": "resnet50", "state_dict": state_dict, "optimizer": optimizer}
 
 
@@ -499,7 +524,8 @@ def publish_mopro(path: Path, seed: int = 0) -> Replica:
     state_dict["module.queue_ptr"] = torch.tensor([2048])
     state_dict["module.prototypes"] = _unit_columns(1000, 128, gen, dim=1)
     checkpoint = {"epoch": 90, "arch": "resnet50", "state_dict": state_dict,
-                  "optimizer": sgd_state(model, gen, lr=0.0, weight_decay=1e-4, legacy_ids=False)}
+                  "optimizer": sgd_state(model, gen, lr=0.1 * 0.5 * (1.0 + math.cos(math.pi * 89 / 90)),
+                                         weight_decay=1e-4, legacy_ids=False)}
     save_as_published(checkpoint, path, legacy=False, device="cuda:0")
     return _cog_mopro(path)
 
@@ -524,6 +550,13 @@ class _RGBMultiHeads(nn.Module):
         self.head_jig = _Jigsaw()
 
 
+def _memory_state(memory: torch.Tensor) -> OrderedDict:
+    """``RGBMoCo.state_dict()`` (PyContrast memory/mem_moco.py): the ``memory`` buffer (K, 128), unit rows."""
+    state = OrderedDict(memory=memory)
+    state._metadata = OrderedDict({"": {"version": 1}})
+    return state
+
+
 def publish_infomin(path: Path, seed: int = 0) -> Replica:
     """``InfoMin_800.pth``: HobbitLong/PyContrast ``learning/contrast_trainer.py`` ``ContrastTrainer.save``:
     ``{'model': model.state_dict(), 'contrast': contrast.state_dict(), 'optimizer', 'epoch'}`` plus ``model_ema``
@@ -537,7 +570,7 @@ def publish_infomin(path: Path, seed: int = 0) -> Replica:
     model = on_meta(lambda: Parallel(_RGBMultiHeads()))
     checkpoint = {
         "model": plausible(model.state_dict(), gen, tracked=800 * 5004),
-        "contrast": OrderedDict(memory=_unit_columns(65536, 128, gen, dim=1)),
+        "contrast": _memory_state(_unit_columns(65536, 128, gen, dim=1)),
         "optimizer": sgd_state(model, gen, lr=0.03 * 0.1**3, weight_decay=1e-4, legacy_ids=True),
         "epoch": 800,
         "model_ema": plausible(on_meta(_RGBMultiHeads).state_dict(), gen, tracked=800 * 5004),
@@ -677,7 +710,7 @@ def publish_relabel(path: Path, seed: int = 0) -> Replica:
     optimizer["param_groups"][0]["lr"] = 0.4 * (1 / 2 * (np.cos(np.pi * 0.99999) + 1))
     checkpoint = {"epoch": 300, "arch": "resnet50", "state_dict": plausible(model.state_dict(), gen, 300 * 1251),
                   "accuracy": 78.9, "optimizer": optimizer}
-    save_as_published(checkpoint, path, legacy=False, device="cuda:0", pickle_module=NUMPY1_PICKLE)
+    save_as_published(checkpoint, path, legacy=False, device="cuda:0")
     return _cog_cutmix(path)
 
 
@@ -706,7 +739,7 @@ def publish_compress(path: Path, seed: int = 0) -> Replica:
     optimizer["param_groups"][0]["lr"] = 0.01 * (0.2 ** np.sum(130 > np.asarray([90, 120])))
     checkpoint = {"opt": _compress_opt(), "model": plausible(model.state_dict(), gen, tracked=130 * 5004),
                   "optimizer": optimizer, "epoch": 130}
-    save_as_published(checkpoint, path, legacy=True, device="cuda:0", pickle_module=NUMPY1_PICKLE)
+    save_as_published(checkpoint, path, legacy=True, device="cuda:0")
     return _cog_compress(path)
 
 
@@ -764,7 +797,7 @@ def publish_adv_robust(path: Path, seed: int = 0) -> Replica:
     sd_info = {"model": state_dict,
                "optimizer": sgd_state(model, gen, lr=0.1 * 0.1**3, weight_decay=1e-4, legacy_ids=True),
                "schedule": schedule, "epoch": 90, "amp": "N/A"}
-    save_as_published(sd_info, path, legacy=True, device="cuda:0", pickle_module=dill)
+    save_as_published(sd_info, path, legacy=True, device="cuda:0", with_dill=True)
     return _cog_advrobust(path)
 
 

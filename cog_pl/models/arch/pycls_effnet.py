@@ -17,24 +17,27 @@ the same network, so the file loads into them with :data:`PYCLS_TO_TIMM`. Source
   (b3260e7): stem 32 / 48, depths [2,3,3,4,4,5,2] / [2,4,4,6,6,8,2], widths [16,24,40,80,112,192,320] /
   [24,32,56,112,160,272,448], expansions [1,6,6,6,6,6,6], kernels [3,3,5,3,5,5,3], strides [1,2,2,2,1,2,1], head
   1280 / 1792, train size 240 / 380; ``pycls/core/config.py``: ``EN.SE_R`` 0.25, ``BN.EPS`` 1e-5, no dropout.
-- equal layers (timm ``models/efficientnet.py`` ``_gen_efficientnet`` with (width, depth) multipliers (1.0, 1.1) /
-  (1.4, 1.8), ``_efficientnet_builder.py``, ``_efficientnet_blocks.py``): depths by ceil and widths rounded to
-  multiples of 8 give the yaml's numbers; convolutions pad symmetrically, ``(k - 1) // 2`` for these odd kernels
-  at stride 1 and 2, as pycls; BatchNorm eps 1e-5 in both; swish (SiLU) = pycls ``Swish`` ``x * sigmoid(x)``; SE on
-  the expanded width, reduced to a quarter of the *block input* width (timm ``se_from_exp=False``; pycls
-  ``SE(w_exp, int(w_in * se_r))``), swish inside, sigmoid gate, biased 1x1 convs; stage 1 (expansion 1) is timm's
+- equal layers (timm 1.0.31 ``models/efficientnet.py`` ``_gen_efficientnet``, (width, depth) multipliers (1.0, 1.1) /
+  (1.4, 1.8); ``_efficientnet_builder.py``, ``_efficientnet_blocks.py``): depths by ceil and widths rounded to
+  multiples of 8 give the yaml's numbers; convolutions pad symmetrically, ``(k - 1) // 2`` for these odd kernels at
+  stride 1 and 2, as pycls; BatchNorm eps 1e-5 in both; swish (SiLU) = pycls ``Swish`` ``x * sigmoid(x)``; SE on the
+  expanded width, reduced to a quarter of the *block input* width (timm ``se_from_exp=False``; pycls ``SE(w_exp,
+  int(w_in * se_r))``), swish inside, sigmoid gate, biased 1x1 convs; stage 1 (expansion 1) is timm's
   ``DepthwiseSeparableConv`` = pycls's ``MBConv`` without ``exp``; skip iff stride 1 and equal widths in both; head:
   1x1 conv, BN, swish, global average pool. tests/test_arch_pycls_effnet.py checks the features against pycls.
 - BGR: ``pycls/datasets/imagenet.py`` reads images with ``cv2`` (BGR) and normalises with mean [0.406, 0.456,
   0.485] and std [0.225, 0.224, 0.229] "in BGR order", i.e. ImageNet's RGB statistics reversed, so an image
   normalised in RGB with ImageNet mean and std and flipped on the channel axis is exactly pycls's input.
+
+Flip once: :func:`build_pycls_efficientnet` returns the network wrapped in :class:`BGRInput` (RGB in);
+:func:`build_efficientnet_b1` / :func:`build_efficientnet_b4` return the bare networks (BGR in) for a caller that
+flips itself (the zoo's ``bgr`` flag).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import nn
@@ -67,38 +70,6 @@ PYCLS_TO_TIMM: tuple[tuple[str, str], ...] = (
 #: pycls model zoo name -> timm architecture of the same network.
 PYCLS_EFFICIENTNETS = {"b1": "efficientnet_b1", "b4": "efficientnet_b4"}
 
-_INNER = "model."
-
-
-class BGRInput(nn.Module):
-    """Feeds RGB images to a model trained on BGR ones: flips the channel axis first (pycls reads with cv2).
-
-    Its state dict is the inner model's, without a prefix, so the inner architecture's checkpoints load as they are.
-    """
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.register_state_dict_post_hook(_strip_inner)
-        self.register_load_state_dict_pre_hook(_add_inner)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.model(torch.flip(images, [1]))
-
-
-def _strip_inner(module: nn.Module, state: dict[str, Any], prefix: str, local_metadata: Mapping) -> None:
-    """Rename this wrapper's ``<prefix>model.<key>`` entries to ``<prefix><key>``, keeping their order."""
-    inner = prefix + _INNER
-    for key in [k for k in state if k.startswith(inner)]:
-        state[prefix + key[len(inner):]] = state.pop(key)
-
-
-def _add_inner(module: nn.Module, state: dict[str, Any], prefix: str, *args: Any) -> None:
-    """Route every entry under this wrapper's prefix to the inner model (the inverse of :func:`_strip_inner`)."""
-    for key in [k for k in state if k.startswith(prefix)]:
-        state[prefix + _INNER + key[len(prefix):]] = state.pop(key)
-
-
 def pycls_to_timm(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``model_state`` (``head.fc.*`` already dropped) renamed by :data:`PYCLS_TO_TIMM`."""
     out = {}
@@ -118,17 +89,9 @@ def _timm_efficientnet(variant: str) -> nn.Module:
     return timm.create_model(PYCLS_EFFICIENTNETS[key], pretrained=False, num_classes=0)
 
 
-def build_pycls_efficientnet(variant: str) -> nn.Module:
-    """pycls's EfficientNet ``variant`` (``"b1"`` or ``"b4"``) without classifier, taking RGB images (flipped here).
-
-    Random weights: load the zoo file's ``model_state`` renamed by :data:`PYCLS_TO_TIMM`, ``head.fc.*`` dropped.
-    """
-    return BGRInput(_timm_efficientnet(variant))
-
-
 def build_efficientnet_b1() -> nn.Module:
     """The bare network of ``EN-B1_dds_8gpu.pyth`` (timm ``efficientnet_b1``, no classifier): it takes *BGR* input;
-    whoever builds it for RGB images flips them first (:class:`BGRInput`, or the zoo's ``bgr`` flag), once."""
+    the zoo's ``bgr`` flag flips RGB images once (:class:`cog_pl.models.build.BGRInput`)."""
     return _timm_efficientnet("b1")
 
 
