@@ -230,7 +230,8 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
                  "the Google Drive link in UMBCvision/CompReSS's README")),
     # label regularisation
     _r50("meal_v2", "MEAL-V2", "label-regularization",
-         Layout((), "module.", _FC, source="szq0214/MEAL-V2: a DataParallel state dict"),
+         Layout((), "module.", _FC, source="szq0214/MEAL-V2 train.py: a DataParallel state dict (URL: its "
+                "hubconf.py)"),
          Published("MEALV2_ResNet50_224.pth",
                    "https://github.com/szq0214/MEAL-V2/releases/download/v1.0.0/MEALV2_ResNet50_224.pth")),
     _r50("mixup", "MixUp", "label-regularization", Layout(("state_dict",), "module.", _FC, source=_CUTMIX),
