@@ -2,9 +2,10 @@
 
     python benchmarks/bad_inputs.py [--jobs 4] [--match TEXT] [--fast]
 
-Prints one row per case (exit code, one-line error?, names the file/option?, seconds) and the summary
-"N/M clear one-line errors". A clear error exits non-zero with no traceback, its last stderr line
-``cog-pl ...: error: ...`` naming the thing, within the case's time limit. Cases that need file permissions are
+Prints one row per case (exit code, one-line error?, names the file/option?, nothing written?, seconds) and the
+summary "N/M clear one-line errors". A clear error exits non-zero with no traceback, its last stderr line
+``cog-pl ...: error: ...`` naming the thing, within the case's time limit, and leaves no row, store or study where
+the case says (``absent``). Cases that need file permissions are
 skipped as root. Runs on CPU.
 """
 
@@ -38,14 +39,15 @@ def main() -> int:
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
             outcomes: list[Outcome] = list(pool.map(lambda c: run_case(c, data, REPO), cases))
         width = max(len(c.name) for c in cases)
-        print(f"{'case':<{width}}  owner  exit  one-line  names   seconds")
+        print(f"{'case':<{width}}  owner  exit  one-line  names  nothing-written  seconds")
         clear = 0
         for case, out in zip(cases, outcomes):
-            ok = out.clear(case, data)
+            kept = not case.written(data)
+            ok = out.clear(case, data) and kept
             clear += ok
             code = "hang" if out.returncode is None else str(out.returncode)
             print(f"{case.name:<{width}}  {case.owner:^5}  {code:>4}  {_yes(out.one_line):^8}  "
-                  f"{_yes(out.names(case, data)):^5}  {out.seconds:7.1f}")
+                  f"{_yes(out.names(case, data)):^5}  {_yes(kept):^15}  {out.seconds:7.1f}")
             if args.show and not ok:
                 _show(case, out)
     skipped = len(CASES) - len(cases)

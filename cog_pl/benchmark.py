@@ -103,8 +103,8 @@ class Benchmark:
         path = Path(path)
         rec = read_json(path, "benchmark file")
         if not isinstance(rec, dict) or rec.get("format") != FORMAT or rec.get("version") != VERSION:
-            got = (rec.get("format"), rec.get("version")) if isinstance(rec, dict) else (type(rec).__name__, None)
-            raise ValueError(f"benchmark file {path} is {got[0]} v{got[1]}; expected {FORMAT} v{VERSION}")
+            raise ValueError(f"benchmark file {path} {_what(rec)}; expected a {FORMAT!r} file, version {VERSION} "
+                             "(cog-pl levels build --seen writes one)")
         try:
             bench = cls(rec["name"], rec["in1k"], rec["levels"], rec["test"], rec.get("in1k_test", ""),
                         rec.get("protocol", {}), rec.get("meta", {}))
@@ -115,6 +115,18 @@ class Benchmark:
             raise ValueError(f"benchmark file {path}: " + "; ".join(problems[:5])
                              + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""))
         return bench
+
+
+def _what(rec: Any) -> str:
+    """What a JSON document given as a benchmark file is, for the refusal."""
+    if not isinstance(rec, dict):
+        return f"holds a JSON {type(rec).__name__}, not an object"
+    if "format" not in rec:
+        keys = ", ".join(map(str, list(rec)[:5])) or "none"
+        return f"is not a cog-pl benchmark file (a JSON object with no format field; its keys: {keys})"
+    if rec["format"] != FORMAT:
+        return f"is a {rec['format']!r} file"
+    return f"is version {rec.get('version')!r} of the format"
 
 
 def validate(bench: Benchmark) -> list[str]:

@@ -1,5 +1,5 @@
 """Atomic file writing (a reader sees the old file or the complete new one, never a partial one), JSON reading,
-file hashes, the umask's file modes and one-line disk-full errors."""
+file hashes, the umask's file modes, one-line disk-full errors, printable file names and why ``torch.load`` failed."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -18,6 +19,12 @@ from typing import IO, Any
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
+def printable(name: str | os.PathLike) -> str:
+    """A file name for messages and logs: bytes that are not UTF-8 (kept by Python as surrogate escapes, see
+    :func:`os.fsdecode`) shown as ``\\xff``, so printing or writing the name as text never fails."""
+    return os.fspath(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 class DiskFullError(OSError):
     """No space left for a file; the message (one line) names the file and, where known, the bytes needed."""
 
@@ -25,15 +32,26 @@ class DiskFullError(OSError):
         return str(self.strerror)
 
 
-def disk_full(path: str | os.PathLike, needed: int | None = None) -> DiskFullError:
-    """The error for a write to ``path`` that ran out of space: the path, the bytes needed (when known) and free."""
+def disk_full(path: str | os.PathLike, needed: int | None = None, refused: OSError | None = None) -> DiskFullError:
+    """The error for a write to ``path`` that ran out of space: the path and the bytes needed (when known), and
+    either what the file system said when it ``refused`` them (no space, or a quota) with the free space it counts,
+    in whole blocks (why it can refuse a request smaller than that), or, for a check made beforehand, the free space
+    found."""
     path = Path(path)
     try:
-        free = f"{shutil.disk_usage(next(p for p in (path, *path.parents) if p.exists())).free} bytes free"
-    except (OSError, StopIteration):
-        free = "free space unknown"
-    need = "" if needed is None else f"{needed} bytes needed, "
-    return DiskFullError(errno.ENOSPC, f"disk full: cannot write {path} ({need}{free})", str(path))
+        where = next(p for p in (path, *path.parents) if p.exists())
+        free, block = shutil.disk_usage(where).free, os.statvfs(where).f_frsize
+    except (OSError, StopIteration, AttributeError):
+        free = block = None
+    if refused is None:
+        need = "" if needed is None else f"{needed} bytes needed, "
+        text = f"({need}{'free space unknown' if free is None else f'{free} bytes free'})"
+        return DiskFullError(errno.ENOSPC, f"disk full: cannot write {path} {text}", str(path))
+    why = os.strerror(refused.errno).lower() if refused.errno else "no space left"
+    asked = "" if needed is None else f"asked for {needed} bytes, "
+    counted = "" if free is None else f"; it counts {free} bytes free, in whole {block}-byte blocks"
+    return DiskFullError(refused.errno or errno.ENOSPC,
+                         f"disk full: cannot write {path}: {asked}the file system refused ({why}{counted})", str(path))
 
 
 def umask() -> int:
@@ -63,7 +81,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
         if err.errno in DISK_FULL:
-            raise disk_full(path) from err
+            raise disk_full(path, refused=err) from err
         raise
     try:
         os.fchmod(fd, default_mode())
@@ -76,7 +94,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(err, OSError) and not isinstance(err, DiskFullError) and err.errno in DISK_FULL:
-            raise disk_full(path) from err
+            raise disk_full(path, refused=err) from err
         raise
 
 
@@ -105,3 +123,25 @@ def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+#: What torch's safe loading (``weights_only=True``) names when it refuses a pickle: a global, or an opcode.
+_REFUSED_GLOBAL = re.compile(r"[Uu]nsupported (?:global: )?GLOBAL ([\w.]+)")
+_REFUSED_OPCODE = re.compile(r"Unsupported operand (\d+)")
+
+
+def load_failure(err: BaseException) -> str:
+    """Why ``torch.load`` could not read a file, in one line: what safe loading refused (nothing from the file ran),
+    else the error's first sentence with its type, and what that means (torch's own errors are pages long, some a
+    bare key: ``KeyError: 101``)."""
+    text = str(err).strip()
+    found = _REFUSED_GLOBAL.search(text)
+    if found:
+        return f"it pickles {found.group(1)}, which safe loading refuses (nothing from the file ran)"
+    found = _REFUSED_OPCODE.search(text)
+    if found:
+        return (f"its pickle stream holds opcode {found.group(1)}, which safe loading refuses (nothing from the "
+                "file ran): a damaged file, or not one torch.save wrote")
+    first = text.splitlines()[0].split(". ")[0].rstrip(".") if text else ""
+    return f"torch.load failed ({type(err).__name__}{': ' + first if first else ''}): a damaged file, or not one " \
+           "torch.save wrote"

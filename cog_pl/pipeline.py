@@ -252,8 +252,10 @@ def run(cfg: RunConfig) -> RunSummary:
     import optuna
 
     from cog_pl.models import resolve_spec
+    from cog_pl.results import check_results_file
 
     resolve_spec(cfg.model)  # an unknown model fails before any work
+    check_results_file(Path(cfg.out) / "results.sqlite")  # so does a results file that cannot take the rows
     from cog_pl.levels.seen import run_seen_warnings
 
     for warning in run_seen_warnings(cfg.model, cfg.seen, cfg.benchmark, cfg.domains):

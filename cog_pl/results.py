@@ -109,8 +109,10 @@ def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.C
     """A connection to a results file whose format row says it is ours, in this version. Readers open the file
     read-only and get None for an empty file; a writer creates the tables in a new or empty file. Both refuse a
     database of something else (an Optuna study given as results, say) and another format version; both migrate a
-    version-1 file in place first."""
+    version-1 file in place first; a folder given as the file is refused by name."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"results file {path} is a folder; give a file path (e.g. {path / 'results.sqlite'})")
     con = _open(path, write)
     try:
         try:

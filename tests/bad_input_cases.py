@@ -33,7 +33,8 @@ L1_PAIR = (L1_WNID, "n01322898")
 class Case:
     """One bad input: ``args`` after ``cog-pl`` and the text (``names``) the error must contain, both formatted
     with :func:`make_data`'s paths; ``owner``: whose defect of issue 17 it is; ``unix_permissions``: needs file
-    permissions to hold (skipped as root)."""
+    permissions to hold (skipped as root); ``absent``: glob patterns (formatted likewise) that must match nothing
+    after the refusal: no row, store or study written; ``env``: formatted likewise."""
 
     name: str
     args: tuple[str, ...]
@@ -43,9 +44,16 @@ class Case:
     timeout: float = 180.0
     slow: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    absent: tuple[str, ...] = ()
 
     def argv(self, data: dict[str, str]) -> list[str]:
         return [a.format(**data) for a in self.args]
+
+    def written(self, data: dict[str, str]) -> list[str]:
+        """What the command left where :attr:`absent` wants nothing (a results store, a study, a feature store)."""
+        import glob
+
+        return [p for pattern in self.absent for p in glob.glob(pattern.format(**data))]
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,8 @@ class Outcome:
 def run_case(case: Case, data: dict[str, str], cwd: str | os.PathLike) -> Outcome:
     """Run one case as a process; its stderr and exit status (None when it ran past its limit)."""
     env = {k: v for k, v in os.environ.items() if k != "COG_PL_DEBUG"}
-    env.update({"HF_HUB_OFFLINE": "1", "COG_PL_CACHE": data["cache"], **case.env})
+    env.update({"HF_HUB_OFFLINE": "1", "COG_PL_CACHE": data["cache"],
+                **{k: v.format(**data) for k, v in case.env.items()}})
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([str(COG_PL), *case.argv(data)], cwd=cwd, env=env, capture_output=True, text=True,
@@ -113,6 +122,52 @@ def _level_file(path: Path, **given: object) -> str:
     levels = {lvl: sorted(official_levels()[lvl])[:2] for lvl in LEVELS}
     path.write_text(json.dumps({"format": "cog-pl-levels", "version": 1, "levels": {**levels, **given}}))
     return str(path)
+
+
+def _odd_inputs(root: Path, d: dict[str, str]) -> None:
+    """The inputs of the cases that once wrote a number or said nothing useful (issue 29), into ``d``."""
+    import torch
+
+    from cog_pl.io import printable
+
+    empty = _pair(root / "empty" / "m" / "cog_l2")  # a train store of 0 rows
+    np.save(empty / "train" / "features.npy", np.zeros((0, 4), np.float16))
+    np.save(empty / "train" / "labels.npy", np.zeros(0, np.int64))
+    unseen = _pair(root / "unseen" / "m" / "cog_l2")  # train labels 0..2, one test label 15
+    y = np.load(unseen / "test" / "labels.npy")
+    y[0] = 15
+    np.save(unseen / "test" / "labels.npy", y)
+    (root / "results-dir.sqlite").mkdir()  # a folder given as a results file
+    (root / "rundir" / "results.sqlite").mkdir(parents=True)  # a run whose results file is a folder
+    nonutf = _pair(root / "nonutf" / "m" / os.fsdecode(b"\xffdom"))  # a folder name that is not UTF-8
+    d.update(empty=str(empty), unseen=str(unseen), resdir=str(root / "results-dir.sqlite"),
+             rundir=str(root / "rundir"), nonutf=str(nonutf), nonutf_shown=printable(nonutf))
+
+    class Payload:  # unpickled, it would run a command (that leaves a file behind)
+        def __reduce__(self):
+            return os.system, (f"touch {root / 'pwned'}",)
+
+    torch.save({"state_dict": {}, "hyper_parameters": Payload()}, root / "evil.ckpt")
+    (root / "key.pth").write_bytes(b"\x80\x02h\x65.")  # a pickle that fetches memo 101, which it never stored
+    torch.save({"X": torch.ones(8192, 16), "Y": torch.zeros(8192, dtype=torch.int64)}, root / "good_X_Y.pth")
+    (root / "enospc").mkdir()  # imported at start-up: the file system refuses every reservation
+    (root / "enospc" / "sitecustomize.py").write_text(
+        "import errno, os\n\n\ndef _full(fd, offset, length):\n    raise OSError(errno.ENOSPC, "
+        "os.strerror(errno.ENOSPC))\n\n\nos.posix_fallocate = _full\n")
+    (root / "foreign_bench.json").write_text('{"name": "x", "levels": {}}')
+    devkit = root / "devkit"  # IN-1K with the devkit's ground truth but not its meta.mat
+    (devkit / "train" / IN1K_WNID).mkdir(parents=True)
+    (devkit / "val").mkdir()
+    (devkit / "val" / "ILSVRC2012_val_00000001.JPEG").write_bytes(_jpeg(0))
+    (devkit / "ILSVRC2012_devkit_t12" / "data").mkdir(parents=True)
+    (devkit / "ILSVRC2012_devkit_t12" / "data" / "ILSVRC2012_validation_ground_truth.txt").write_text("1\n")
+    kaggle = root / "kaggle"  # Kaggle's ImageNet download as unpacked
+    for sub in (f"train/{IN1K_WNID}", "val"):
+        (kaggle / "ILSVRC" / "Data" / "CLS-LOC" / sub).mkdir(parents=True)
+    (kaggle / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n")
+    d.update(evil=str(root / "evil.ckpt"), key_pth=str(root / "key.pth"), good_pth=str(root / "good_X_Y.pth"),
+             enospc=str(root / "enospc"), foreign_bench=str(root / "foreign_bench.json"), devkit=str(devkit),
+             kaggle=str(kaggle))
 
 
 def make_data(root: Path) -> dict[str, str]:
@@ -203,6 +258,7 @@ def make_data(root: Path) -> dict[str, str]:
     Benchmark("bad-inputs", (IN1K_WNID, "n01443537"), levels, test,
               protocol={"test_per_concept": 1, "min_train_per_concept": 2, "max_train_per_concept": 3}
               ).save(root / "bench.json")
+    _odd_inputs(root, d)
     return d
 
 
@@ -210,6 +266,20 @@ P = ("--device", "cpu", "--trials", "1", "--epochs", "1", "--workdir", "{root}/w
 RES = ("--model", "m", "--domain", "cog_l2", "--results", "{root}/r.sqlite")
 X = ("--model.model", "timm:resnet10t", "--data.out", "{root}/xout", "--data.num_workers", "0",
      "--trainer.accelerator", "cpu")
+
+
+def _cell(tag: str, knn: bool = False) -> tuple[str, ...]:
+    """A quick probe's options with a study folder and a results store of its own (``absent``: :func:`_none`)."""
+    study = () if knn else ("--trials", "1", "--epochs", "1", "--workdir", f"{{root}}/w-{tag}")
+    return ("--device", "cpu", *study, "--results", f"{{root}}/r-{tag}.sqlite")
+
+
+def _none(tag: str) -> tuple[str, ...]:
+    """Where :func:`_cell`'s study and results would be: nothing there after a refusal."""
+    return f"{{root}}/w-{tag}", f"{{root}}/r-{tag}.sqlite"
+
+
+XO = ("--model.model", "timm:resnet10t", "--data.num_workers", "0", "--trainer.accelerator", "cpu")
 
 CASES: tuple[Case, ...] = (
     # wordnet and similarity
@@ -339,4 +409,76 @@ CASES: tuple[Case, ...] = (
                                           "--model.checkpoint", "null", "--trainer.accelerator", "cpu",
                                           "--trainer.precision", "32-true"),
          "{missing}", slow=True),
+    # inputs that once wrote a number they should not, or said nothing useful (issue 29)
+    Case("probe tune: an empty train store", ("probe", "tune", "--features", "{empty}", *_cell("empty")),
+         "{empty}/train: the train store has no rows", absent=_none("empty"), slow=True),
+    Case("probe knn: an empty train store", ("probe", "knn", "--features", "{empty}", *_cell("kempty", True)),
+         "{empty}/train: the train store has no rows", absent=_none("kempty"), slow=True),
+    Case("probe tune: a test label the train split never has", ("probe", "tune", "--features", "{unseen}",
+                                                                *_cell("unseen")),
+         "{unseen}: the train store has 3 classes (labels 0..2), the test store 16", absent=_none("unseen"),
+         slow=True),
+    Case("probe knn: a test label the train split never has", ("probe", "knn", "--features", "{unseen}",
+                                                               *_cell("kunseen", True)),
+         "--allow-class-mismatch", absent=_none("kunseen"), slow=True),
+    Case("probe tune: --shots beyond every class", ("probe", "tune", "--features", "{feat}", *_cell("shots"),
+                                                    "--shots", "100000"),
+         "--shots 100000: class 0 has 6 train rows", absent=_none("shots"), slow=True),
+    Case("probe protocol: --shots beyond every class", ("probe", "protocol", "--features", "{feat}", *_cell("pshots"),
+                                                        "--seeds", "22", "--shots", "all", "100000"),
+         "--shots 100000", absent=_none("pshots"), slow=True),
+    Case("probe knn: --shots beyond every class", ("probe", "knn", "--features", "{feat}", *_cell("kshots", True),
+                                                   "--shots", "100000"),
+         "--shots 100000", absent=_none("kshots"), slow=True),
+    Case("probe protocol: --results is a folder", ("probe", "protocol", "--features", "{feat}", *_cell("rdir"),
+                                                   "--seeds", "22", "--shots", "all", "--results", "{resdir}"),
+         "results file {resdir} is a folder", absent=(*_none("rdir"), "{resdir}/*"), slow=True),
+    Case("probe knn: --results is a folder", ("probe", "knn", "--features", "{feat}", "--device", "cpu",
+                                              "--results", "{resdir}"),
+         "results file {resdir} is a folder", absent=("{resdir}/*",), slow=True),
+    Case("run: the results file is a folder", ("run", "--model", "resnet50", "--in1k-root", "{root}", "--in21k-root",
+                                               "{in21k}", "--out", "{rundir}"),
+         "results file {rundir}/results.sqlite is a folder", absent=("{rundir}/features", "{rundir}/results.sqlite/*"),
+         slow=True),
+    Case("probe tune: a storage port that is no number", ("probe", "tune", "--features", "{feat}", *_cell("port"),
+                                                          "--storage", "postgresql://user:pw@host:notaport/db"),
+         "storage postgresql://user:***@host:notaport/db: port 'notaport' is not a number", absent=_none("port"),
+         slow=True),
+    Case("probe tune: a features folder whose name is not UTF-8", ("probe", "tune", "--features", "{nonutf}",
+                                                                   *_cell("nonutf")),
+         "(the name of folder {nonutf_shown}) is not UTF-8 text", absent=_none("nonutf"), slow=True),
+    Case("finetune test: a malicious pickle as --ckpt_path", ("finetune", "test", "--config",
+                                                              "configs/finetune/demo.yaml", "--data.init_args.root",
+                                                              "{in21k}", "--data.init_args.benchmark",
+                                                              "{root}/bench.json", "--model.model", "timm:resnet10t",
+                                                              "--model.checkpoint", "null", "--trainer.accelerator",
+                                                              "cpu", "--trainer.default_root_dir", "{root}/ft",
+                                                              "--ckpt_path", "{evil}", "--results",
+                                                              "{root}/r-evil.sqlite"),
+         "--ckpt_path {evil}: not a checkpoint this command can read: it pickles posix.system, which safe loading "
+         "refuses", absent=("{root}/pwned", "{root}/r-evil.sqlite"), slow=True),
+    Case("extract: negative --data.allow_missing", ("extract", *XO, "--data.out", "{root}/xout-am",
+                                                    "--data.allow_missing", "-1"),
+         "allow_missing=-1", absent=("{root}/xout-am",), slow=True),
+    Case("extract: a devkit without its meta.mat", ("extract", *XO, "--data.out", "{root}/xout-dk", "--data.in1k_root",
+                                                     "{devkit}", "--data.domains", "[in1k]", "--data.splits",
+                                                     "[test]"),
+         "{devkit}/ILSVRC2012_devkit_t12/data/meta.mat: the devkit's meta.mat is missing", absent=("{root}/xout-dk",),
+         slow=True),
+    Case("extract: IN-1K root at Kaggle's unpacked download", ("extract", *XO, "--data.out", "{root}/xout-kg",
+                                                                "--data.in1k_root", "{kaggle}", "--data.domains",
+                                                                "[in1k]"),
+         "whose IN-1K root is {kaggle}/ILSVRC/Data/CLS-LOC", absent=("{root}/xout-kg",), slow=True),
+    Case("features import: the file system refuses the space", ("features", "import", "{good_pth}", "{root}/imp-full",
+                                                                "--model", "m", "--domain", "cog_l1", "--split",
+                                                                "train"),
+         "{root}/imp-full: asked for", env={"PYTHONPATH": "{enospc}"},
+         absent=("{root}/imp-full", "{root}/.imp-full.partial"), slow=True),
+    Case("features import: a pickle of a missing object", ("features", "import", "{key_pth}", "{root}/imp-key",
+                                                           "--model", "m", "--domain", "cog_l1", "--split", "train"),
+         "{key_pth}: not a readable X_Y.pth file: torch.load failed (KeyError: 101)", absent=("{root}/imp-key",),
+         slow=True),
+    Case("data check: a JSON file that is no benchmark file", ("data", "check", "--in21k-root", "{in21k}",
+                                                               "--benchmark", "{foreign_bench}"),
+         "benchmark file {foreign_bench} is not a cog-pl benchmark file", slow=True),
 )

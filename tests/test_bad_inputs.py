@@ -1,5 +1,6 @@
 """Bad inputs a user or an attacker gives ``cog-pl``: each refused by the installed command in one line that names
-the file, option, URL or synset, with a non-zero exit status, no traceback, and no hang.
+the file, option, URL or synset, with a non-zero exit status, no traceback, no hang, and nothing written where a case
+says (``absent``: no row, store or study).
 
 The catalogue is tests/bad_input_cases.py (benchmarks/bad_inputs.py prints the same cases as a table). Cases that
 need file permissions are skipped as root, which ignores them.
@@ -42,7 +43,7 @@ def test_the_catalogue_covers_every_command():
             "extract", "finetune"} <= words
     assert {"levels show", "levels compare", "levels plot", "levels build", "data check", "data split",
             "features info", "features import", "features export", "features regroup", "probe tune",
-            "probe protocol", "probe fit", "finetune fit"} <= words
+            "probe protocol", "probe fit", "probe knn", "finetune fit", "finetune test"} <= words
 
 
 @pytest.mark.parametrize("case", [_param(c) for c in CASES])
@@ -53,6 +54,7 @@ def test_bad_input_is_one_clear_line(case, data, tmp_path):
     assert "Traceback" not in out.stderr, f"{case.name}:\n{out.stderr[-3000:]}"
     assert out.one_line, f"{case.name}: last stderr line {out.last_line!r}"
     assert case.names.format(**data) in out.last_line, f"{case.name}: {out.last_line!r} lacks {case.names!r}"
+    assert not case.written(data), f"{case.name}: refused, yet wrote {case.written(data)}"
 
 
 def test_errors_of_the_machine_are_one_line_with_status_1(tmp_path, capsys, monkeypatch):

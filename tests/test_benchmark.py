@@ -103,8 +103,14 @@ def test_bad_benchmark_files_are_refused_by_name(tmp_path):
         out.write_text(json.dumps(r))
         return out
 
-    with pytest.raises(ValueError, match="bad.json is cog-pl-levels v1; expected cog-pl-benchmark v1"):
+    with pytest.raises(ValueError, match="bad.json is a 'cog-pl-levels' file; expected a 'cog-pl-benchmark' file, "
+                                         "version 1"):
         Benchmark.load(broken(lambda r: r.update(format="cog-pl-levels")))
+    with pytest.raises(ValueError, match="bad.json is version 2 of the format; expected"):
+        Benchmark.load(broken(lambda r: r.update(version=2)))
+    with pytest.raises(ValueError, match="bad.json is not a cog-pl benchmark file .a JSON object with no format "
+                                         "field; its keys: name, in1k, levels, test, in1k_test.; expected"):
+        Benchmark.load(broken(lambda r: [r.pop(k) for k in ("format", "version")]))
     w = bench.levels["L2"][0]
     with pytest.raises(ValueError, match=f"bad.json: L2 concept\\(s\\) without test images: {w}"):
         Benchmark.load(broken(lambda r: r["test"].update(L2=[p for p in r["test"]["L2"] if not p.startswith(w)])))

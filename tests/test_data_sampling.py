@@ -3,7 +3,15 @@
 import numpy as np
 import pytest
 
-from cog_pl.data.sampling import few_shot, final_indices, final_seed, tuning_indices, tuning_seed, val_split
+from cog_pl.data.sampling import (
+    check_shots,
+    few_shot,
+    final_indices,
+    final_seed,
+    tuning_indices,
+    tuning_seed,
+    val_split,
+)
 
 
 def _labels(seed: int = 0) -> np.ndarray:
@@ -64,6 +72,25 @@ def test_bad_arguments_are_refused():
         val_split(np.zeros(4, int), 1.0, 0)
     with pytest.raises(ValueError, match="shots"):
         few_shot(np.zeros(4, int), np.arange(4), 0, 0)
+
+
+def test_an_n_shot_cell_is_n_rows_of_every_class_or_refused():
+    """N shots is N rows of each class in the tuning sample and the final one; a class short of N is refused by
+    name, never drawn whole and filed as N shots."""
+    y = _labels()  # classes of 10, 11, 5, 1, 20, 13, 7 rows: class 3 has one
+    with pytest.raises(ValueError, match=r"^--shots 2: class 3 has 1 train rows \(1 left for tuning by the 20% "
+                                         r"validation split\), fewer than 2; an N-shot cell needs N rows of every "
+                                         r"class \(here at most 1 shots\)$"):
+        tuning_indices(y, 0.2, 22, 2)
+    with pytest.raises(ValueError, match=r"^--shots 2: class 3 has 1 train rows, fewer than 2"):
+        final_indices(y, 22, 2)
+    y = np.repeat(np.arange(3), 40)  # 40 rows a class: the validation split keeps 8, leaves 32 for tuning
+    train, _ = tuning_indices(y, 0.2, 22, 32)
+    assert np.bincount(y[train]).tolist() == [32] * 3 and np.bincount(y[final_indices(y, 22, 40)]).tolist() == [40] * 3
+    check_shots(y, 0.2, [None, 1, 32])  # all data needs nothing; 32 fits
+    for n in (33, 100000):  # 33 would draw 32 for tuning; 100000 would train on everything, as all data does
+        with pytest.raises(ValueError, match=rf"--shots {n}: class 0 has 40 train rows \(32 left for tuning"):
+            check_shots(y, 0.2, [None, 1, n])
 
 
 #: Chi-square with 9 degrees of freedom exceeds this with probability 1e-4 under uniform draws (scipy.stats.chi2.isf).

@@ -38,6 +38,22 @@ def test_the_table_lists_the_built_in_source_and_refuses_unknown_names(tmp_path)
         open_source(tmp_path / "absent")
 
 
+def test_the_source_options_name_every_built_in_source_where_it_applies():
+    """``--in1k-source`` / ``--in21k-source`` list the built-in sources without importing the table (start-up stays
+    fast): each of them, under the datasets it can hold; and data check takes a benchmark file as run and extract."""
+    from cog_pl.cli.data import SOURCES_OF
+    from cog_pl.cli.main import build_parser
+
+    assert set(SOURCES_OF["in1k"]) | set(SOURCES_OF["in21k"]) == set(list_sources())
+    assert set(SOURCES_OF["in1k"]) == set(list_sources())  # IN-1K's train tar is a whole tar of synset tars
+    data = build_parser(only="data")._subparsers._group_actions[0].choices["data"]
+    check = data._subparsers._group_actions[0].choices["check"]
+    helps = {a.option_strings[0]: a.help for a in check._actions if a.option_strings}
+    for which, names in SOURCES_OF.items():
+        assert f"stored: {', '.join(names)} or a registered source" in helps[f"--{which}-source"]
+    assert "--benchmark" in helps
+
+
 @pytest.mark.parametrize("layout", ["folder", "tar"])
 def test_auto_opens_folders_and_tars_per_synset(tiny, tmp_path, layout):  # noqa: F811
     root = tiny.make_in21k(tmp_path / "in21k", layout)

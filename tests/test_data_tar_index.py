@@ -114,3 +114,44 @@ def test_members_keep_their_full_paths_so_equal_base_names_do_not_shadow(tmp_pat
         TarIndex.open(path)
     write_synset(tmp_path / "packed", "n05", {"n05/n05_1.JPEG": b"1", "n05/n05_2.JPEG": b"2"}, "tar")
     assert TarIndex.open(tmp_path / "packed" / "n05.tar").names() == ["n05_1.JPEG", "n05_2.JPEG"]  # one top folder
+
+
+def _with_strays(path, wnid: str, images: int = 4) -> None:
+    """A synset tar of ``images`` JPEGs and two members named outside it (``../``, an absolute path)."""
+    with tarfile.open(path, "w") as tf:
+        names = [f"{wnid}_{k}.JPEG" for k in range(images)] + ["../escape.JPEG", "/abs/evil.JPEG"]
+        for k, name in enumerate(names):
+            data = jpeg_bytes(k)
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def test_members_named_outside_the_tar_are_left_out_and_named(tmp_path, caplog):
+    _with_strays(tmp_path / "n06.tar", "n06")
+    with caplog.at_level("WARNING", logger="cog_pl.data.tar_index"):
+        assert SynsetSource(tmp_path).list("n06") == [f"n06_{k}.JPEG" for k in range(4)]  # not images of n06
+    assert f"{tmp_path / 'n06.tar'}: 2 member(s) named outside the tar (absolute, or climbing with ..) left out, " \
+           "not images of it: ../escape.JPEG, /abs/evil.JPEG" in caplog.text
+    assert not (tmp_path.parent / "escape.JPEG").exists() and not os.path.exists("/abs/evil.JPEG")
+
+
+def test_data_check_counts_a_synset_without_the_members_named_outside_its_tar(tmp_path):
+    """Through the installed command: the split's train count is the synset's own images, the others named."""
+    import subprocess
+
+    from bad_input_cases import COG_PL, L1_PAIR, make_data
+
+    data = make_data(tmp_path / "d")  # its benchmark file: two concepts per level, one test image each
+    root = tmp_path / "in21k"
+    root.mkdir()
+    for wnid in L1_PAIR:
+        _with_strays(root / f"{wnid}.tar", wnid)
+    out = subprocess.run([str(COG_PL), "data", "check", "--in21k-root", str(root), "--benchmark",
+                          f"{data['root']}/bench.json", "--cache-dir", str(tmp_path / "cache")],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    l1 = next(line.split() for line in out.stdout.splitlines() if line.startswith("cog_l1"))
+    assert l1[1:4] == ["2/2", "6", "2"]  # 4 images each, one of them test: 6 train (the 4 strays would make 10)
+    for wnid in L1_PAIR:
+        assert f"{root / wnid}.tar: 2 member(s) named outside the tar (absolute, or climbing with ..) left out, " \
+               "not images of it: ../escape.JPEG, /abs/evil.JPEG" in out.stderr

@@ -71,11 +71,18 @@ def test_model_and_domain_come_from_the_metadata_not_the_folders(tmp_path):
         open_pair(root, {"domain": "cog_l4"})
 
 
-def test_plain_stores_are_named_by_their_folders_and_count_classes_over_both(tmp_path):
+def test_plain_stores_are_named_by_their_folders_and_other_class_counts_need_the_option(tmp_path, caplog):
     root = write_features(tmp_path / "dino" / "cog_l5", classes=3, dim=4, per_class=5, test_per_class=2)
+    assert open_pair(root).names() == ("dino", "cog_l5") and open_pair(root).names("m", None) == ("m", "cog_l5")
     np.save(root / "test" / "labels.npy", np.full(6, 3, dtype=np.int64))  # a class seen only in test
-    pair = open_pair(root)
+    with pytest.raises(StoreError, match=rf"^{root}: the train store has 3 classes \(labels 0..2\), the test store 4; "
+                                         r"test labels the train split never has: 3 \(6 row\(s\)\); pass "
+                                         r"--allow-class-mismatch"):
+        open_pair(root)
+    with caplog.at_level("WARNING", logger="cog_pl.features.pair"):
+        pair = open_pair(root, allow_class_mismatch=True)  # asked for: each test row of class 3 counts as an error
     assert pair.plain and (pair.model, pair.domain) == ("dino", "cog_l5") and pair.num_classes == 4
+    assert "6 test row(s) have labels the train split never has (3)" in caplog.text
     mixed = _pair(tmp_path / "mixed", classes=3)
     np.save(mixed / "test" / "features.npy", np.zeros((4, 6), dtype=np.float16))
     np.save(mixed / "test" / "labels.npy", np.array([0, 1, 2, 3]))
@@ -83,6 +90,32 @@ def test_plain_stores_are_named_by_their_folders_and_count_classes_over_both(tmp
     (mixed / "test" / "index.npy").unlink()  # a plain test store beside a v1 train store of 3 classes
     with pytest.raises(StoreError, match=r"test/labels\.npy: labels up to 3, but .*mixed has 3 classes"):
         open_pair(mixed)
+
+
+def test_a_store_without_rows_is_refused_and_unseen_test_classes_are_said(tmp_path, caplog):
+    root = write_features(tmp_path / "p", classes=3, dim=4, per_class=5, test_per_class=2)
+    np.save(root / "train" / "features.npy", np.zeros((0, 4), np.float16))
+    np.save(root / "train" / "labels.npy", np.zeros(0, np.int64))
+    with pytest.raises(StoreError, match=rf"^{root / 'train'}: the train store has no rows; a probe needs rows in "
+                                         "both train and test"):
+        open_pair(root)
+    v1 = _pair(tmp_path / "v1", classes=4, test_meta=None)  # v1 stores of 4 classes; class 3 in neither
+    labels = np.load(v1 / "test" / "labels.npy")
+    labels[:2] = 3
+    np.save(v1 / "test" / "labels.npy", labels)  # class 3 in test only: the counts agree (meta), so it is said
+    with caplog.at_level("WARNING", logger="cog_pl.features.pair"):
+        assert open_pair(v1).num_classes == 4
+    assert "2 test row(s) have labels the train split never has (3)" in caplog.text
+
+
+def test_a_folder_name_that_is_not_utf8_is_refused_where_it_would_name_rows(tmp_path):
+    folder = tmp_path / "m" / b"\xffdom".decode("utf-8", "surrogateescape")
+    root = write_features(folder, classes=3, dim=4, per_class=5, test_per_class=2)
+    pair = open_pair(root)  # opening and reading are fine; filing a row under the name is not
+    with pytest.raises(StoreError, match=r"^domain '\\xffdom' \(the name of folder .*/m/\\xffdom\) is not UTF-8 "
+                                         r"text, which result rows and study names must be; pass --domain NAME$"):
+        pair.names()
+    assert pair.names(domain="cog_l2") == ("m", "cog_l2")
 
 
 def test_the_datamodule_asks_whether_what_it_places_fits(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from test_probe_fixtures import write_features
 
@@ -24,10 +25,46 @@ def test_probe_knn_prints_its_row_as_the_last_line_and_stores_it(tmp_path, capsy
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0 and row["method"] == "knn" and (row["model"], row["domain"]) == ("m", "cog_l4")
     assert (row["shots"], row["seed"], row["train_rows"], row["precision"]) == (2, 37, 8, "32-true")
-    assert row["k"] in (10, 20, 100, 200) and 0 <= row["test_top1"] <= row["test_top5"] <= 100
+    # 2 shots of 4 classes: 8 tuning rows, so every k of the default ks runs, and is recorded, as k 8
+    assert row["k"] == row["tuning_rows"] == 8 and row["val_top1_by_k"].keys() == {"8"}
+    assert 0 <= row["test_top1"] <= row["test_top5"] <= 100
     assert read_rows(results) == [row]
     assert main(["probe", "knn", "--features", str(root), "--ks", "20", "10"]) == 2
     assert "ks must be increasing and distinct" in capsys.readouterr().err
+
+
+def test_a_k_above_the_tuning_rows_is_recorded_as_the_k_that_ran(tmp_path):
+    """Through the installed command: with 320 tuning rows, ``--ks 1000`` lets every row vote, which is k 320; the
+    row records that (and says so on stderr), never k 1000."""
+    import subprocess
+
+    from bad_input_cases import COG_PL
+
+    root = write_features(tmp_path / "m" / "cog_l2", classes=10, dim=8, per_class=40, test_per_class=4)
+    results = tmp_path / "r.sqlite"
+    out = subprocess.run([str(COG_PL), "probe", "knn", "--features", str(root), "--ks", "10", "1000", "--device",
+                          "cpu", "--results", str(results)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    assert row["tuning_rows"] == 320 and set(row["val_top1_by_k"]) == {"10", "320"} and row["k"] in (10, 320)
+    assert row["knn"]["ks"] == [10, 1000] and read_rows(results) == [row]  # what was asked, beside what ran
+    assert "the tuning sample of shots=all seed=22 holds 320 rows: k 1000 run as k 320 (every row votes)" in out.stderr
+
+
+def test_a_test_label_the_train_split_never_has_runs_only_when_asked(tmp_path, capsys, caplog):
+    root = write_features(tmp_path / "m" / "cog_l2", classes=4, dim=8, per_class=30, test_per_class=5)
+    labels = np.load(root / "test" / "labels.npy")
+    labels[:3] = 15  # train 0..3, three test rows of label 15
+    np.save(root / "test" / "labels.npy", labels)
+    results = tmp_path / "r.sqlite"
+    argv = ["probe", "knn", "--features", str(root), "--device", "cpu", "--results", str(results)]
+    assert main(argv) == 2 and not results.exists()
+    assert "the train store has 4 classes (labels 0..3), the test store 16" in capsys.readouterr().err
+    with caplog.at_level("WARNING", logger="cog_pl.features.pair"):
+        assert main([*argv, "--allow-class-mismatch"]) == 0
+    (row,) = read_rows(results)
+    assert row["test_top1"] <= 100 * 17 / 20  # the three rows of label 15 are errors, as the warning says
+    assert "3 test row(s) have labels the train split never has (15)" in caplog.text
 
 
 def _config(tmp_path, methods, **kw):

@@ -39,7 +39,7 @@ def test_k_is_chosen_on_the_validation_split_and_test_labels_do_not_change_it(tm
     for shots in (None, 4):
         train_idx, val_idx = tuning_indices(y.numpy(), 0.2, 22, shots)
         expected = {}
-        for k in SETTINGS.ks:
+        for k in sorted({min(k, len(train_idx)) for k in SETTINGS.ks}):  # 4 shots: 20 rows, k 30 runs as k 20
             _, ranked = brute_force(x.numpy(), y.numpy(), x[val_idx].numpy(), 5, k, rows=train_idx)
             expected[k] = 100.0 * float(np.mean(ranked[:, 0] == y.numpy()[val_idx]))
         assert found[shots]["val_top1_by_k"] == pytest.approx(expected)
@@ -94,10 +94,12 @@ def test_grid_rows_resume_and_refuse_other_values(tmp_path):
     rows = run_knn_protocol(root, results, **kw)
     stored = read_rows(results)
     assert len(rows) == len(stored) == 6 and {r["method"] for r in stored} == {"knn"}
-    for r in stored:
-        assert 0 <= r["test_top1"] <= r["test_top5"] <= 100 and r["k"] in (10, 20, 100, 200)
-        assert set(r["val_top1_by_k"]) == {"10", "20", "100", "200"}
+    for r in stored:  # a k above the tuning rows (4 for 1 shot, 16 for 4, 96 for all) is recorded as what ran
+        assert 0 <= r["test_top1"] <= r["test_top5"] <= 100 and r["k"] <= r["tuning_rows"]
+        assert set(r["val_top1_by_k"]) == {str(min(k, r["tuning_rows"])) for k in (10, 20, 100, 200)}
         assert r["val_top1"] == r["val_top1_by_k"][str(r["k"])]
+    assert {r["tuning_rows"]: set(r["val_top1_by_k"]) for r in stored} == {
+        4: {"4"}, 16: {"10", "16"}, 96: {"10", "20", "96"}}
     assert {r["train_rows"] for r in stored if r["shots"] == 1} == {4}
     assert run_knn_protocol(root, results, **kw) == []  # same values: skipped
     with pytest.raises(ValueError, match=r"row m/knn/cog_l2/shots=all/seed=22 was made with precision=32-true, "

@@ -4,6 +4,7 @@ and process id alone (workers in other containers of one host); a trial failed u
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -67,7 +68,29 @@ def test_an_expired_lease_is_failed_and_our_own_never(tmp_path):
     assert fail_stale_trials(study, stale_after=600) == 2
     states = _states(study)
     assert [states[i] for i in ids] == [TrialState.FAIL, TrialState.FAIL, TrialState.RUNNING]
-    assert study._storage.get_trial(ids[0]).user_attrs["stale"] is True
+    attrs = study._storage.get_trial(ids[0]).user_attrs
+    assert attrs["stale"] is True and attrs["fail_reason"]["mark"] == "stale"  # the trial says why it failed
+    assert re.fullmatch(r"its worker's lease expired \(no heartbeat for 70\d s, more than 600 s\)",
+                        attrs["fail_reason"]["why"])
+
+
+def test_a_trial_failed_for_a_gone_worker_is_said_in_the_log(tmp_path):
+    """Through the installed command: the study a killed worker left is started over, and the log says which trial
+    failed and why (it once failed trials without a word)."""
+    from bad_input_cases import COG_PL
+
+    features = write_features(tmp_path / "f", classes=3, dim=4, per_class=10, test_per_class=2)
+    db = tmp_path / "s.db"
+    dead = _dead_pid()
+    study = open_study(db, "shared", seed=22)
+    _running(study, {**lease(), "worker": "gone", "pid": dead, "started": "1", "heartbeat": time.time()})
+    del study
+    out = subprocess.run([str(COG_PL), "probe", "tune", "--features", str(features), "--storage", str(db),
+                          "--study-name", "shared", "--trials", "2", "--epochs", "1", "--device", "cpu"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"trial 0 of study shared failed: its worker, process {dead} on this host, is gone" in out.stderr
+    assert "restarting the study shared, left unfinished by a worker that is gone" in out.stderr
 
 
 def test_a_holder_provably_dead_in_this_pid_namespace_is_failed_at_once(tmp_path):

@@ -84,6 +84,11 @@ def test_a_database_url_that_cannot_be_used_is_named_without_its_password(tmp_pa
     with pytest.raises(ValueError, match=r"storage nosuchdb://me:\*\*\*@host/db: not a database URL") as caught:
         resolve_storage("nosuchdb://me:secret@host/db")
     assert "secret" not in str(caught.value)
+    for url, port in (("postgresql://user:pw@host:notaport/db", "notaport"), ("postgresql://u:pw@[::1]:x/db", "x"),
+                      ("mysql://host:5o/db", "5o")):  # SQLAlchemy says only "invalid literal for int()"
+        with pytest.raises(ValueError, match=rf"^storage .*: port '{port}' is not a number$") as caught:
+            resolve_storage(url)
+        assert "pw" not in str(caught.value) and url.replace(":pw@", ":***@") in str(caught.value)
 
 
 def test_a_storage_opened_for_a_block_is_closed_after_it_and_one_handed_in_is_not(tmp_path):

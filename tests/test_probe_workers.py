@@ -74,8 +74,8 @@ def test_two_workers_share_one_study(tmp_path, name):
     features = write_features(tmp_path / "feats", classes=10, dim=32, per_class=80)
     path = tmp_path / name
     procs = [subprocess.Popen(tune_cmd(features, path, epochs=150), env=env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs, logs = zip(*(p.communicate(timeout=300) for p in procs))
     assert [p.returncode for p in procs] == [0, 0]
     rows = [json.loads(o.strip().splitlines()[-1]) for o in outs]
     storage = JournalStorage(JournalFileBackend(str(path))) if name.endswith(".log") else f"sqlite:///{path}"
@@ -87,4 +87,8 @@ def test_two_workers_share_one_study(tmp_path, name):
     assert len(workers) == 2, "both workers should have trained trials"
     extra = [t for t in study.trials if t.state != TrialState.COMPLETE]
     assert all(t.user_attrs.get("surplus") for t in extra)  # only budget overflow, failed at once, never trained
+    for t in extra:  # each said why, in the log and in the trial
+        assert t.user_attrs["fail_reason"]["mark"] == "surplus"
+        assert (f"trial {t.number} of study shared failed: not run: past the study's budget of {TRIALS} trials"
+                in "".join(logs)), t.number
     assert rows[0]["lr"] == rows[1]["lr"] and rows[0]["test_top1"] == rows[1]["test_top1"]

@@ -74,3 +74,31 @@ def test_check_names_missing_and_unlabelled_val_images_and_extraction_refuses_th
     assert len(stores["in1k", "test"][1]) == sum(map(len, images["test"].values())) - 1
     tolerated = check_data(in1k_root=flat, allow_missing=1)
     assert [f.severity for f in tolerated.findings if f.message == f"{wnid}/{gone}"] == ["warning"]
+
+
+def test_kaggles_download_as_unpacked_reads_its_labels_four_folders_up(tiny, tmp_path):  # noqa: F811
+    """Kaggle's ``imagenet-object-localization-challenge`` unpacks to ``LOC_val_solution.csv`` beside
+    ``ILSVRC/Data/CLS-LOC/{train,val}/``: the CSV is four folders above val/."""
+    images = in1k_images(tiny.in1k)
+    download = tmp_path / "download"
+    root = write_flat_val(download / "ILSVRC" / "Data" / "CLS-LOC", images, "kaggle")
+    (root / "LOC_val_solution.csv").rename(download / "LOC_val_solution.csv")
+    val = open_split_source(root, "test", cache_dir=tmp_path / "cache")
+    assert val.labels_path == download / "LOC_val_solution.csv"
+    assert all(val.list(w) == sorted(images["test"][w]) for w in tiny.in1k)
+    with pytest.raises(FileNotFoundError, match=f"image root {download / 'train'} is not a directory: {download} is "
+                                                f"Kaggle's ImageNet download as unpacked, whose IN-1K root is "
+                                                f"{root}$"):
+        open_split_source(download, "train")  # the folder Kaggle unpacks to, given as the IN-1K root
+    (download / "LOC_val_solution.csv").rename(tmp_path / "LOC_val_solution.csv")  # five folders up: not looked at
+    with pytest.raises(FileNotFoundError, match="no labels found; .* or up to 4 folders above it"):
+        open_split_source(root, "test", cache_dir=tmp_path / "cache2")
+
+
+def test_a_devkit_ground_truth_without_its_meta_mat_is_named(tiny, tmp_path):  # noqa: F811
+    flat = write_flat_val(tmp_path / "flat", in1k_images(tiny.in1k), "devkit")
+    meta = flat / "ILSVRC2012_devkit_t12" / "data" / "meta.mat"
+    meta.unlink()
+    with pytest.raises(FileNotFoundError, match=f"^{meta}: the devkit's meta.mat is missing beside "
+                                                f"{meta.parent / 'ILSVRC2012_validation_ground_truth.txt'}"):
+        open_split_source(flat, "test", cache_dir=tmp_path / "cache")

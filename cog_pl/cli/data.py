@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     chk.add_argument("--workers", type=int, default=4, help="decoding processes (default 4)")
     chk.add_argument("--bad-list", help="save the unreadable images here (wnid/filename<TAB>reason)")
     chk.add_argument("--cache-dir", help="where tar indexes and installed splits live (default ~/.cache/cog_pl)")
+    chk.add_argument("--benchmark", help="a benchmark file (cog-pl levels build --seen) to check against instead of "
+                                         "the official concepts and test split, as run and extract read it")
     add_skip_policy(chk, "the extraction's policy for unreadable images (with --decode): fail makes each an "
                          "error, skip a warning up to --max-skipped per split")
     chk.set_defaults(func=_check)
@@ -53,12 +55,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp.set_defaults(func=_import)
 
 
+#: The built-in sources (:func:`cog_pl.data.sources.list_sources`) that can hold each dataset, as the help lists
+#: them: the table itself is not imported at start-up (its names are checked when a root is opened; a test keeps
+#: these equal to it). IN-1K's official ILSVRC2012_img_train.tar is a whole tar of synset tars, as IN-21K's are.
+SOURCES_OF = {"in1k": ("synsets", "flat_val", "wds", "hf_tars", "whole_tar"), "in21k": ("synsets", "wds", "whole_tar")}
+
+
 def add_source_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--in1k-source``, ``--in21k-source`` (how the images are stored) and ``--allow-missing``."""
-    for which in ("in1k", "in21k"):  # names checked when opened (the table is not imported at start-up)
+    for which, names in SOURCES_OF.items():
         parser.add_argument(f"--{which}-source", default="auto", metavar="NAME",
-                            help=f"how the {which.upper()} images are stored: synsets, flat_val, wds, hf_tars or "
-                                 "a registered source (default auto: detected from the root)")
+                            help=f"how the {which.upper()} images are stored: {', '.join(names)} or a registered "
+                                 "source (default auto: detected from the root)")
     parser.add_argument("--allow-missing", type=parse_max_skipped, default=0,
                         help="tolerate this many images the split lists but the source lacks, per split (below 1 "
                              "a fraction of it): left out with a warning; default 0 refuses any")
@@ -70,7 +78,7 @@ def _check(args: argparse.Namespace) -> int:
     report = check_data(args.in1k_root, args.in21k_root, decode=args.decode, workers=args.workers,
                         progress=args.decode and sys.stderr.isatty(), cache_dir=args.cache_dir,
                         on_error=args.on_error, max_skipped=args.max_skipped, in1k_source=args.in1k_source,
-                        in21k_source=args.in21k_source, allow_missing=args.allow_missing)
+                        in21k_source=args.in21k_source, allow_missing=args.allow_missing, benchmark=args.benchmark)
     print(report.format())
     if args.bad_list and args.decode:
         write_unreadable(report, args.bad_list)

@@ -44,6 +44,20 @@ class CommandLineCLI(LightningCLI):
                 message = f"config file {', '.join(configs)}: {message}"
             raise CommandError(message) from err
 
+    def _parse_ckpt_path(self) -> None:
+        """Lightning reads ``--ckpt_path``'s hyper-parameters here (``torch.load`` with ``weights_only``); a file it
+        cannot read, or whose pickle safe loading refuses, is named in one line (:func:`cog_pl.io.load_failure`)."""
+        try:
+            super()._parse_ckpt_path()
+        except ArgumentError:  # the file's hyper-parameters do not fit the command: jsonargparse's own message
+            raise
+        except Exception as err:  # torch.load's errors have no common base (UnpicklingError, RuntimeError, ...)
+            from cog_pl.io import load_failure
+
+            path = self.config[self.config.subcommand].get("ckpt_path")
+            raise ValueError(f"--ckpt_path {path}: not a checkpoint this command can read: {load_failure(err)}") \
+                from err
+
     def instantiate_classes(self) -> None:
         """Build the model, datamodule and trainer; an argument a class refuses is reported by its own message
         (jsonargparse wraps it with the union of types it tried and the whole namespace given)."""

@@ -110,6 +110,7 @@ def _setup(args: argparse.Namespace) -> None:
 
 def _tune(args: argparse.Namespace) -> int:
     _setup(args)
+    from cog_pl.features.pair import open_pair
     from cog_pl.probe.protocol_run import METHOD, Splits, probe
 
     if args.results:
@@ -119,9 +120,9 @@ def _tune(args: argparse.Namespace) -> int:
     protocol = _protocol(args)
     device = _device(args.device)
     plan = _plan(args)
-    splits = Splits.for_probes(args.features, device, protocol, plan)
-    model = args.model or splits.model  # the store's meta names them; folder names where it does not
-    domain = args.domain or splits.domain
+    pair = open_pair(args.features, allow_class_mismatch=args.allow_class_mismatch)
+    model, domain = pair.names(args.model, args.domain)  # the store's meta names them; folder names where it does not
+    splits = Splits.for_probes(pair, device, protocol, plan)
     storage = args.storage or Path(args.workdir) / "optuna.db"
     if args.results:
         _refuse_other_row(args.results, (model, METHOD, domain, args.shots, args.seed), splits, protocol, plan,
@@ -154,7 +155,8 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
     shots = None if args.shots is None else tuple(args.shots)
     grid = {"model": args.model, "domain": args.domain, "storage": args.storage or Path(args.workdir) / "optuna.db",
             "protocol": _protocol(args), "plan": _plan(args), "seeds": tuple(args.seeds) if args.seeds else None,
-            "shots": shots, "device": _device(args.device), "overwrite": args.overwrite}
+            "shots": shots, "device": _device(args.device), "overwrite": args.overwrite,
+            "allow_class_mismatch": args.allow_class_mismatch}
     if args.workers is not None:  # N processes on this machine (cog_pl.probe.workers)
         import sys
 
@@ -190,10 +192,11 @@ def _knn(args: argparse.Namespace) -> int:
     if device.type == "cuda" and args.device == "auto" and "LOCAL_RANK" in os.environ:
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # torchrun: one GPU a rank
     group = launched_group(device)
-    pair = open_pair(args.features)
-    (row,) = knn_rows(pair, [(args.shots, args.seed)], model=args.model or pair.model,
-                      domain=args.domain or pair.domain, protocol=ProbeProtocol(), settings=settings, device=device,
-                      precision=resolve_knn_precision(args.precision, device), group=group)
+    pair = open_pair(args.features, allow_class_mismatch=args.allow_class_mismatch)
+    model, domain = pair.names(args.model, args.domain)
+    (row,) = knn_rows(pair, [(args.shots, args.seed)], model=model, domain=domain, protocol=ProbeProtocol(),
+                      settings=settings, device=device, precision=resolve_knn_precision(args.precision, device),
+                      group=group)
     if group is not None and _rank() != 0:
         return 0
     if args.results:
@@ -210,9 +213,19 @@ def _rank() -> int:
     return dist.get_rank()
 
 
+#: ``--allow-class-mismatch``'s help (:func:`cog_pl.features.pair.open_pair`).
+ALLOW_CLASS_MISMATCH = ("probe a train and a test store without meta.json whose class counts differ (otherwise "
+                        "refused); test labels the train split never has count as errors")
+
+
+def _features(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--features", required=True, help="directory with train/ and test/ (features.npy, labels.npy)")
+    p.add_argument("--allow-class-mismatch", action="store_true", help=ALLOW_CLASS_MISMATCH)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     defaults = ProbeProtocol()
-    p.add_argument("--features", required=True, help="directory with train/ and test/ (features.npy, labels.npy)")
+    _features(p)
     p.add_argument("--trials", type=int, default=defaults.trials)
     p.add_argument("--epochs", type=int, default=defaults.epochs)
     p.add_argument("--batch-size", type=int, default=defaults.batch_size)
@@ -271,7 +284,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     grid.set_defaults(func=_protocol_cmd)
 
     knn = sub.add_parser("knn", help="one weighted k-NN classifier: k chosen on validation, tested (no training)")
-    knn.add_argument("--features", required=True, help="directory with train/ and test/ (features.npy, labels.npy)")
+    _features(knn)
     knn.add_argument("--seed", type=int, default=ProbeProtocol().seeds[0], help="the validation split's and the "
                      "N-shot samples' seed (the linear probe's samples for the same seed)")
     knn.add_argument("--shots", type=int, help="N images per concept (default: all)")

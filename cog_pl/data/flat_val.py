@@ -1,6 +1,7 @@
 """IN-1K's validation set as the official release ships it: 50,000 files in one flat ``val/`` folder.
 
-The labels come from the first of these found in the folder or up to three folders above it:
+The labels come from the first of these found in the folder or up to four folders above it (Kaggle's download keeps
+its CSV four folders above ``ILSVRC/Data/CLS-LOC/val/``):
 
 - the devkit: ``ILSVRC2012_validation_ground_truth.txt`` (line ``i`` is the ILSVRC2012_ID of
   ``ILSVRC2012_val_{i:08d}.JPEG``) with ``meta.mat`` beside it (the IDs' wnids), directly or under ``data/`` or
@@ -30,19 +31,31 @@ OFFICIAL_VAL = 50_000
 _VAL = re.compile(r"ILSVRC2012_val_(\d{8})\.\w+")
 _WNID = re.compile(r"n\d{8}")
 INDEX_VERSION = 1
+#: How many folders above a flat val folder its labels may be (Kaggle's CSV: ``<download>/`` above
+#: ``ILSVRC/Data/CLS-LOC/val/``).
+LABELS_ABOVE = 4
 
 
 def find_labels(root: Path) -> Path:
     """The labels file of a flat val folder (see the module docstring); ``FileNotFoundError`` listing where it
     looked."""
     tried = []
-    for folder in [root, *list(root.resolve().parents)[:3]]:
+    for folder in [root, *list(root.resolve().parents)[:LABELS_ABOVE]]:
         for rel in (GROUND_TRUTH, f"data/{GROUND_TRUTH}", f"ILSVRC2012_devkit_t12/data/{GROUND_TRUTH}", KAGGLE):
             tried.append(folder / rel)
             if tried[-1].is_file():
                 return tried[-1]
     raise FileNotFoundError(f"flat val folder {root}: no labels found; put the devkit's {GROUND_TRUTH} (with "
-                            f"meta.mat) or Kaggle's {KAGGLE} in it or up to three folders above it")
+                            f"meta.mat) or Kaggle's {KAGGLE} in it or up to {LABELS_ABOVE} folders above it")
+
+
+def devkit_meta(truth: Path) -> Path:
+    """The devkit's ``meta.mat`` beside its ground truth ``truth``; a missing one is named with what needs it."""
+    meta = truth.parent / "meta.mat"
+    if not meta.is_file():
+        raise FileNotFoundError(f"{meta}: the devkit's meta.mat is missing beside {truth} (it maps the ground "
+                                f"truth's ILSVRC2012_IDs to wnids); copy it from the devkit, or use Kaggle's {KAGGLE}")
+    return meta
 
 
 def devkit_ids(meta: Path) -> dict[int, str]:
@@ -52,8 +65,6 @@ def devkit_ids(meta: Path) -> dict[int, str]:
     except ImportError:
         raise ImportError(f"reading {meta} needs scipy (pip install 'cog_pl[devkit]'), or use Kaggle's "
                           f"{KAGGLE}") from None
-    if not meta.is_file():
-        raise FileNotFoundError(f"{meta}: the devkit's meta.mat is missing beside {GROUND_TRUTH}")
     try:
         synsets = loadmat(str(meta), squeeze_me=True)["synsets"]
         return {int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in synsets}
@@ -65,7 +76,7 @@ def devkit_ids(meta: Path) -> dict[int, str]:
 def devkit_labels(truth: Path, present: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     """``({present image: wnid}, {listed image id: wnid})`` from the devkit; refuses a ground truth too short for
     the present images or holding an unknown ID, naming the file and the line or image."""
-    ids = devkit_ids(truth.parent / "meta.mat")
+    ids = devkit_ids(devkit_meta(truth))
     lines = truth.read_text().split()
     listed = {}
     for k, word in enumerate(lines, start=1):
@@ -110,7 +121,7 @@ class FlatValSource(ImageSource):
         self.labels_path = find_labels(self.root)
         inputs = [self.labels_path, self.root]
         if self.labels_path.name == GROUND_TRUTH:
-            inputs.append(self.labels_path.parent / "meta.mat")
+            inputs.append(devkit_meta(self.labels_path))
         self.index: dict[str, Any] = cached_index(self.root, "flat_val", INDEX_VERSION, inputs, self._build,
                                                   cache_dir)
 

@@ -22,10 +22,11 @@ from pathlib import Path
 
 from cog_pl.data.index_cache import cached_index
 from cog_pl.data.sources import ImageSource, is_image_name, printable, register_source
+from cog_pl.data.tar_index import leave_out, outside
 
 _WNID = re.compile(r"n\d{8}")
 PATTERNS = {"train": re.compile(r"train_images_\d+\.tar\.gz"), "test": re.compile(r"val_images\.tar\.gz")}
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: members named outside the tar left out (:func:`~cog_pl.data.tar_index.outside`)
 
 
 def hf_tars(root: Path, split: str | None = None) -> list[Path]:
@@ -53,16 +54,20 @@ def scan_hf_tar(tar: Path) -> list[list[str]]:
     """One streaming pass: ``[member, wnid, original name]`` of each image member, in tar order; a cut-short or
     damaged tar is refused naming it and the last member read."""
     out: list[list[str]] = []
+    strays: list[str] = []
     last = None
     try:
         with tarfile.open(tar, "r|gz") as tf:
             for info in tf:
-                if info.isfile() and is_image_name(info.name):
+                if info.isfile() and is_image_name(info.name) and outside(info.name):
+                    strays.append(info.name)
+                elif info.isfile() and is_image_name(info.name):
                     out.append([info.name, *original_name(tar, info.name)])
                 last = info.name
     except (tarfile.TarError, EOFError, OSError) as err:
         after = f"after member {printable(last)}" if last else "at its start"
         raise OSError(f"{tar}: truncated or damaged gzip tar {after} ({err})") from err
+    leave_out(str(tar), strays)
     return out
 
 

@@ -36,8 +36,14 @@ def check_policy(on_error: str, max_skipped: float = MAX_SKIPPED) -> None:
     """Refuse an unknown ``on_error`` or a negative ``max_skipped``, naming the option."""
     if on_error not in ERROR_POLICIES:
         raise ValueError(f"on_error={on_error!r}; expected one of {', '.join(ERROR_POLICIES)}")
-    if not max_skipped >= 0:
-        raise ValueError(f"max_skipped={max_skipped!r}; expected a fraction of a split in [0, 1) or a count >= 1")
+    check_tolerance(max_skipped, "max_skipped")
+
+
+def check_tolerance(value: float, name: str) -> None:
+    """Refuse a number of images a split may lack or skip (``max_skipped``, ``allow_missing``) that is negative or
+    not a number, naming the option (:func:`skip_budget` reads it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{name}={value!r}; expected a fraction of a split in [0, 1) or a count >= 1")
 
 
 def skip_budget(rows: int, max_skipped: float = MAX_SKIPPED) -> int:

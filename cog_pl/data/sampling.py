@@ -9,11 +9,16 @@ Protocol use: tuning cuts ``val_split(train_labels, 0.2, seed)`` from the full t
 fresh ``few_shot(train_labels, all_rows, n, final_seed(seed))``. Test rows live in another store and never enter
 either. Each draw has a seed of its own: a draw seeded like the validation split would replay the split's stream
 on the rows it left, and pick a class's first rows more often than the others (``tests/test_data_sampling.py``).
+
+An N-shot cell holds N rows of every class, or is not made: :func:`check_shots` refuses an N that some class of the
+train split cannot fill in the tuning sample (and so in the final one), and both index functions apply it, so no
+draw of fewer rows is ever filed under N shots.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -69,9 +74,27 @@ def tuning_seed(seed: int) -> int:
     return _derived_seed("tuning-shots", seed)
 
 
+def check_shots(labels: np.ndarray, fraction: float, shots: Iterable[int | None]) -> None:
+    """Refuse each N of ``shots`` (None: all data) that a class of the train split (``labels``) cannot fill: its
+    tuning sample draws from the rows the validation split leaves (``n - floor(fraction * n)`` of a class of
+    ``n``), the final one from all ``n``; a class with fewer would be drawn short and the cell filed as N shots."""
+    classes, counts = np.unique(np.asarray(labels), return_counts=True)
+    if not len(classes):
+        return
+    left = counts - (counts * fraction).astype(np.int64)  # val_split's floor(fraction * n) per class
+    for n in shots:
+        if n is not None and n > left.min():
+            c = int(np.argmin(left))
+            tuning = f" ({left[c]} left for tuning by the {fraction:.0%} validation split)" if fraction else ""
+            raise ValueError(f"--shots {n}: class {classes[c]} has {counts[c]} train rows{tuning}, fewer than {n}; "
+                             f"an N-shot cell needs N rows of every class (here at most {left.min()} shots)")
+
+
 def tuning_indices(labels: np.ndarray, fraction: float, seed: int, shots: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """(train, validation) rows for tuning: the validation split first, then N per class from the rest."""
+    """(train, validation) rows for tuning: the validation split first, then N per class from the rest
+    (:func:`check_shots`)."""
     labels = np.asarray(labels)
+    check_shots(labels, fraction, [shots])
     train_idx, val_idx = val_split(labels, fraction, seed)
     if shots is not None:
         train_idx = few_shot(labels, train_idx, shots, tuning_seed(seed))
@@ -79,6 +102,10 @@ def tuning_indices(labels: np.ndarray, fraction: float, seed: int, shots: int | 
 
 
 def final_indices(labels: np.ndarray, seed: int, shots: int | None) -> np.ndarray:
-    """Training rows of the final probe: all of the train split, or a fresh N-shot sample of it."""
+    """Training rows of the final probe: all of the train split, or a fresh N-shot sample of it (refused where a
+    class has fewer than N rows, :func:`check_shots`)."""
     everything = np.arange(len(labels), dtype=np.int64)
-    return everything if shots is None else few_shot(np.asarray(labels), everything, shots, final_seed(seed))
+    if shots is None:
+        return everything
+    check_shots(labels, 0.0, [shots])
+    return few_shot(np.asarray(labels), everything, shots, final_seed(seed))

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from cog_pl.data.tar_index import TarIndex
+from cog_pl.io import printable
 from cog_pl.registry import Registry
 
 _WNID = re.compile(r"n\d{8}")
@@ -59,12 +60,6 @@ def is_image_name(name: str) -> bool:
 
 
 log = logging.getLogger(__name__)
-
-def printable(name: str) -> str:
-    """A file name for messages and logs: bytes that are not UTF-8 (kept by Python as surrogate escapes, see
-    :func:`os.fsdecode`) shown as ``\\xff``, so printing or writing the name as text never fails."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
 
 class ImageSource(ABC):
     """Images of synsets under ``root`` (``cache_dir``: where indexes go when ``root`` is read-only; ``split``:
@@ -215,6 +210,9 @@ def open_source(root: str | os.PathLike, kind: str = "auto", cache_dir: str | os
 
 #: IN-1K's folders under its root, by split, for layouts that keep them apart.
 IN1K_FOLDERS = {"train": "train", "test": "val"}
+#: Where Kaggle's ImageNet download (``imagenet-object-localization-challenge``), as unpacked, keeps IN-1K's train/
+#: and val/ (its ``LOC_val_solution.csv`` four folders above val/, :mod:`cog_pl.data.flat_val`).
+KAGGLE_IMAGES = "ILSVRC/Data/CLS-LOC"
 
 
 def open_split_source(root: str | os.PathLike, split: str, kind: str = "auto",
@@ -231,6 +229,9 @@ def open_split_source(root: str | os.PathLike, split: str, kind: str = "auto",
             cls = get_source(name)
             if cls.holds_splits and cls.detect(path):
                 return cls(path, cache_dir, split)
+        if (path / KAGGLE_IMAGES / sub).is_dir():
+            raise FileNotFoundError(f"image root {path / sub} is not a directory: {path} is Kaggle's ImageNet "
+                                    f"download as unpacked, whose IN-1K root is {path / KAGGLE_IMAGES}")
     return open_source(path / sub, "auto", cache_dir, split)
 
 

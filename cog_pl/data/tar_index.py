@@ -6,9 +6,11 @@ train set ships the same way. Reading a member needs only its data offset and si
 
 Index file (JSON): ``{"format": "cog-pl-tar-index", "version": 2, "tar_size", "tar_mtime_ns", "members":
 [[name, offset, size], ...]}``. Names are full member paths without a leading ``./`` (``n01_1.JPEG``, ``a/x.JPEG``), so
-two members with one base name in different folders are two images; a name twice in one tar is refused. When every
-member lies in one folder (``n01/n01_1.JPEG``, as ``tar cf n01.tar n01/`` makes), that folder is the root. The index is
-rebuilt when the tar's size or mtime changes. It is written beside the tar (``<tar>.index.json``) when that folder is
+two members with one base name in different folders are two images; a name twice in one tar is refused. A member
+named outside the tar's folder (an absolute path, or one climbing with ``..``) is no image of it: it is left out,
+named in a warning (:func:`outside`; every reader of a tar applies it). When every member lies in one folder
+(``n01/n01_1.JPEG``, as ``tar cf n01.tar n01/`` makes), that folder is the root. The index is rebuilt when the tar's
+size or mtime changes. It is written beside the tar (``<tar>.index.json``) when that folder is
 writable, else under ``<cache_dir>/tar_index/``.
 
 A tar cut short (an interrupted copy) is refused when indexed, naming it and the bytes missing: Python's ``tarfile``
@@ -28,12 +30,12 @@ import tarfile
 from pathlib import Path
 from typing import BinaryIO
 
-from cog_pl.io import write_json
+from cog_pl.io import printable, write_json
 
 log = logging.getLogger(__name__)
 
 INDEX_FORMAT = "cog-pl-tar-index"
-INDEX_VERSION = 2
+INDEX_VERSION = 3  # 3: members named outside the tar left out (version 2 indexed them)
 BLOCK = 512  # tar block size: headers and padded member data
 
 
@@ -55,6 +57,20 @@ def _index_paths(tar_path: Path, cache_dir: Path | None) -> list[Path]:
 def member_key(name: str) -> str:
     """The key of a tar member: its path inside the tar, without a leading ``./`` or ``/``."""
     return posixpath.normpath(name).lstrip("/")
+
+
+def outside(name: str) -> bool:
+    """Whether a tar member is named outside the tar's folder: an absolute path, or one that climbs out with ``..``
+    (unpacked, it would land elsewhere; it is no image of the tar's synset)."""
+    return name.startswith("/") or posixpath.normpath(name).split("/")[0] == ".."
+
+
+def leave_out(what: str, names: list[str]) -> None:
+    """Say which members of ``what`` (a tar) were left out as named outside it (:func:`outside`)."""
+    if names:
+        shown = ", ".join(printable(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        log.warning("%s: %d member(s) named outside the tar (absolute, or climbing with ..) left out, not images of "
+                    "it: %s", what, len(names), shown)
 
 
 class TarWindow(io.RawIOBase):
@@ -99,6 +115,7 @@ def scan_tar(tar_path: str | os.PathLike, offset: int = 0, size: int | None = No
     ``tar_path`` (a member of an outer tar, ``label`` naming it in messages); offsets are relative to ``offset``."""
     what = label or str(tar_path)
     members: dict[str, tuple[int, int]] = {}
+    strays: list[str] = []  # members named outside the tar
     end, last = 0, None  # where the last member's padded data ends, and its name
     with open(tar_path, "rb") as fh:
         window = TarWindow(fh, offset, os.fstat(fh.fileno()).st_size - offset if size is None else size)
@@ -106,7 +123,9 @@ def scan_tar(tar_path: str | os.PathLike, offset: int = 0, size: int | None = No
             with tarfile.open(fileobj=window, mode="r:") as tf:
                 for info in tf:
                     end, last = info.offset_data + -(-info.size // BLOCK) * BLOCK, info.name
-                    if info.isfile():
+                    if info.isfile() and outside(info.name):
+                        strays.append(info.name)
+                    elif info.isfile():
                         key = member_key(info.name)
                         if key in members:
                             raise OSError(f"{what}: member {key} appears twice; which one is the image is ambiguous")
@@ -116,6 +135,7 @@ def scan_tar(tar_path: str | os.PathLike, offset: int = 0, size: int | None = No
                 check_tail(what, window, end, last)  # cut short: say so, and by how much
             raise OSError(f"{what}: not a readable uncompressed tar ({err})") from err
         check_tail(what, window, end, last)
+    leave_out(what, strays)
     tops = {key.split("/", 1)[0] if "/" in key else None for key in members}
     if len(tops) == 1 and None not in tops:  # all in one folder (``tar cf n01.tar n01/``): read it as the root
         cut = len(tops.pop()) + 1

@@ -30,12 +30,12 @@ import numpy as np
 from cog_pl.data.image_table import ImageTable
 from cog_pl.data.index_cache import cached_table
 from cog_pl.data.sources import ImageSource, is_image_name, printable, register_source
-from cog_pl.data.tar_index import BLOCK, check_complete, member_key, read_range, scan_tar
+from cog_pl.data.tar_index import BLOCK, check_complete, leave_out, member_key, outside, read_range, scan_tar
 
 WHOLE = re.compile(r".+_whole\.tar(\.gz)?")
 INNER = re.compile(r"(?:.*/)?(n\d{8})\.tar")
 _WNID_TAR = re.compile(r"n\d{8}\.tar")
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: members named outside their tar left out (:func:`~cog_pl.data.tar_index.outside`)
 _STREAM_ERRORS = (tarfile.TarError, EOFError, OSError)
 
 
@@ -88,7 +88,7 @@ def scan_plain(tar: Path) -> ImageTable:
     """One pass over an uncompressed outer tar and its inner tars: each image's absolute offset and size."""
     size = os.path.getsize(tar)
     inner: list[str] = []
-    wnids, names, offsets, sizes, owner = [], [], [], [], []
+    wnids, names, offsets, sizes, owner, strays = [], [], [], [], [], []
     end, last = 0, None
     try:
         with tarfile.open(tar, "r:") as tf:
@@ -96,6 +96,9 @@ def scan_plain(tar: Path) -> ImageTable:
                 end, last = info.offset_data + -(-info.size // BLOCK) * BLOCK, info.name
                 m = INNER.fullmatch(member_key(info.name))
                 if not (info.isfile() and m):
+                    continue
+                if outside(info.name):
+                    strays.append(info.name)
                     continue
                 if info.offset_data + info.size > size:
                     raise OSError(f"{tar}: truncated, {info.offset_data + info.size - size} bytes missing (member "
@@ -119,6 +122,7 @@ def scan_plain(tar: Path) -> ImageTable:
             check_complete(tar, end, last)
         raise OSError(f"{tar}: not a readable uncompressed tar ({err})") from err
     check_complete(tar, end, last)
+    leave_out(str(tar), strays)
     return _table(tar, inner, wnids, names, {"inner": np.asarray(owner, np.int32),
                                              "offset": np.asarray(offsets, np.int64),
                                              "size": np.asarray(sizes, np.uint32)})
@@ -129,7 +133,9 @@ def _inner_names(tar: Path, outer: tarfile.TarFile, info: tarfile.TarInfo) -> li
     fh = outer.extractfile(info)
     try:
         with tarfile.open(fileobj=fh, mode="r|") as inner:
-            return [member_key(i.name) for i in inner if i.isfile()]
+            files = [i.name for i in inner if i.isfile()]
+        leave_out(f"{tar}: member {printable(info.name)}", [n for n in files if outside(n)])
+        return [member_key(n) for n in files if not outside(n)]
     except (tarfile.TarError, EOFError, OSError) as err:
         try:
             _drain(fh)  # the member's bytes all there: the inner tar itself is bad
@@ -151,7 +157,7 @@ def scan_gzip(tar: Path) -> ImageTable:
     """One decompressing pass over a gzip outer tar: each synset's images, in the order they are stored."""
     inner: list[str] = []
     prefixes: list[str] = []
-    wnids, names, owner, order = [], [], [], []
+    wnids, names, owner, order, strays = [], [], [], [], []
     last = None
     try:
         with tarfile.open(tar, "r|gz") as tf:
@@ -159,6 +165,9 @@ def scan_gzip(tar: Path) -> ImageTable:
                 last = info.name
                 m = INNER.fullmatch(member_key(info.name))
                 if not (info.isfile() and m):
+                    continue
+                if outside(info.name):
+                    strays.append(info.name)
                     continue
                 prefix, keys = _strip(_inner_names(tar, tf, info))
                 for name in keys:
@@ -173,6 +182,7 @@ def scan_gzip(tar: Path) -> ImageTable:
         raise
     except (tarfile.TarError, EOFError) as err:
         raise _outer_error(tar, last, err) from err
+    leave_out(str(tar), strays)
     table = _table(tar, inner, wnids, names, {"inner": np.asarray(owner, np.int32),
                                               "order": np.asarray(order, np.int64)})
     table.meta["prefixes"] = prefixes
@@ -274,7 +284,7 @@ class WholeTarSource(ImageSource):
                         continue
                     with tarfile.open(fileobj=tf.extractfile(info), mode="r|") as inner:
                         for member in inner:
-                            i = left.pop(member_key(member.name), None)
+                            i = None if outside(member.name) else left.pop(member_key(member.name), None)
                             if i is not None:
                                 yield i, inner.extractfile(member).read()
                                 if not left:

@@ -92,11 +92,13 @@ def _normalized(store: FeatureStore, rows: np.ndarray, chunk: int = 65536) -> to
 
 
 class FeatureDataModule(L.LightningDataModule):
-    """Features of one (model, domain) from a store root holding ``train/`` and ``test/`` (v1 or plain)."""
+    """Features of one (model, domain) from a store root holding ``train/`` and ``test/`` (v1 or plain);
+    ``allow_class_mismatch``: probe plain stores whose class counts differ (:func:`~cog_pl.features.pair.open_pair`)."""
 
     def __init__(self, features: str, seed: int = 22, shots: int | None = None, stage_mode: str = "final",
                  batch_size: int = 1024, device: str = "auto", val_fraction: float | None = None,
-                 normalize: bool = True, expect: dict[str, Any] | None = None) -> None:
+                 normalize: bool = True, expect: dict[str, Any] | None = None,
+                 allow_class_mismatch: bool = False) -> None:
         super().__init__()
         self.save_hyperparameters()
         if stage_mode not in STAGE_MODES:
@@ -106,7 +108,7 @@ class FeatureDataModule(L.LightningDataModule):
         self.root, self.seed, self.shots, self.stage_mode = Path(features), seed, shots, stage_mode
         self.batch_size, self.device_request, self.normalize = batch_size, device, normalize
         self.val_fraction = ProbeProtocol().val_fraction if val_fraction is None else val_fraction
-        self.expect = expect
+        self.expect, self.allow_class_mismatch = expect, allow_class_mismatch
         self._pair: StorePair | None = None
         self.train_idx = self.val_idx = self.test_idx = None  # rows of the train / test stores in use
         self._tensors: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
@@ -115,7 +117,7 @@ class FeatureDataModule(L.LightningDataModule):
     def pair(self) -> StorePair:
         """The train and test stores, opened and checked together once (:func:`~cog_pl.features.pair.open_pair`)."""
         if self._pair is None:
-            self._pair = open_pair(self.root, self.expect)
+            self._pair = open_pair(self.root, self.expect, self.allow_class_mismatch)
         return self._pair
 
     def store(self, split: str) -> FeatureStore:

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from cog_pl import resources
 from cog_pl.benchmark import Benchmark, load_benchmark
-from cog_pl.data.imagenet import DecodedImages, ImageDataset, collate_images, skip_budget
+from cog_pl.data.imagenet import DecodedImages, ImageDataset, check_tolerance, collate_images, skip_budget
 from cog_pl.data.sources import ImageSource, get_source, open_source, open_split_source
 from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
 from cog_pl.data.streamed import StreamedImages
@@ -49,6 +49,7 @@ class ImageDataModule(L.LightningDataModule):
                  cache_dir: str | None = None, benchmark: str | None = None, cache_images: bool = False,
                  source: str = "auto", allow_missing: float = 0) -> None:
         super().__init__()
+        check_tolerance(allow_missing, "allow_missing")
         self.allow_missing = allow_missing
         self.benchmark = benchmark
         self._definition: Benchmark | None = None

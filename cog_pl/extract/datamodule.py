@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, skip_budget
+from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, check_tolerance, skip_budget
 from cog_pl.data.streamed import StreamedImages
 from cog_pl.extract.decode import check_decode, resolve_decode
 from cog_pl.extract.decode_data import PixelImages, collate_pixels
@@ -120,6 +120,7 @@ class ExtractionDataModule(L.LightningDataModule):
         self.in1k_source, self.in21k_source, self.allow_missing = in1k_source, in21k_source, allow_missing
         check_domains(domains)
         check_policy(on_error, max_skipped)
+        check_tolerance(allow_missing, "allow_missing")
         bad = [s for s in splits if s not in SPLITS]
         if bad:
             raise ValueError(f"unknown split(s) {', '.join(bad)}; expected train and/or test")

@@ -17,6 +17,7 @@ import torch
 from cog_pl import resources
 from cog_pl.features.pair import SPLITS, open_pair
 from cog_pl.features.store import FeatureStore, StoreError, make_meta, open_store, write_store
+from cog_pl.io import load_failure
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 
 
@@ -35,7 +36,7 @@ def read_pth(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise StoreError(f"{path}: not a readable X_Y.pth file ({err})") from err
+        raise StoreError(f"{path}: not a readable X_Y.pth file: {load_failure(err)}") from err
     if not isinstance(data, dict) or "X" not in data or "Y" not in data:
         raise StoreError(f"{path}: expected a dict with tensors 'X' and 'Y'")
     x, y = data["X"], data["Y"]

@@ -3,23 +3,35 @@
 :func:`open_pair` opens ``<root>/train`` and ``<root>/test`` with :func:`~cog_pl.features.store.open_store` (each
 store's own checks: headers, shapes, dtypes, labels within the classes, ``classes`` consistent with
 ``num_classes``, ``expect``), then checks that the two belong together: the same feature width and, where both
-stores record them, the same model, weights, domain, level file, transform and classes. The returned
-:class:`StorePair` holds both memory-mapped stores and what readers need (class count, width, model, domain), so the
-probe, ``FeatureDataModule`` and ``cog-pl features`` never reopen a split folder or decide these again.
+stores record them, the same model, weights, domain, level file, transform and classes. A store without rows is
+refused (a probe of it would report a number measured on nothing), and so is a pair of plain stores whose class
+counts differ (a test label the train split never has, say), unless ``allow_class_mismatch``; test labels the train
+split lacks are logged either way, since no probe can predict them. The returned :class:`StorePair` holds both
+memory-mapped stores and what readers need (class count, width, model, domain), so the probe, ``FeatureDataModule``
+and ``cog-pl features`` never reopen a split folder or decide these again; :meth:`StorePair.names` is the one rule
+for the model and domain its result rows are filed under.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from cog_pl.features.store import FeatureStore, StoreError, open_store
+from cog_pl.io import printable
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "test")
 #: Meta keys the two stores of a pair must agree on (compared where both record them).
 PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "transform", "num_classes", "classes")
+#: The option that lets a pair of plain stores with other class counts be probed (named in the refusal).
+MISMATCH_HINT = "pass --allow-class-mismatch (FeatureDataModule: allow_class_mismatch=True) to probe them anyway"
 
 
 @dataclass(frozen=True)
@@ -48,14 +60,33 @@ class StorePair:
             raise KeyError(f"split {split!r}; a store pair holds {' and '.join(SPLITS)}")
         return self.train if split == "train" else self.test
 
+    def names(self, model: str | None = None, domain: str | None = None) -> tuple[str, str]:
+        """The model and domain the pair's result rows (and studies) are filed under: those given, else the
+        pair's. A name that is not UTF-8 text (a folder name's undecodable bytes) is refused, naming it and the
+        option that sets it: a results store and a study database hold text."""
+        folders = {"--model": self.root.resolve().parent, "--domain": self.root.resolve()}
+        for option, given, own in (("--model", model, self.model), ("--domain", domain, self.domain)):
+            try:
+                (given or own).encode("utf-8")
+            except UnicodeEncodeError:
+                whose = "as given" if given else f"the name of folder {printable(folders[option])}"
+                raise StoreError(f"{option[2:]} '{printable(given or own)}' ({whose}) is not UTF-8 text, which "
+                                 f"result rows and study names must be; pass {option} NAME") from None
+        return model or self.model, domain or self.domain
 
-def open_pair(root: str | os.PathLike, expect: dict[str, Any] | None = None) -> StorePair:
+
+def open_pair(root: str | os.PathLike, expect: dict[str, Any] | None = None,
+              allow_class_mismatch: bool = False) -> StorePair:
     """Open and check ``root/train`` and ``root/test`` (v1 or plain stores) once; ``expect``: meta values each store
-    must hold (keys of :data:`~cog_pl.features.store.CHECKED_KEYS`; ``split`` is set per store)."""
+    must hold (keys of :data:`~cog_pl.features.store.CHECKED_KEYS`; ``split`` is set per store);
+    ``allow_class_mismatch``: accept plain stores whose class counts differ (see the module docstring)."""
     root = Path(root)
     given = {k: v for k, v in (expect or {}).items() if k != "split"}
     train, test = (open_store(root / s, {**given, "split": s} if given else None) for s in SPLITS)
     dim = _check_together(train, test, root)
+    for store in (train, test):
+        _check_rows(store)
+    _check_classes(train, test, root, allow_class_mismatch)
     recorded = [s.meta for s in (train, test) if not s.plain]  # a plain store's meta is made up
     if recorded:
         num_classes = recorded[0]["num_classes"]
@@ -88,3 +119,31 @@ def _check_together(train: FeatureStore, test: FeatureStore, root: Path) -> int:
                              f"{len(b)} classes, first difference at position {first})")
         raise StoreError(f"{root}: the train and test stores differ in {key}: {a!r} and {b!r}")
     return int(train_dim)
+
+
+def _check_rows(store: FeatureStore) -> None:
+    """Refuse a store with no rows to read (none at all, or only rows whose image was unreadable)."""
+    if not store.valid.any():
+        left = f" left: all {len(store)} are missing rows (unreadable images)" if len(store) else ""
+        raise StoreError(f"{store.path}: the {store.meta.get('split', store.path.name)} store has no rows{left}; a "
+                         "probe needs rows in both train and test")
+
+
+def _labels(store: FeatureStore) -> np.ndarray:
+    """The distinct labels of a store's readable rows."""
+    return np.unique(np.asarray(store.labels)[store.valid])
+
+
+def _check_classes(train: FeatureStore, test: FeatureStore, root: Path, allow: bool) -> None:
+    """Refuse two plain stores whose class counts (largest label + 1) differ, unless ``allow``; log the test labels
+    the train split never has either way (every test row of them counts as an error)."""
+    unseen = np.setdiff1d(_labels(test), _labels(train))
+    rows = int(np.isin(np.asarray(test.labels)[test.valid], unseen).sum()) if len(unseen) else 0
+    shown = ", ".join(map(str, unseen[:5])) + (" ..." if len(unseen) > 5 else "")
+    if train.plain and test.plain and train.num_classes != test.num_classes and not allow:
+        extra = f"; test labels the train split never has: {shown} ({rows} row(s))" if len(unseen) else ""
+        raise StoreError(f"{root}: the train store has {train.num_classes} classes (labels 0.."
+                         f"{train.num_classes - 1}), the test store {test.num_classes}{extra}; {MISMATCH_HINT}")
+    if len(unseen):
+        log.warning("%s: %d test row(s) have labels the train split never has (%s): no probe can predict them, so "
+                    "each counts as an error", root, rows, shown)

@@ -310,7 +310,7 @@ class StoreWriter:
             arrays.clear()
             if created:
                 shutil.rmtree(self.tmp, ignore_errors=True)
-            raise disk_full(self.path, num_rows * (dim * np.dtype(dtype).itemsize + 17)) from err
+            raise disk_full(self.path, num_rows * (dim * np.dtype(dtype).itemsize + 17), err) from err
         self.features, self.labels, self.index, self.written = arrays.values()
         if self.features.shape != (num_rows, dim) or self.written.shape != (num_rows,):
             raise StoreError(f"{self.tmp} holds a {self.features.shape} write in progress, not {(num_rows, dim)}")
@@ -339,7 +339,7 @@ class StoreWriter:
                 raise
             if err.errno not in DISK_FULL and shutil.disk_usage(self.tmp).free >= need:
                 return
-            error = disk_full(self.path, need)
+            error = disk_full(self.path, need, err if err.errno in DISK_FULL else None)
         del self.features, self.labels, self.index, self.written
         if created:
             shutil.rmtree(self.tmp, ignore_errors=True)  # nothing written yet: leave nothing half-made

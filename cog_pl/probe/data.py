@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from cog_pl.data.sampling import final_indices, tuning_indices  # noqa: F401 - the probe's sampling rule
+from cog_pl.features.pair import StorePair
 from cog_pl.features.store import FeatureStore
 
 
@@ -45,6 +46,11 @@ def load_store(store: FeatureStore, device: torch.device | str = "cpu") -> tuple
         keep = torch.from_numpy(np.flatnonzero(valid))
         features, labels = features[keep.to(features.device)], labels[keep]
     return features, labels
+
+
+def train_labels(pair: StorePair) -> np.ndarray:
+    """The labels of the train store's readable rows (those :func:`load_store` reads): what the samples draw from."""
+    return np.asarray(pair.train.labels)[pair.train.valid]
 
 
 def l2_normalize(x: Tensor) -> Tensor:

@@ -56,6 +56,16 @@ class KNNSettings:
         if not self.temperature > 0:
             raise ValueError(f"k-NN: temperature must be positive, got {self.temperature}")
 
+    def ks_within(self, rows: int, what: str) -> tuple[int, ...]:
+        """The ks that run in a search among ``rows`` train rows (``what``: which, for the log): a k above them lets
+        every row vote, which is k = ``rows``, and is tried and recorded as that, never as the k asked for."""
+        ks = tuple(sorted({min(k, rows) for k in self.ks}))
+        over = [k for k in self.ks if k > rows]
+        if over:
+            log.info("%s holds %d rows: k %s run as k %d (every row votes)", what, rows, ", ".join(map(str, over)),
+                     rows)
+        return ks
+
     def as_record(self) -> dict:
         return {"ks": list(self.ks), "temperature": self.temperature}
 

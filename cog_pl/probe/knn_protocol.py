@@ -3,7 +3,9 @@
 For each seed, the linear probe's own rows (:func:`cog_pl.data.sampling.tuning_indices`): the 20 % per-class
 validation split and, for N shots, N rows per class of the other 80 % (the tuning sample). One pass of the
 validation rows against the train features serves every shot setting and every k of the seed; the k with the best
-validation top-1 is chosen (the smaller k among equals), every k's validation top-1 recorded. Then one pass of the
+validation top-1 is chosen (the smaller k among equals), every k's validation top-1 recorded. A k above the rows of a
+cell's tuning sample lets every row vote: it is tried and recorded as k = those rows, the k that ran (the final
+sample holds at least as many, so the test votes with it too). Then one pass of the
 test features against the train features serves every cell: the full train set for all data, the linear probe's
 final N-shot sample (:func:`cog_pl.data.sampling.final_indices`) otherwise. The test store is read only then: the
 test labels never enter the choice of k.
@@ -29,10 +31,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cog_pl.data.sampling import final_indices, tuning_indices
+from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device, resolve_precision
 from cog_pl.features.pair import StorePair, open_pair
-from cog_pl.probe.data import l2_normalize, load_store
+from cog_pl.probe.data import l2_normalize, load_store, train_labels
 from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
 from cog_pl.probe.resume import cells_todo, features_identity, format_key
 from cog_pl.protocol import ProbeProtocol, check_grid
@@ -93,19 +95,22 @@ class KNNData:
 
 def validate(data: KNNData, seed: int, shots: Sequence[int | None], settings: KNNSettings, val_fraction: float,
              precision: str) -> dict[int | None, dict[str, Any]]:
-    """For each shot setting of ``seed``: every k's validation top-1, the chosen k and the rows used. Reads the
-    train split only."""
+    """For each shot setting of ``seed``: every k's validation top-1 (a k above the tuning sample's rows is tried
+    as k = rows, :meth:`~cog_pl.probe.knn.KNNSettings.ks_within`), the chosen k and the rows used. Reads the train
+    split only."""
     y = data.train_y.numpy()
     _, val_idx = tuning_indices(y, val_fraction, seed, None)
     tuning = {n: tuning_indices(y, val_fraction, seed, n)[0] for n in shots}
-    found = data.search(data.train_x[torch.from_numpy(val_idx)], max(settings.ks),
+    ks = {n: settings.ks_within(len(tuning[n]), f"the tuning sample of shots={n or 'all'} seed={seed}")
+          for n in shots}
+    found = data.search(data.train_x[torch.from_numpy(val_idx)], max(max(k) for k in ks.values()),
                         [torch.from_numpy(tuning[n]) for n in shots], precision)
     truth = data.train_y[torch.from_numpy(val_idx)]
     out = {}
     for n, (sims, rows) in zip(shots, found):
         labels = data.train_y[rows]
         by_k = {k: accuracy(vote(sims, labels, data.num_classes, k, settings.temperature), truth)[0]
-                for k in settings.ks}
+                for k in ks[n]}
         out[n] = {"val_top1_by_k": by_k, "k": choose_k(by_k), "tuning_rows": len(tuning[n]),
                   "val_rows": len(val_idx), "tuning_rows_sha256": rows_digest(tuning[n])}
     return out
@@ -155,11 +160,15 @@ def _differences(row: dict, want: dict) -> list[tuple[str, Any, Any]]:
 
 
 def knn_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, seeds: Sequence[int],
-             shots: Sequence[int | None], want: dict, overwrite: bool = False) -> list[tuple[int | None, int]]:
+             shots: Sequence[int | None], want: dict, protocol: ProbeProtocol,
+             overwrite: bool = False) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells whose k-NN row is missing or (``overwrite``) made with other values; a row made with
-    other values is refused otherwise, before any work."""
-    return cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
-                      overwrite=overwrite, compare=_differences)
+    other values, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is refused
+    otherwise, before any work."""
+    todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
+                      overwrite=overwrite, compare=_differences)  # the results file first, as the linear grid
+    check_shots(train_labels(pair), protocol.val_fraction, shots)
+    return todo
 
 
 def knn_rows(pair: StorePair, cells: Sequence[tuple[int | None, int]], *, model: str, domain: str,
@@ -229,10 +238,10 @@ def run_knn_protocol(root: str | os.PathLike | StorePair, results: str | os.Path
     device = resolve_device(device)
     precision = resolve_knn_precision(precision or getattr(plan, "precision", None), device)
     pair = root if isinstance(root, StorePair) else open_pair(root)
-    model, domain = model or pair.model, domain or pair.domain
+    model, domain = pair.names(model, domain)
     want = knn_identity(features_identity(pair), settings, protocol, precision)
     todo = knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,
-                    overwrite=overwrite)
+                    protocol=protocol, overwrite=overwrite)
     if not todo:
         return []
     rows = knn_rows(pair, todo, model=model, domain=domain, protocol=protocol, settings=settings, device=device,
@@ -261,9 +270,10 @@ def check_knn_grid(root: str | os.PathLike, results: str | os.PathLike, *, model
     shots = (None, *protocol.shots) if shots is None else shots
     precision = resolve_knn_precision(getattr(plan, "precision", None), resolve_device(device))
     pair = open_pair(root)
+    model, domain = pair.names(model, domain)
     want = knn_identity(features_identity(pair), settings, protocol, precision)
-    return knn_todo(pair, results, model=model or pair.model, domain=domain or pair.domain, seeds=seeds,
-                    shots=shots, want=want, overwrite=overwrite)
+    return knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,
+                    protocol=protocol, overwrite=overwrite)
 
 
 def launched_group(device: torch.device) -> Any:

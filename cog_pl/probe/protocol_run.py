@@ -22,9 +22,18 @@ import torch
 from optuna.storages import BaseStorage
 from torch import Tensor
 
+from cog_pl.data.sampling import check_shots
 from cog_pl.device import fits, resolve_device
 from cog_pl.features.pair import StorePair, open_pair
-from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_store, sub_seed, tuning_indices
+from cog_pl.probe.data import (
+    ProbeData,
+    final_indices,
+    l2_normalize,
+    load_store,
+    sub_seed,
+    train_labels,
+    tuning_indices,
+)
 from cog_pl.probe.resume import (
     cells_todo,
     claim_expired,
@@ -180,10 +189,13 @@ def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain
               plan: SearchPlan, seeds: tuple[int, ...], shots: tuple[int | None, ...], device: str | torch.device,
               overwrite: bool = False) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells of the grid whose row is missing or, with ``overwrite``, made with another identity;
-    a row of another identity is refused otherwise (before any work), naming the row and the values that differ."""
+    a row of another identity, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is
+    refused otherwise (before any work), naming the row and the values that differ."""
     want = wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device))
-    return cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
-                      overwrite=overwrite)
+    todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
+                      overwrite=overwrite)  # the results file first: one that cannot take rows is named before all
+    check_shots(train_labels(pair), protocol.val_fraction, shots)
+    return todo
 
 
 def grid_values(protocol: ProbeProtocol | None, plan: SearchPlan | None, seeds: tuple[int, ...] | None,
@@ -202,9 +214,10 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                  storage: str | os.PathLike | BaseStorage, protocol: ProbeProtocol | None = None,
                  plan: SearchPlan | None = None,
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
-                 device: str | torch.device = "cpu", overwrite: bool = False) -> list[dict[str, Any]]:
+                 device: str | torch.device = "cpu", overwrite: bool = False,
+                 allow_class_mismatch: bool = False) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end;
-    returns the rows this worker wrote.
+    returns the rows this worker wrote (``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s).
 
     ``model`` and ``domain`` default to the stores' (their meta, else the folder names). A row made with the same
     identity is skipped, one made with another is refused (``overwrite``: made again and replaced); see
@@ -213,8 +226,8 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     every row of the grid is written (by any of them).
     """
     protocol, plan, seeds, shots = grid_values(protocol, plan, seeds, shots)
-    pair = open_pair(root)
-    model, domain = model or pair.model, domain or pair.domain
+    pair = open_pair(root, allow_class_mismatch=allow_class_mismatch)
+    model, domain = pair.names(model, domain)
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
                      shots=shots, device=device, overwrite=overwrite)
     if not todo:

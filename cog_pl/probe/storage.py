@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -158,18 +159,38 @@ def sqlite_storage(path: Path) -> RDBStorage:
     return storage
 
 
+#: A database URL's password (``scheme://user:PASSWORD@host``), hidden in messages where SQLAlchemy cannot parse it.
+_PASSWORD = re.compile(r"(://[^/@:]*:)[^/@]*@")
+
+
+def shown_url(url: str) -> str:
+    """A database URL for messages: its password as ``***``."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return _PASSWORD.sub(r"\1***@", url)
+
+
+def _port(url: str) -> str:
+    """The port of a database URL as written (``scheme://user:pw@host:PORT/db``, ``[v6]:PORT``); ``""`` for none."""
+    netloc = re.split(r"[/?#]", url.split("://", 1)[-1], maxsplit=1)[0].rpartition("@")[2]
+    return "" if netloc.endswith("]") else netloc.rpartition(":")[2] if ":" in netloc else ""
+
+
 def _database(url: str) -> RDBStorage:
     """Optuna's storage for a database URL; a URL it cannot use is named (without its password) in a ValueError."""
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, DatabaseError
 
+    port = _port(url)
+    if port and not port.isdigit():  # SQLAlchemy's int() of it would name neither the URL nor the port
+        raise ValueError(f"storage {shown_url(url)}: port {port!r} is not a number")
     try:
         return _create(url)
     except (ImportError, ArgumentError, DatabaseError) as err:
-        try:
-            shown = make_url(url).render_as_string(hide_password=True)
-        except ArgumentError:
-            shown = url.split("://", 1)[0] + "://..."
+        shown = shown_url(url)
         if isinstance(err, DatabaseError):
             why = f"cannot open the study database ({err.orig})"
         elif isinstance(err, ImportError):

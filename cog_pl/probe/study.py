@@ -3,7 +3,7 @@
 Many workers may share one study (SQLite or any database URL, or a journal file on a shared disk). Each worker asks
 trials itself (storages: :mod:`cog_pl.probe.storage`); the storage numbers them atomically, and a trial whose slot is
 past the study's budget is marked failed at once (``surplus``), so the study ends with exactly its budget of trials
-between all workers.
+between all workers. Every failed trial says why, in the log and in its ``fail_reason`` (:func:`fail_trial`).
 
 A worker holds its running trials by a lease: its worker id (a random UUID per process, never a host name and
 process id, which repeat across containers), where it runs and a heartbeat it renews. Another worker fails a
@@ -50,6 +50,7 @@ def worker_id() -> str:
 
 UNSTAMPED_GRACE = 30.0  # seconds after which a running trial without a lease counts as dead
 LEASE_ATTR = "lease"  # user attribute of a running trial: worker id, heartbeat (unix time), where the worker runs
+FAIL_REASON_ATTR = "fail_reason"  # user attribute of a failed trial: {"mark": its flag attribute, "why": the reason}
 WORKER_ATTR = "worker:"  # prefix of a study system attribute: a worker's lease as of when it joined the study
 
 
@@ -158,14 +159,44 @@ def provably_dead(held: dict) -> bool:
     return started is not None and started != held["started"]
 
 
-def _is_stale(trial: FrozenTrial, stale_after: float, others_dead: Callable[[], bool]) -> bool:
+def _stale_reason(trial: FrozenTrial, stale_after: float, others_dead: Callable[[], bool]) -> str | None:
+    """Why a running trial's worker counts as gone (None while it may live)."""
     held = held_lease(trial)
     if held.get("worker") == worker_id():
-        return False
+        return None
     if "heartbeat" not in held:  # killed inside ask, between the trial's creation and its lease
         started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
-        return time.time() - started > min(stale_after, UNSTAMPED_GRACE) or others_dead()
-    return time.time() - float(held["heartbeat"]) > stale_after or provably_dead(held)
+        age = time.time() - started
+        if age > min(stale_after, UNSTAMPED_GRACE):
+            return f"it has no lease {age:.0f} s after it started (its worker was killed while asking for it)"
+        return "it has no lease and every other worker of the study is gone" if others_dead() else None
+    silent = time.time() - float(held["heartbeat"])
+    if silent > stale_after:
+        return f"its worker's lease expired (no heartbeat for {silent:.0f} s, more than {stale_after:g} s)"
+    if provably_dead(held):
+        return f"its worker, process {held.get('pid')} on this host, is gone"
+    return None
+
+
+def fail_trial(study: optuna.Study, trial: Trial | FrozenTrial, mark: str, why: str,
+               level: int = logging.WARNING) -> bool:
+    """Mark a trial failed and say why, in the trial (user attributes ``mark``: True, and ``fail_reason``) and in
+    the log; False where it was finished meanwhile (by its worker, or another worker failed it). A trial this
+    worker asked is told failed through the study (its sampler hears of it); another worker's is set in the
+    storage."""
+    try:
+        study._storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, {"mark": mark, "why": why})
+        study._storage.set_trial_user_attr(trial._trial_id, mark, True)
+        if isinstance(trial, Trial):
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    except (UpdateFinishedTrialError, ValueError):  # finished meanwhile ("Cannot tell a ... trial": a ValueError)
+        if study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+            raise
+        return False
+    log.log(level, "trial %d of study %s failed: %s", trial.number, study.study_name, why)
+    return True
 
 
 def _others_dead(study: optuna.Study) -> Callable[[], bool]:
@@ -185,16 +216,9 @@ def fail_stale_trials(study: optuna.Study, stale_after: float, running: list[Fro
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     failed, others_dead = 0, _others_dead(study)
     for t in running:
-        if not _is_stale(t, stale_after, others_dead):
-            continue
-        try:
-            study._storage.set_trial_user_attr(t._trial_id, "stale", True)
-            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        except UpdateFinishedTrialError:  # its worker finished it, or another worker failed it, meanwhile
-            continue
-        failed += 1
-    if failed:
-        log.info("failed %d stale trial(s) of study %s", failed, study.study_name)
+        why = _stale_reason(t, stale_after, others_dead)
+        if why is not None:
+            failed += fail_trial(study, t, "stale", why)
     return failed
 
 

@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from cog_pl.device import resolve_precision
 from cog_pl.probe.data import ProbeData, sub_seed
 from cog_pl.probe.multihead import PRECISIONS, HeadsResult, init_heads, train_heads
-from cog_pl.probe.study import past_budget, progress, stamp, tell_result
+from cog_pl.probe.study import fail_trial, past_budget, progress, stamp, tell_result
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -114,8 +114,8 @@ def _ask(study: optuna.Study, n: int, protocol: ProbeProtocol) -> list[Trial]:
     for _ in range(n):
         trial = study.ask(space)  # proposed right away, from the random stream seeded for this trial number
         if past_budget(study, trial, protocol.trials):
-            trial.set_user_attr("surplus", True)
-            study.tell(trial, state=TrialState.FAIL)
+            fail_trial(study, trial, "surplus", f"not run: past the study's budget of {protocol.trials} trials, "
+                       "the rest of which other workers asked meanwhile", logging.INFO)
             break
         trials.append(trial)
     return trials
@@ -141,9 +141,10 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
             eval_every_epoch=plan.mode == "exact", on_epoch_end=beat, precision=precision,
             on_divergence=plan.on_divergence,
         )
-    except BaseException:
+    except BaseException as err:
+        text = str(err).strip().splitlines()[0] if str(err).strip() else ""
         for t in trials:
-            study.tell(t, state=TrialState.FAIL, skip_if_finished=True)
+            fail_trial(study, t, "stopped", f"its batch stopped ({type(err).__name__}{': ' + text if text else ''})")
         raise
     seconds = time.perf_counter() - start
     for i, t in enumerate(trials):  # a trial another worker failed meanwhile (lease expired) is left failed

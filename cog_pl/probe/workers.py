@@ -133,15 +133,17 @@ def run_workers(root: str | os.PathLike, results: str | os.PathLike, *, workers:
                 domain: str | None = None, storage: str | os.PathLike, protocol: Any = None, plan: Any = None,
                 seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                 device: str = "cpu", overwrite: bool = False, threads: int = 0,
-                progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+                progress: Callable[[str], None] | None = None,
+                allow_class_mismatch: bool = False) -> list[dict[str, Any]]:
     """:func:`~cog_pl.probe.protocol_run.run_protocol` with ``workers`` processes (:func:`plan_workers`); returns the
-    rows written. ``progress`` gets one line per cell started and ended (default: the log)."""
+    rows written. ``progress`` gets one line per cell started and ended (default: the log);
+    ``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s."""
     from cog_pl.features.pair import open_pair
     from cog_pl.probe.protocol_run import grid_todo, grid_values, run_protocol
 
     protocol, plan, seeds, shots = grid_values(protocol, plan, seeds, shots)
-    pair = open_pair(root)
-    model, domain = model or pair.model, domain or pair.domain
+    pair = open_pair(root, allow_class_mismatch=allow_class_mismatch)
+    model, domain = pair.names(model, domain)
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
                      shots=shots, device=device, overwrite=overwrite)  # a row of other inputs: refused now
     size = sum(os.path.getsize(p) for p in Path(root).rglob("features.npy"))
@@ -151,12 +153,13 @@ def run_workers(root: str | os.PathLike, results: str | os.PathLike, *, workers:
     slots = plan_workers(workers, device, len(todo), 2 * size, threads, flops)  # float16 on disk, float32 in memory
     if len(slots) <= 1:
         return run_protocol(root, results, model=model, domain=domain, storage=storage, protocol=protocol, plan=plan,
-                            seeds=seeds, shots=shots, device=device, overwrite=overwrite)
+                            seeds=seeds, shots=shots, device=device, overwrite=overwrite,
+                            allow_class_mismatch=allow_class_mismatch)
     show = progress or log.info
     show(f"probe grid {model}/{domain}: {len(todo)} cells on {len(slots)} workers "
          f"({slots[0].threads} thread(s) each, {slots[0].device})")
     spec = {"root": str(root), "results": str(results), "model": model, "domain": domain, "storage": str(storage),
-            "protocol": protocol, "plan": plan, "cells": cell_order(todo)}
+            "protocol": protocol, "plan": plan, "cells": cell_order(todo), "allow_class_mismatch": allow_class_mismatch}
     with tempfile.TemporaryDirectory(prefix="cog-pl-workers-") as tmp:
         rows = _start(spec, slots, Path(tmp), show)
     return rows
@@ -232,7 +235,7 @@ def work(spec: dict[str, Any]) -> None:
 
     torch.set_num_threads(spec["threads"])
     protocol, plan, device, results = spec["protocol"], spec["plan"], spec["device"], spec["results"]
-    pair = open_pair(spec["root"])
+    pair = open_pair(spec["root"], allow_class_mismatch=spec["allow_class_mismatch"])
     splits = Splits.for_probes(pair, device, protocol, plan)
     want = wanted(splits.features, protocol, plan.as_record(), plan.precision_on(device))
 
