@@ -118,7 +118,7 @@ def test_interrupted_extraction_resumes_and_equals_an_uninterrupted_one(roots, t
 def test_bad_requests_are_named(roots, tmp_path, capsys):
     with pytest.raises(ValueError, match="unknown domain"):
         ExtractionDataModule(domains=("cog_l9",))
-    dm = ExtractionDataModule(out=str(tmp_path), in1k_root=None, domains=("in1k",))
+    dm = ExtractionDataModule(out=str(tmp_path), in1k_root=None, domains=("in1k",), transform="protocol")
     with pytest.raises(ValueError, match="needs --data.in1k_root"):
         dm.setup()
 
@@ -130,7 +130,7 @@ def test_a_split_left_to_extract_reads_only_that_split(roots, tmp_path):
     in1k, in21k = roots
     shutil.rmtree(in1k / "train")
     dm = ExtractionDataModule(out=str(tmp_path / "o"), model_name="x", in1k_root=str(in1k), in21k_root=str(in21k),
-                              domains=("in1k",), splits=("test",))
+                              domains=("in1k",), splits=("test",), transform="protocol")
     dm.setup()
     assert [(t.domain, t.split) for t in dm.targets] == [("in1k", "test")] and len(dm.targets[0].dataset) > 0
 
@@ -141,7 +141,7 @@ def test_resuming_with_the_train_store_finished_needs_no_train_images(roots, tmp
 
     in1k, in21k = roots
     dm = ExtractionDataModule(out=str(tmp_path / "o"), model_name="x", in1k_root=str(in1k), in21k_root=str(in21k),
-                              domains=("in1k",))
+                              domains=("in1k",), transform="protocol")
     done = dm.store_path("in1k", "train")
     meta = dm.identity({}, dm.image_module("in1k").store_meta("train"))  # finished by this data (no model known)
     write_store(done, np.zeros((2, 4)), np.zeros(2, dtype=np.int64), None, make_meta(model="x", weights_sha256=None,
