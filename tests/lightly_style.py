@@ -4,9 +4,9 @@ tests/test_lightning_users.py, once per Lightning package and process count).
 The module follows lightly's ``benchmarks/imagenet/resnet50/simclr.py``: its own ``backbone`` attribute, a projection
 head and an online classifier, its own ``self.log`` keys (``train_loss`` with ``sync_dist``), plus what many users
 add: a frozen submodule in eval mode (a teacher) and a frozen BatchNorm inside the backbone. It trains for
-``--epochs`` with a CSV logger and ``ModelCheckpoint(monitor="cog/l5/top1")``, then a fresh Trainer and callback
-resume from ``last.ckpt`` for one more epoch. Rank zero writes ``report.json``: the callback's history before and
-after the resume, the modes every training step saw, and every warning raised.
+``--epochs`` with a CSV logger, ``ModelCheckpoint(monitor="cog/l5/top1")`` and one keeping ``last.ckpt``, then a
+fresh Trainer and callback resume from ``last.ckpt`` for one more epoch. Rank zero writes ``report.json``: the callback's history before and
+after the resume, the modes every training step saw, and every warning raised (another rank: ``report_rank<N>.json``).
 
     python tests/lightly_style.py --package pytorch_lightning --devices 2 --bench DIR --out DIR
 """
@@ -84,8 +84,8 @@ def main() -> None:
         warnings.simplefilter("always")
         report = run(pl, a)
     report["warnings"] = sorted({str(w.message) for w in caught})
-    if report.pop("rank") == 0:
-        (a.out / "report.json").write_text(json.dumps(report, indent=1))
+    rank = report.pop("rank")
+    (a.out / ("report.json" if rank == 0 else f"report_rank{rank}.json")).write_text(json.dumps(report, indent=1))
 
 
 def run(pl, a: argparse.Namespace) -> dict:
@@ -99,10 +99,10 @@ def run(pl, a: argparse.Namespace) -> dict:
                                      train_images=10, test_images=4, epochs=5)
 
     def trainer(epochs: int, cog: CoGEvaluationCallback, ckpt_dir: str):
-        checkpoint = pl.callbacks.ModelCheckpoint(dirpath=a.out / ckpt_dir, monitor="cog/l5/top1", mode="max",
-                                                  save_last=True)
+        best = pl.callbacks.ModelCheckpoint(dirpath=a.out / "best", monitor="cog/l5/top1", mode="max")
+        latest = pl.callbacks.ModelCheckpoint(dirpath=a.out / ckpt_dir, save_last=True)  # every epoch's end
         return pl.Trainer(max_epochs=epochs, accelerator="cpu", devices=a.devices,
-                          strategy="ddp" if a.devices > 1 else "auto", callbacks=[cog, checkpoint],
+                          strategy="ddp" if a.devices > 1 else "auto", callbacks=[cog, best, latest],
                           logger=pl.loggers.CSVLogger(a.out, name="logs"), log_every_n_steps=1,
                           enable_progress_bar=False, enable_model_summary=False)
 
@@ -125,7 +125,7 @@ def run(pl, a: argparse.Namespace) -> dict:
         "modes_initial": initial, "modes_after_fit": after_fit,
         "steps": len(model.modes_seen) + len(model2.modes_seen),
         "steps_with_other_modes": sum(m != initial for m in model.modes_seen + model2.modes_seen),
-        "best_model_score": float(t1.checkpoint_callback.best_model_score),
+        "best_model_score": float(t1.checkpoint_callbacks[0].best_model_score),
     }
 
 

@@ -55,6 +55,7 @@ class FeatureStoreWriter(BasePredictionWriter):
             logger.info("nothing to extract: all %d stores under %s are complete", len(dm.skipped) + len(dm.ready),
                         dm.out / dm.model_name)
             self._limit, trainer.limit_predict_batches = trainer.limit_predict_batches, 0
+            trainer.predict_loop.max_batches = []  # a Trainer that predicted before: no batch left from that run
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self._limit is not None:  # the Trainer as it was, for a later predict with other data

@@ -144,6 +144,13 @@ def lightning_note(obj: Any, prefix: str = "") -> str:
             f"{listed}{given}: pass the backbone's, e.g. prefix={first!r} (--model.prefix {first})")
 
 
+def _own_weights(obj: Any) -> str:
+    """For a Lightning checkpoint given as a paper model's file: how to read the user's own weights instead."""
+    if lightning_version(obj) is None:
+        return ""
+    return f"{lightning_note(obj)}, and name the architecture (timm:<name>, torchvision:<name>) as the model"
+
+
 def take_container(obj: Any, layout: Layout, path: str, name: str) -> tuple[dict[str, torch.Tensor], str, list[str]]:
     """The tensor dict of a file's content in ``layout``; returns it, the container used and the other entries."""
     if isinstance(obj, Mapping) and CONVERTED in obj and isinstance(obj.get("state_dict"), Mapping):
@@ -171,16 +178,14 @@ def take_container(obj: Any, layout: Layout, path: str, name: str) -> tuple[dict
     for key in layout.container:
         if not isinstance(inner, Mapping) or key not in inner:
             expected = "[" + "][".join(repr(k) for k in layout.container) + "]"
-            own = (f"{lightning_note(obj)}, and name the architecture (timm:<name>, torchvision:<name>) as the model"
-                   if lightning_version(obj) else "")
             raise CheckpointError(f"checkpoint {path} is not {name}'s published file: that file holds its weights "
-                                  f"under {expected}, this one holds {_describe(inner)}{own}")
+                                  f"under {expected}, this one holds {_describe(inner)}{_own_weights(obj)}")
         others = [str(k) for k in inner if k != key]
         inner = inner[key]
     if not _is_tensor_dict(inner):
         what = "/".join(layout.container) or "the file"
         raise CheckpointError(f"checkpoint {path}: {what} is {_describe(inner)}, not a tensor dict as {name}'s "
-                              "published file holds")
+                              f"published file holds{_own_weights(obj)}")
     return _tensors(inner), "/".join(layout.container) or "(the file is the state dict)", others
 
 
