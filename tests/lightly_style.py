@@ -5,8 +5,9 @@ The module follows lightly's ``benchmarks/imagenet/resnet50/simclr.py``: its own
 head and an online classifier, its own ``self.log`` keys (``train_loss`` with ``sync_dist``), plus what many users
 add: a frozen submodule in eval mode (a teacher) and a frozen BatchNorm inside the backbone. It trains for
 ``--epochs`` with a CSV logger, ``ModelCheckpoint(monitor="cog/l5/top1")`` and one keeping ``last.ckpt``, then a
-fresh Trainer and callback resume from ``last.ckpt`` for one more epoch. Rank zero writes ``report.json``: the callback's history before and
-after the resume, the modes every training step saw, and every warning raised (another rank: ``report_rank<N>.json``).
+fresh Trainer and callback resume from ``last.ckpt`` for one more epoch. Rank zero writes ``report.json``: the
+callback's history before and after the resume, the modes every training step saw, and every warning raised
+(another rank: ``report_rank<N>.json``).
 
     python tests/lightly_style.py --package pytorch_lightning --devices 2 --bench DIR --out DIR
 """

@@ -1,6 +1,7 @@
-"""CoGEvaluationCallback with real Trainers on CPU: metrics at the right epochs, training unchanged, every submodule's
-mode restored, what would fail at the first evaluation refused at setup, the transform in any form, its state in
-checkpoints, monitoring its keys (tests/test_lightning_users.py: a lightly-style module, both Lightning packages, DDP)."""
+"""CoGEvaluationCallback with real Trainers on CPU: metrics at the right epochs, training unchanged, every
+submodule's mode restored, what would fail at the first evaluation refused at setup, the transform in any form, its
+state in checkpoints, monitoring its keys (tests/test_lightning_users.py: a lightly-style module, both Lightning
+packages, DDP)."""
 
 from __future__ import annotations
 
@@ -195,7 +196,8 @@ def test_what_would_fail_at_the_first_evaluation_is_refused_at_setup(bench, tmp_
            "root_without_the_synsets": lambda: CoGEvaluationCallback(
                in1k_root=str(root / "in21k"), in21k_root=str(root / "in21k"), benchmark=str(path), **kw),
            "no_backbone": lambda: _callback(bench, backbone="encoder", **kw)}[wrong]()
-    match = {"missing_root": "in21k_root .*nowhere does not exist", "root_without_the_synsets": "in21k/train is not a directory",
+    match = {"missing_root": "in21k_root .*nowhere does not exist",
+             "root_without_the_synsets": "in21k/train is not a directory",
              "no_backbone": "no callable attribute 'encoder'"}[wrong]
     model = Net()
     with pytest.raises((FileNotFoundError, AttributeError), match=match):

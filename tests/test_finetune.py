@@ -211,9 +211,10 @@ def test_a_diverging_run_stops_with_one_line():
     net = FineTuneClassifier("external:demo_cnn", num_classes=3, lr=1e6, warmup_epochs=0.0, augment=False)
     trainer = L.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)
-    with pytest.raises(DivergedError, match=r"FineTuneClassifier: the (training loss is nan|epoch's mean training loss "
-                                            r"is .*above 10 x ln\(classes\) = [\d.]+) at epoch \d+, step \d+ \(learning rates "
-                                            r".*\): the run diverged; lower --model.lr"):
+    diverged = (r"FineTuneClassifier: the (training loss is nan|epoch's mean training loss is .*above 10 x "
+                r"ln\(classes\) = [\d.]+) at epoch \d+, step \d+ \(learning rates .*\): the run diverged; "
+                r"lower --model.lr")
+    with pytest.raises(DivergedError, match=diverged):
         trainer.fit(net, torch.utils.data.DataLoader(_Images(), batch_size=8))
 
 
