@@ -8,11 +8,13 @@
 - :func:`trainer_options`: a stage's Lightning ``accelerator``/``devices``/``precision``, "auto" resolved by the two.
 - :func:`fits`: whether ``needed`` bytes fit in a device's free memory with a safety margin (:data:`FIT_FRACTION`);
   host memory always "fits" (the operating system pages).
+- :func:`loader_workers`: how many loader worker processes ``num_workers="auto"`` means.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -109,3 +111,11 @@ def fits(needed: int, device: str | torch.device, free: int | None = None, what:
         return True
     log.info("%s (%.1f GB) does not fit in the %.1f GB free on %s", what, needed / 1e9, free / 1e9, dev)
     return False
+
+
+def loader_workers(processes: int = 1) -> int:
+    """Loader workers per process: the cores this process may run on (``os.sched_getaffinity``: a container's or a
+    job's share, not the machine's), shared by ``processes`` (DDP ranks on the node), less one for the process
+    itself; at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, processes) - 1)

@@ -68,7 +68,7 @@ class ExtractOptions:
     strategy: str = "auto"
     num_nodes: int = 1
     batch_size: int = FeatureProtocol().batch_size
-    num_workers: int | str = 4  # or "auto": the cores this process may run on (extract.datamodule.loader_workers)
+    num_workers: int | str = 4  # or "auto": the cores this process may run on (device.loader_workers)
     decode: str = "pil"  # pil, cpu, gpu or auto (cog_pl.extract.decode); recorded in every store and row
     on_error: str = "fail"  # an unreadable image: "fail" naming it, or "skip" it (recorded in its store's meta.json)
     max_skipped: float = 0.001  # with "skip": at most this fraction of a split (or, >= 1, this many images)

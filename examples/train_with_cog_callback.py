@@ -83,7 +83,7 @@ def plot(history: list[dict], out: Path) -> None:
     for key in [k for k in history[0] if k.startswith("cog/") and k.endswith("top1")]:
         ax.plot([h["epoch"] + 1 for h in history], [h[key] for h in history], marker="o", label=key[4:-5])
     ax.set_xlabel("epoch")
-    ax.set_ylabel("probe top-1 (%)")
+    ax.set_ylabel("probe top-1 (fraction)")
     ax.set_title("Concept generalization during training")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

@@ -140,3 +140,23 @@ def test_setup_decodes_only_the_splits_the_stage_reads(tiny, tmp_path, monkeypat
     assert list(other.datasets) == ["test"]
     other.setup()
     assert set(other.datasets) == {"train", "test"}
+
+
+def test_loader_defaults_fit_the_machine_and_the_trainer(tiny, tmp_path, monkeypatch):  # noqa: F811
+    """num_workers="auto": this process's share of its cores; pin_memory only for a CUDA device."""
+    import lightning as L
+
+    import cog_pl.device
+
+    root = tiny.make_in1k(tmp_path / "in1k", "tar", n_train=2, n_val=1)
+    monkeypatch.setattr(cog_pl.device.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    dm = ImageNetDataModule(str(root), transform=TransformConfig(crop=32, resize=32))
+    assert dm.num_workers == 7 and dm.pin_memory is False  # 8 cores, one process, on no device
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
+    dm.trainer = trainer
+    assert dm.num_workers == 3 and dm.pin_memory is False  # two processes share the 8 cores; a CPU pins nothing
+    loader = dm.train_dataloader()
+    assert loader.num_workers == 3 and loader.pin_memory is False
+    assert ImageNetDataModule(str(root), num_workers=0, pin_memory=True).train_dataloader().pin_memory is True
+    with pytest.raises(ValueError, match="num_workers='many'; expected auto or a count"):
+        ImageNetDataModule(str(root), num_workers="many")

@@ -118,7 +118,7 @@ def test_interrupted_extraction_resumes_and_equals_an_uninterrupted_one(roots, t
 def test_bad_requests_are_named(roots, tmp_path, capsys):
     with pytest.raises(ValueError, match="unknown domain"):
         ExtractionDataModule(domains=("cog_l9",))
-    dm = ExtractionDataModule(out=str(tmp_path), in1k_root=None, domains=("in1k",))
+    dm = ExtractionDataModule(out=str(tmp_path), in1k_root=None, domains=("in1k",), transform="protocol")
     with pytest.raises(ValueError, match="needs --data.in1k_root"):
         dm.setup()
 
@@ -130,7 +130,7 @@ def test_a_split_left_to_extract_reads_only_that_split(roots, tmp_path):
     in1k, in21k = roots
     shutil.rmtree(in1k / "train")
     dm = ExtractionDataModule(out=str(tmp_path / "o"), model_name="x", in1k_root=str(in1k), in21k_root=str(in21k),
-                              domains=("in1k",), splits=("test",))
+                              domains=("in1k",), splits=("test",), transform="protocol")
     dm.setup()
     assert [(t.domain, t.split) for t in dm.targets] == [("in1k", "test")] and len(dm.targets[0].dataset) > 0
 
@@ -141,7 +141,7 @@ def test_resuming_with_the_train_store_finished_needs_no_train_images(roots, tmp
 
     in1k, in21k = roots
     dm = ExtractionDataModule(out=str(tmp_path / "o"), model_name="x", in1k_root=str(in1k), in21k_root=str(in21k),
-                              domains=("in1k",))
+                              domains=("in1k",), transform="protocol")
     done = dm.store_path("in1k", "train")
     meta = dm.identity({}, dm.image_module("in1k").store_meta("train"))  # finished by this data (no model known)
     write_store(done, np.zeros((2, 4)), np.zeros(2, dtype=np.int64), None, make_meta(model="x", weights_sha256=None,
@@ -149,3 +149,114 @@ def test_resuming_with_the_train_store_finished_needs_no_train_images(roots, tmp
     shutil.rmtree(in1k / "train")
     dm.setup()
     assert [(t.domain, t.split) for t in dm.targets] == [("in1k", "test")] and dm.skipped == [done]
+
+
+class TinyNet(torch.nn.Module):
+    """A user's own backbone (reached from a config by class_path, or by its builder's import path)."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Conv2d(3, width, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                        torch.nn.Flatten())
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def tiny_net() -> TinyNet:
+    torch.manual_seed(0)
+    return TinyNet(6)
+
+
+class _UserModule(L.LightningModule):
+    """A LightningModule holding its backbone as ``self.backbone`` (keys ``backbone.*`` in its checkpoints)."""
+
+    def __init__(self):
+        super().__init__()
+        import timm
+
+        self.backbone = timm.create_model("resnet10t", num_classes=0)
+        self.head = torch.nn.Linear(512, 3)
+
+    def training_step(self, batch, batch_idx):
+        return self.head(self.backbone(batch[0])).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def _images(n=4, size=64):
+    return torch.rand(n, 3, size, size, generator=torch.Generator().manual_seed(1))
+
+
+def test_a_lightning_checkpoint_is_named_with_the_prefixes_it_holds(tmp_path):
+    from cog_pl.models.checkpoints import CheckpointError
+
+    user = _UserModule()
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(_images(2)), batch_size=2)
+    trainer = L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(user, data)
+    ckpt = tmp_path / "user.ckpt"
+    trainer.save_checkpoint(ckpt)
+    held = (r"a Lightning checkpoint \(Lightning 2\.[\d.]+\) whose state_dict holds the module's attributes "
+            r"backbone\. \(\d+ tensors\), head\. \(2 tensors\).*--model.prefix backbone\.")
+    with pytest.raises(CheckpointError, match=held):
+        FeatureExtractor(MODEL, checkpoint=str(ckpt))
+    with pytest.raises(CheckpointError, match=r"prefix 'net\.' was given"):
+        FeatureExtractor(MODEL, checkpoint=str(ckpt), prefix="net.")
+    loaded = FeatureExtractor(MODEL, checkpoint=str(ckpt), prefix="backbone.")
+    assert loaded.backbone.report.container.startswith("state_dict (a Lightning checkpoint")
+    user.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(_images()), user.backbone(_images()))
+    with pytest.raises(CheckpointError, match="published file holds; it is a Lightning checkpoint.*the architecture"):
+        FeatureExtractor("resnet50", checkpoint=str(ckpt))
+
+
+def test_an_own_module_or_callable_extracts_without_returning_features(roots, tmp_path, caplog):
+    import warnings
+
+    net = tiny_net()
+    model = FeatureExtractor(model=net, name="mine", transform=48)
+    assert model.model_name == "mine" and model.feature_dim == 6 and model.transform_config.crop == 48
+    assert model.hparams["model"].startswith("module:test_extract.TinyNet")
+    dm = ExtractionDataModule(out=str(tmp_path / "out"), model_name="mine", in1k_root=str(roots[0]),
+                              domains=("in1k",), splits=("test",), batch_size=3, num_workers=0)
+    assert dm.hparams["domains"] == ("in1k",) and dm.hparams["transform"] == "auto"  # saved as the others do
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    assert trainer.predict(model, datamodule=dm) is None  # written, not also returned
+    store = open_store(tmp_path / "out" / "mine" / "in1k" / "test")
+    assert store.meta["transform"]["crop"] == 48  # "auto": the extractor's transform
+    assert store.meta["weights"] == "module" and len(store.meta["weights_sha256"]) == 64
+    dataset, _ = dm.datasets("in1k")["test"]
+    with torch.no_grad():
+        ref = net(torch.stack([dataset[i]["image"] for i in range(len(dataset))])).numpy()
+    np.testing.assert_allclose(np.asarray(store.features, np.float32), ref, rtol=1e-2, atol=1e-3)
+    again = ExtractionDataModule(out=str(tmp_path / "out"), model_name="mine", in1k_root=str(roots[0]),
+                                 domains=("in1k",), splits=("test",), batch_size=3, num_workers=0)
+    caplog.set_level("INFO")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert trainer.predict(model, datamodule=again) is None
+    assert not [w for w in caught if "Total length" in str(w.message)] and "nothing to extract" in caplog.text
+    assert trainer.limit_predict_batches == 1.0  # the Trainer as it was
+    fn = FeatureExtractor(model=lambda x: net(x) * 2, name="doubled")
+    with torch.no_grad():
+        torch.testing.assert_close(fn(_images(size=32)), 2 * net(_images(size=32)))
+    assert fn.backbone.weights == "module" and fn.feature_dim == 6
+
+
+def test_an_own_architecture_from_the_command_line(roots, tmp_path):
+    import yaml
+
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"model": {"class_path": "test_extract.TinyNet",
+                                                       "init_args": {"width": 5}}, "name": "tiny"}}))
+    assert main([*_args(roots, tmp_path / "a"), "--config", str(cfg), "--data.domains", "[in1k]",
+                 "--data.splits", "[test]"]) == 0
+    assert open_store(tmp_path / "a" / "tiny" / "in1k" / "test").features.shape[1] == 5
+    assert main([*_args(roots, tmp_path / "b"), "--model.model", "external:test_extract:tiny_net",
+                 "--data.domains", "[in1k]", "--data.splits", "[test]"]) == 0
+    assert open_store(tmp_path / "b" / "tiny_net" / "in1k" / "test").features.shape[1] == 6

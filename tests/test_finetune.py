@@ -199,3 +199,75 @@ def test_demo_config_fits_and_tests_with_the_finetune_cli(onto, tmp_path, caplog
     assert row["precision"] == "bf16-mixed"
     assert row["recipe"]["channels_last"] is True and row["recipe"]["lr"] == 0.1 and row["seed"] == 22
     assert "Restoring states from the checkpoint path at" in caplog.text and "last.ckpt" in caplog.text
+
+
+RESNET50_SMALL = DEMO_CONFIG.with_name("resnet50_small.yaml")
+
+
+def test_a_diverging_run_stops_with_one_line():
+    from cog_pl.finetune.module import DivergedError
+
+    torch.manual_seed(0)
+    net = FineTuneClassifier("external:demo_cnn", num_classes=3, lr=1e6, warmup_epochs=0.0, augment=False)
+    trainer = L.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    diverged = (r"FineTuneClassifier: the (training loss is nan|epoch's mean training loss is .*above 10 x "
+                r"ln\(classes\) = [\d.]+) at epoch \d+, step \d+ \(learning rates .*\): the run diverged; "
+                r"lower --model.lr")
+    with pytest.raises(DivergedError, match=diverged):
+        trainer.fit(net, torch.utils.data.DataLoader(_Images(), batch_size=8))
+
+
+def test_validation_step_reports_val_metrics_on_loaders_the_user_gives():
+    torch.manual_seed(0)
+    net = FineTuneClassifier("external:demo_cnn", num_classes=3, lr=0.01, augment=False)
+    loader = torch.utils.data.DataLoader(_Images(), batch_size=8)
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(net, loader, loader)
+    assert {"val/loss", "val/top1"} <= set(trainer.callback_metrics)
+    (metrics,) = trainer.validate(net, loader, verbose=False)
+    net.eval()
+    with torch.no_grad():
+        logits = torch.cat([net(b["image"]) for b in loader])
+    labels = torch.cat([b["label"] for b in loader])
+    assert metrics["val/top1"] == pytest.approx((logits.argmax(1) == labels).float().mean().item(), abs=1e-6)
+
+
+def test_the_resnet50_small_image_recipe_fits_then_tests_in_one_printed_line(onto, tmp_path, capsys):
+    import shlex
+
+    import yaml
+
+    from cog_pl.cli.main import main
+    from cog_pl.results import read_rows
+
+    cfg = yaml.safe_load(RESNET50_SMALL.read_text())
+    assert cfg["model"]["model"] == "resnet50" and cfg["model"]["lr"] == 0.01  # configs/finetune/resnet50.yaml's
+    assert cfg["model"]["backbone_lr_scale"] == 0.1 and cfg["data"]["init_args"]["transform"]["crop"] == 32
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=8, test_per_concept=4, onto=onto)
+    assert main(["finetune", "fit", "--config", str(RESNET50_SMALL), "--trainer.max_epochs", "2",
+                 "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path / "ft"),
+                 "--data.init_args.level", "cog_l2", "--data.init_args.root", str(tmp_path / "d" / "in21k"),
+                 "--data.init_args.benchmark", str(bench)]) == 0
+    out = capsys.readouterr().out
+    (line,) = [x.split(": ", 1)[1] for x in out.splitlines() if x.startswith("test this run with: ")]
+    words = shlex.split(line)
+    assert words[:3] == ["cog-pl", "finetune", "test"] and str(tmp_path / "ft" / "config.yaml") in words
+    assert main([*words[1:], "--results", str(tmp_path / "r.sqlite")]) == 0  # the fit's own config, nothing repeated
+    (row,) = read_rows(tmp_path / "r.sqlite")
+    assert (row["model"], row["domain"], row["recipe"]["lr"]) == ("resnet50", "cog_l2", 0.01)
+    assert row["test_top1"] > 0
+
+
+def test_finetune_test_without_a_checkpoint_is_refused(onto, tmp_path, capsys):
+    from cog_pl.cli.main import main
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=4, test_per_concept=2, onto=onto)
+    common = ["--config", str(DEMO_CONFIG), "--model.checkpoint", "null", "--trainer.accelerator", "cpu",
+              "--trainer.default_root_dir", str(tmp_path / "nothing_here"), "--data.init_args.root",
+              str(tmp_path / "d" / "in21k"), "--data.init_args.benchmark", str(bench)]
+    assert main(["finetune", "test", *common]) == 2
+    assert "test needs --ckpt_path" in capsys.readouterr().err
+    assert main(["finetune", "test", *common, "--ckpt_path", "last"]) == 2
+    assert "test --ckpt_path last: Lightning found no such checkpoint" in capsys.readouterr().err

@@ -67,7 +67,7 @@ def test_cog_pl_probe_hands_the_rest_of_the_line_to_the_lightning_cli(features, 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert main(["probe", "fit", *common]) == 0
-        assert main(["-v", "probe", "validate", *common, "--ckpt_path", "last"]) == 0
+        assert main(["-v", "probe", "validate", *common, "--ckpt_path", "last"]) == 0  # the config keeps last.ckpt
         with pytest.raises(SystemExit) as help_exit:
             main(["probe", "test", "--help"])
     assert help_exit.value.code == 0 and "usage: cog-pl probe [options] test" in capsys.readouterr().out
@@ -138,3 +138,57 @@ def test_optuna_callback_prunes_only_when_asked(features, prune):
         assert trial.state == optuna.trial.TrialState.PRUNED and sorted(trial.intermediate_values) == [0]
     else:  # the protocol's default: every trial trains to the end
         assert trial.state == optuna.trial.TrialState.COMPLETE and sorted(trial.intermediate_values) == [0, 1, 2]
+
+
+def test_test_and_validate_refuse_an_untrained_probe(features, tmp_path, capsys):
+    common = ["--config", str(CONFIG), "--data.features", str(features), "--trainer.max_epochs", "1",
+              "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path), "--data.stage_mode", "final"]
+    assert main(["probe", "test", *common]) == 2
+    assert "cog-pl probe: error: test needs --ckpt_path" in capsys.readouterr().err
+    assert main(["probe", "test", *common, "--ckpt_path", "last"]) == 2  # nothing fit here yet
+    err = capsys.readouterr().err
+    assert "test --ckpt_path last: Lightning found no such checkpoint" in err and "test/top1" not in err
+    assert main(["probe", "validate", *common, "--data.stage_mode", "tune"]) == 2
+    assert main(["probe", "fit", *common]) == 0  # the config keeps last.ckpt: `last` then finds it
+    out = capsys.readouterr().out
+    (line,) = [x.split(": ", 1)[1] for x in out.splitlines() if x.startswith("test this run with: ")]
+    assert line == (f"cog-pl probe test --config {tmp_path / 'config.yaml'} --ckpt_path "
+                    f"{tmp_path / 'checkpoints' / 'last.ckpt'}")
+    tested = cli_main(line.split()[2:])
+    assert tested.trainer.ckpt_path == str(tmp_path / "checkpoints" / "last.ckpt")
+    assert float(tested.trainer.callback_metrics["test/protocol_deviations"]) == 1  # max_epochs 1, not 100
+
+
+def test_a_probe_departing_from_the_protocol_records_it(features, tmp_path):
+    fit = cli_main(["fit", "--config", str(CONFIG), "--data.features", str(features), "--trainer.max_epochs", "2",
+                    "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path),
+                    "--data.stage_mode", "final", "--optimizer", "Adam", "--trainer.logger", "CSVLogger",
+                    "--trainer.logger.save_dir", str(tmp_path)])
+    deviations = fit.model.protocol_deviations
+    assert deviations["optimizer"] == "Adam (protocol: SGD, momentum 0.9)"
+    assert deviations["lr_scheduler"].startswith("none (protocol: the cosine rule") and "epochs" in deviations
+    ckpt = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert torch.load(ckpt, weights_only=False)["protocol_deviations"] == deviations
+    assert "protocol_deviations" in (tmp_path / "lightning_logs" / "version_0" / "hparams.yaml").read_text()
+    tested = cli_main(["test", "--config", str(tmp_path / "lightning_logs" / "version_0" / "config.yaml"),
+                       "--ckpt_path", str(ckpt), "--trainer.logger", "false"])
+    assert tested.model.protocol_deviations == deviations
+    assert float(tested.trainer.callback_metrics["test/protocol_deviations"]) == 3
+    dm = FeatureDataModule(str(features), stage_mode="tune", batch_size=ProbeProtocol().batch_size, device="cpu")
+    model = LinearProbe(dm.num_classes, dm.feature_dim, lr=1.0, epochs=ProbeProtocol().epochs)
+    L.Trainer(max_epochs=1, accelerator="cpu", enable_checkpointing=False, **QUIET).fit(model, dm)
+    assert model.protocol_deviations == {}  # the protocol's optimizer, schedule, epochs and batch size
+
+
+def test_a_logger_whose_package_is_missing_is_named(features, tmp_path, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX"):
+        pytest.skip("tensorboard is installed here")
+    common = ["--config", str(CONFIG), "--data.features", str(features), "--trainer.accelerator", "cpu",
+              "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "TensorBoardLogger"]
+    for extra in ([], ["--trainer.logger.save_dir", str(tmp_path)]):
+        assert main(["probe", "fit", *common, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err == ("cog-pl probe: error: --trainer.logger TensorBoardLogger needs the tensorboard or tensorboardX "
+                       "package, which is not installed (pip install tensorboard)")

@@ -3,7 +3,8 @@
 Every ``every_n_epochs`` epochs (and/or at the end of fit) the callback takes the module's current backbone (an
 attribute name or a callable mapping images to features), extracts features of a fixed subset of IN-1K and the CoG
 levels (``concepts`` per domain, ``train_images`` and ``test_images`` per concept), trains a fast probe per domain
-and logs ``cog/in1k/top1``, ``cog/l1/top1`` .. ``cog/l5/top1`` through the module's logger.
+and logs ``cog/in1k/top1``, ``cog/l1/top1`` .. ``cog/l5/top1`` through the module's logger, as fractions in [0, 1]
+(the unit of every accuracy the package's LightningModules log; the results store keeps percent).
 
 The probe: K linear heads with learning rates ``lrs`` trained side by side for ``epochs`` epochs (the protocol's
 SGD and cosine rule on L2-normalised features); the head with the best accuracy on a 20 % validation split of the
@@ -14,28 +15,43 @@ features (seconds on a CPU for the defaults).
 With ``methods=("linear", "knn")`` (or ``("knn",)``) the weighted k-NN classifier of the protocol
 (:mod:`cog_pl.probe.knn_protocol`: k of ``knn_ks`` chosen on the same 20 % validation split, then the train images
 vote) is logged too, as ``cog/<domain>/knn_top1``: no training, two similarity products per domain, cheaper than
-the probes (``("knn",)`` alone skips them). Rank zero extracts and probes under DDP; the other ranks wait and
-receive the numbers. The module's train/eval mode is restored afterwards and no gradient is computed.
+the probes (``("knn",)`` alone skips them).
+
+As a Lightning user expects (docs/lightning.md): the data roots, the backbone attribute and the strategy are checked
+at ``setup``, before the first epoch; rank zero extracts and probes under DDP, the other ranks wait and receive the
+numbers, and every rank logs them (``sync_dist`` with ``max`` of equal values: exact, no warning); strategies that
+shard the model (FSDP, DeepSpeed) are refused, since a forward on rank zero alone would wait forever for the others;
+the ``training`` flag of every submodule is restored as it was found and no gradient is computed; ``history`` (one
+dict per call) is saved in checkpoints and restored on resume. It works under ``lightning.Trainer`` and
+``pytorch_lightning.Trainer`` alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from cog_pl.data.transforms import TransformConfig, protocol_transform
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol, check_domains
 
 logger = logging.getLogger(__name__)
 #: What the callback can log per domain.
 METHODS = ("linear", "knn")
+#: Strategies that shard the model's parameters across processes: a forward needs every rank (names, so that the
+#: check needs neither DeepSpeed installed nor one of the two Lightning packages).
+SHARDED_STRATEGIES = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy")
+Transform = TransformConfig | Callable[[Any], torch.Tensor]
 
 
 def metric_key(domain: str) -> str:
@@ -43,16 +59,37 @@ def metric_key(domain: str) -> str:
     return domain.removeprefix("cog_")
 
 
+def domain_id(name: str) -> str:
+    """A domain given by its id (``in1k``, ``cog_l1``) or by its metric key (``l1`` .. ``l5``, any case)."""
+    return f"cog_{name.lower()}" if f"cog_{name.lower()}" in DOMAINS else name
+
+
 class CoGEvaluationCallback(L.Callback):
+    """Probe the module's backbone on small fixed subsets of IN-1K and the CoG levels during training.
+
+    Args:
+        in1k_root / in21k_root: the image roots (as for extraction); benchmark: a benchmark file, else the official.
+        backbone: the module's attribute mapping normalised images to features, or such a callable.
+        domains: the domains to probe, by id (``cog_l5``) or metric key (``l5``).
+        every_n_epochs / at_fit_end: when to evaluate (0 disables the periodic calls).
+        concepts / train_images / test_images: the subset per domain.
+        transform: how images are read: ``"auto"`` (the default: the training datamodule's or the module's
+            ``transform_config`` when it has one, else the protocol's 224 px), ``"protocol"``, a zoo model name, an
+            image size S (resize = crop = S), a dict of :class:`TransformConfig` fields, a :class:`TransformConfig`,
+            or any callable from a PIL image to a normalised tensor (a torchvision ``Compose``).
+        lrs / weight_decay / epochs / batch_size / seed: the probe; methods / knn_ks / knn_precision: the k-NN.
+    """
+
     def __init__(self, in1k_root: str | None = None, in21k_root: str | None = None, benchmark: str | None = None,
                  backbone: str | Callable[[torch.Tensor], torch.Tensor] = "backbone",
                  domains: Sequence[str] = DOMAINS, every_n_epochs: int = 1, at_fit_end: bool = True,
-                 concepts: int = 20, train_images: int = 20, test_images: int = 10, transform: Any = "protocol",
+                 concepts: int = 20, train_images: int = 20, test_images: int = 10, transform: Any = "auto",
                  lrs: Sequence[float] = (0.3, 3.0, 30.0), weight_decay: float = 1e-6, epochs: int = 30,
                  batch_size: int = FeatureProtocol().batch_size, seed: int = 0,
                  methods: Sequence[str] = ("linear",), knn_ks: Sequence[int] = (10, 20, 100, 200),
                  knn_precision: str = "auto") -> None:
         super().__init__()
+        domains = tuple(domain_id(d) for d in domains)
         check_domains(domains, "CoGEvaluationCallback: ")  # refused now rather than at the end of the first epoch
         unknown = [m for m in methods if m not in METHODS]
         if unknown or not methods:
@@ -68,15 +105,41 @@ class CoGEvaluationCallback(L.Callback):
         if not in21k_root and any(d != "in1k" for d in domains):
             raise ValueError("CoGEvaluationCallback: the CoG levels need in21k_root")
         self.roots = {"in1k_root": in1k_root, "in21k_root": in21k_root, "benchmark": benchmark}
-        self.backbone, self.domains = backbone, tuple(domains)
+        self.backbone, self.domains = backbone, domains
         self.every_n_epochs, self.at_fit_end = every_n_epochs, at_fit_end
         self.sizes = (concepts, train_images, test_images)
-        self.transform, self.batch_size, self.seed = transform, batch_size, seed
+        self.transform = _check_transform(transform)
+        self.batch_size, self.seed = batch_size, seed
         self.lrs, self.weight_decay, self.epochs = tuple(lrs), weight_decay, epochs
         self._data: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
         self.history: list[dict[str, float]] = []
+        self.last_seconds: float | None = None
+
+    # -- checkpointed state: the history of a run survives a resume --------------------------------------------
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(domains=self.domains, methods=self.methods)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": [dict(h) for h in self.history]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = [dict(h) for h in state_dict.get("history", [])]
 
     # -- data: a fixed subset of each domain, decoded once ------------------------------------------------------
+    def eval_transform(self, trainer: Any = None, pl_module: Any = None) -> Transform:
+        """The transform images are read with (``"auto"`` resolved against the run's datamodule and module)."""
+        if self.transform != "auto":
+            return self.transform
+        for owner in (getattr(trainer, "datamodule", None), pl_module):
+            found = getattr(owner, "transform_config", None) if owner is not None else None
+            if isinstance(found, TransformConfig):
+                return found
+        logger.info("CoGEvaluationCallback: images read at the protocol's %d px (transform='auto' found no "
+                    "transform_config on the datamodule or the module; pass transform= to choose)",
+                    FeatureProtocol().image_size)
+        return protocol_transform()
+
     def _subset(self, labels: Sequence[int], per_concept: int) -> list[int]:
         picked: dict[int, list[int]] = {}
         for i, y in enumerate(labels):
@@ -84,16 +147,19 @@ class CoGEvaluationCallback(L.Callback):
                 picked[y].append(i)
         return [i for y in sorted(picked) for i in picked[y]]
 
-    def _load(self) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def _load(self, transform: Transform) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
         from cog_pl.extract.datamodule import ExtractionDataModule
 
-        dm = ExtractionDataModule(domains=self.domains, transform=self.transform, num_workers=0, **self.roots)
+        config = transform if isinstance(transform, TransformConfig) else protocol_transform()
+        dm = ExtractionDataModule(domains=self.domains, transform=config, num_workers=0, **self.roots)
         out = {}
         for domain in self.domains:
             sets = dm.datasets(domain)
             tensors = []
             for split, n in (("train", self.sizes[1]), ("test", self.sizes[2])):
                 ds = sets[split][0]
+                if not isinstance(transform, TransformConfig):  # the user's own callable
+                    getattr(ds, "base", ds).transform = transform
                 rows = self._subset(ds.labels, n)
                 items = [ds[i] for i in rows]
                 items = [it for it in items if it is not None]
@@ -101,8 +167,43 @@ class CoGEvaluationCallback(L.Callback):
             out[domain] = tuple(tensors)
         return out
 
+    # -- Lightning hooks ----------------------------------------------------------------------------------------
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Refuse what would fail at the first evaluation (a sharding strategy, no backbone, a wrong root) now, and
+        decode the subsets on rank zero."""
+        if stage != "fit":
+            return
+        sharded = [c.__name__ for c in type(trainer.strategy).__mro__ if c.__name__ in SHARDED_STRATEGIES]
+        if sharded:
+            raise ValueError(f"CoGEvaluationCallback: {sharded[0]} shards the model across processes, and the "
+                             "callback runs the backbone on rank zero alone, which would wait forever for the "
+                             "others; train with DDP, or call evaluate() yourself on a gathered copy")
+        self._features_fn(pl_module)
+        for option, path in self.roots.items():
+            if path and not Path(path).exists():
+                raise FileNotFoundError(f"CoGEvaluationCallback: {option} {path} does not exist")
+        if trainer.is_global_zero and self._data is None:
+            self._data = self._load(self.eval_transform(trainer, pl_module))  # names a missing synset or split
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        last = trainer.max_epochs is not None and trainer.current_epoch + 1 >= trainer.max_epochs
+        if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+            self._run(trainer, pl_module)
+        elif self.at_fit_end and last:
+            self._run(trainer, pl_module)
+
+    def _run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        result = (self.evaluate(pl_module), self.last_seconds) if trainer.is_global_zero else None
+        metrics, seconds = trainer.strategy.broadcast(result, src=0)
+        self.last_seconds = seconds
+        self.history.append({"epoch": trainer.current_epoch, **metrics, "seconds": seconds})
+        for name, value in metrics.items():  # every rank holds the same numbers: max of equal values is exact
+            pl_module.log(name, value, sync_dist=True, reduce_fx="max")
+        logger.info("epoch %d (%.1f s): %s", trainer.current_epoch, seconds,
+                    ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+
     # -- one evaluation -----------------------------------------------------------------------------------------
-    def _features_fn(self, pl_module: L.LightningModule) -> Callable[[torch.Tensor], torch.Tensor]:
+    def _features_fn(self, pl_module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
         if callable(self.backbone):
             return self.backbone
         fn = getattr(pl_module, self.backbone, None)
@@ -132,7 +233,7 @@ class CoGEvaluationCallback(L.Callback):
         best = int(np.argmax(tuned.top1.numpy()))
         final = train_probe(ProbeData(xtr, ytr, xte, yte, classes), [self.lrs[best]], [self.weight_decay],
                             protocol=protocol, seeds=[self.seed], perm_seed=self.seed)
-        return float(final.top1[0])
+        return float(final.top1[0]) / 100
 
     def _knn(self, xtr: torch.Tensor, ytr: torch.Tensor, xte: torch.Tensor, yte: torch.Tensor) -> float:
         """Test top-1 of the weighted k-NN, k chosen on the 20 % validation split of the train images."""
@@ -141,44 +242,60 @@ class CoGEvaluationCallback(L.Callback):
         data = KNNData.place(xtr, ytr, int(max(ytr.max(), yte.max())) + 1, "cpu")
         k = validate(data, self.seed, [None], self.knn, ProbeProtocol().val_fraction, self.knn_precision)[None]["k"]
         return score_test(data, xte, yte, {(None, self.seed): k}, self.knn, self.knn_precision)[None, self.seed][
-            "test_top1"]
+            "test_top1"] / 100
 
-    def evaluate(self, pl_module: L.LightningModule) -> dict[str, float]:
-        """Extract and probe every domain now; returns ``{"cog/<domain>/top1": percent, ...}`` (and
-        ``cog/<domain>/knn_top1`` with the k-NN among the methods)."""
+    def evaluate(self, pl_module: nn.Module) -> dict[str, float]:
+        """Extract and probe every domain now; returns ``{"cog/<domain>/top1": fraction, ...}`` (and
+        ``cog/<domain>/knn_top1`` with the k-NN among the methods); ``last_seconds`` is what it took."""
         if self._data is None:
-            self._data = self._load()
+            self._data = self._load(self.eval_transform(None, pl_module))
         fn = self._features_fn(pl_module)
-        was_training = pl_module.training
+        modes = _modes(pl_module, fn)
         pl_module.eval()
+        for module in _modules_of(fn):
+            module.eval()
+        device = getattr(pl_module, "device", None) or next(iter(pl_module.parameters()), torch.empty(0)).device
         start = time.perf_counter()
         try:
             metrics = {}
             for domain, (xtr, ytr, xte, yte) in self._data.items():
-                ftr = self._features(fn, xtr, pl_module.device)
-                fte = self._features(fn, xte, pl_module.device)
+                ftr = self._features(fn, xtr, device)
+                fte = self._features(fn, xte, device)
                 if "linear" in self.methods:
                     metrics[f"cog/{metric_key(domain)}/top1"] = self._probe(ftr, ytr, fte, yte)
                 if "knn" in self.methods:
                     metrics[f"cog/{metric_key(domain)}/knn_top1"] = self._knn(ftr, ytr, fte, yte)
         finally:
-            pl_module.train(was_training)
-        metrics["cog/seconds"] = time.perf_counter() - start
+            for module, training in modes:  # exactly as found: a frozen submodule stays in eval mode
+                module.training = training
+        self.last_seconds = time.perf_counter() - start
         return metrics
 
-    # -- Lightning hooks ----------------------------------------------------------------------------------------
-    def _run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        metrics = self.evaluate(pl_module) if trainer.is_global_zero else None
-        metrics = trainer.strategy.broadcast(metrics, src=0)
-        self.history.append({"epoch": trainer.current_epoch, **metrics})
-        for name, value in metrics.items():
-            pl_module.log(name, value, rank_zero_only=True)
-        logger.info("epoch %d: %s", trainer.current_epoch,
-                    ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        last = trainer.max_epochs is not None and trainer.current_epoch + 1 >= trainer.max_epochs
-        if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
-            self._run(trainer, pl_module)
-        elif self.at_fit_end and last:
-            self._run(trainer, pl_module)
+def _check_transform(transform: Any) -> Any:
+    """``"auto"`` and callables as given; anything else resolved now, so a bad value is refused at construction."""
+    from cog_pl.models.transform import resolve_transform
+
+    if transform == "auto" or (callable(transform) and not isinstance(transform, (str, TransformConfig))):
+        return transform
+    try:
+        return resolve_transform(transform)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"CoGEvaluationCallback: transform {err}") from err
+
+
+def _modules_of(fn: Any) -> list[nn.Module]:
+    """The modules a backbone callable runs: itself, or the module a bound method belongs to."""
+    if isinstance(fn, nn.Module):
+        return [fn]
+    owner = getattr(fn, "__self__", None) if inspect.ismethod(fn) else None
+    return [owner] if isinstance(owner, nn.Module) else []
+
+
+def _modes(pl_module: nn.Module, fn: Any) -> list[tuple[nn.Module, bool]]:
+    """The ``training`` flag of every module the evaluation may switch, each once."""
+    seen: dict[int, tuple[nn.Module, bool]] = {}
+    for root in (pl_module, *_modules_of(fn)):
+        for module in root.modules():
+            seen.setdefault(id(module), (module, module.training))
+    return list(seen.values())

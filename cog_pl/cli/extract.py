@@ -40,14 +40,8 @@ class ExtractCLI(CommandLineCLI):
         """Run prediction without keeping the features in memory: the writer callback stores them."""
         datamodule.model_meta = model.store_meta(str(self.trainer.precision))  # existing stores are checked on it
         datamodule.device = self.trainer.strategy.root_device  # where --data.decode gpu/auto decodes batches
-        datamodule.setup("predict")
-        if self.trainer.is_global_zero:
-            datamodule.finish_ready(datamodule.model_meta, model.feature_dim)
-        if not datamodule.targets:
-            logger.info("nothing to extract: all %d stores under %s are complete", len(datamodule.skipped),
-                        datamodule.out / datamodule.model_name)
-        else:
-            self.trainer.predict(model, datamodule=datamodule, return_predictions=False, **kwargs)
+        datamodule.setup("predict")  # the writer finalises the ready stores and skips the loop when nothing is left
+        self.trainer.predict(model, datamodule=datamodule, return_predictions=False, **kwargs)
         if self.trainer.is_global_zero:
             _summary(datamodule)
 

@@ -13,13 +13,15 @@ classes is linked from the datamodule; ``test`` with ``--results`` adds a result
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from cog_pl.cli.lightning import CommandLineCLI, hand_over
 from cog_pl.datamodules.images import ImageDataModule
-from cog_pl.finetune.module import FineTuneClassifier
+from cog_pl.finetune.module import FineTuneClassifier, no_val_split
 from cog_pl.finetune.rows import result_row
 
 
@@ -43,6 +45,13 @@ class FineTuneCLI(CommandLineCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.add_argument("--results", default=None, help="results store to add the test row to")
+
+    def fit(self, **kwargs: Any) -> None:
+        if is_overridden("val_dataloader", kwargs.get("datamodule")):  # a datamodule of the user's with a val split
+            self.trainer.fit(**kwargs)
+            return
+        with no_val_split():
+            self.trainer.fit(**kwargs)
 
     def before_test(self) -> None:
         results = self.config[self.subcommand].get("results")

@@ -9,11 +9,49 @@ command line for each DDP process; the LightningCLI parses only the words it is 
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import re
 import sys
 from argparse import ArgumentError
 from typing import Any
 
+import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+#: Loggers whose packages Lightning does not install: the class and the packages (any one of them) it needs.
+LOGGER_PACKAGES = {"TensorBoardLogger": ("tensorboard", "tensorboardX"), "WandbLogger": ("wandb",),
+                   "MLFlowLogger": ("mlflow",), "CometLogger": ("comet_ml",), "NeptuneLogger": ("neptune",)}
+
+
+def missing_logger_package(text: str) -> str | None:
+    """For a logger named in ``text`` (a command line, a config, an error) whose package is not installed, the line
+    that says which; None when every logger named can be built."""
+    for name, packages in LOGGER_PACKAGES.items():
+        if re.search(rf"\b{name}\b", text) and not any(importlib.util.find_spec(p) for p in packages):
+            return (f"--trainer.logger {name} needs the {' or '.join(packages)} package, which is not installed "
+                    f"(pip install {packages[0]})")
+    return None
+
+
+class RequireCheckpoint(L.Callback):
+    """Refuse to test or validate a module no checkpoint was loaded into: in a fresh process it is untrained, and
+    its accuracy (chance) would read as a result."""
+
+    def __init__(self, command: str, given: Any) -> None:
+        self.command, self.given = command, given
+
+    def _check(self, trainer: L.Trainer) -> None:
+        if trainer.ckpt_path is None:
+            raise ValueError(f"{self.command} --ckpt_path {self.given}: Lightning found no such checkpoint, so the "
+                             f"{self.command} would score an untrained model; pass the .ckpt file the fit wrote (fit "
+                             "prints it), or keep last.ckpt (ModelCheckpoint save_last) where this run looks")
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._check(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._check(trainer)
 
 
 class CommandLineCLI(LightningCLI):
@@ -42,6 +80,9 @@ class CommandLineCLI(LightningCLI):
                        or (k and words[k - 1] in ("-c", "--config"))]
             if message.startswith("Problems parsing config") and configs:
                 message = f"config file {', '.join(configs)}: {message}"
+            if "trainer.logger" in message:  # jsonargparse's union errors hide a missing package
+                configs_text = " ".join(open(c).read() for c in configs if os.path.isfile(c))
+                message = missing_logger_package(f"{message} {' '.join(words)} {configs_text}") or message
             raise CommandError(message) from err
 
     def _parse_ckpt_path(self) -> None:
@@ -63,14 +104,51 @@ class CommandLineCLI(LightningCLI):
         (jsonargparse wraps it with the union of types it tried and the whole namespace given)."""
         try:
             super().instantiate_classes()
+        except ModuleNotFoundError as err:
+            raise ValueError(missing_logger_package(str(err) + " " + " ".join(sys.argv)) or str(err)) from err
         except ValueError as err:
+            missing = missing_logger_package(str(err)) if "logger" in str(err) else None
+            if missing:
+                raise ValueError(missing) from err
             reasons = [line.strip()[2:] for line in str(err).splitlines() if line.strip().startswith("- ")
                        and not line.strip().startswith("- Expected a <class 'NoneType'>")]
             if str(err).startswith("Does not validate against") and reasons:
                 raise ValueError("; ".join(reasons)) from err
             raise
 
+    # -- test and validate score a trained model, never an untrained one -------------------------------------------
+    def _checked(self, command: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        from cog_pl.cli.main import CommandError
+
+        if kwargs.get("ckpt_path") is None:
+            raise CommandError(f"{command} needs --ckpt_path (the .ckpt file a fit wrote, or last): without it the "
+                               f"{command} would score an untrained model")
+        self.trainer.callbacks.append(RequireCheckpoint(command, kwargs["ckpt_path"]))
+        return kwargs
+
+    def test(self, **kwargs: Any) -> Any:
+        return self.trainer.test(**self._checked("test", kwargs))
+
+    def validate(self, **kwargs: Any) -> Any:
+        return self.trainer.validate(**self._checked("validate", kwargs))
+
+    def test_command(self) -> str | None:
+        """After ``fit``: the one line that tests this run (its saved config, its checkpoint), or None."""
+        ckpt = self.trainer.checkpoint_callback
+        path = getattr(ckpt, "last_model_path", "") or getattr(ckpt, "best_model_path", "")
+        config = os.path.abspath(os.path.join(self.trainer.log_dir or "", "config.yaml"))
+        if not path or not os.path.isfile(config):
+            return None
+        prog = self.parser.prog.removesuffix(" fit").removesuffix(" [options]")
+        return f"{prog} test --config {config} --ckpt_path {os.path.abspath(path)}"
+
+    def after_fit(self) -> None:
+        line = self.test_command()
+        if line and self.trainer.is_global_zero:
+            print(f"test this run with: {line}")
+
 
 def hand_over(cli_class: type[CommandLineCLI], argv: list[str], prog: str, **kwargs: Any) -> CommandLineCLI:
     """Run ``cli_class`` on ``argv`` (the rest of the command line), its usage and errors under the name ``prog``."""
     return cli_class(args=list(argv), parser_kwargs={"prog": prog}, **kwargs)
+

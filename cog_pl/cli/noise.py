@@ -55,7 +55,8 @@ def _noise(args: argparse.Namespace) -> int:
         from cog_pl.extract.datamodule import ExtractionDataModule
 
         dm = ExtractionDataModule(in1k_root=args.in1k_root, in21k_root=args.in21k_root, domains=(args.target,),
-                                  splits=("test",), benchmark=args.benchmark, num_workers=0)
+                                  splits=("test",), benchmark=args.benchmark, num_workers=0,
+                                  transform="protocol")  # only the image keys are read
         key = dm.datasets(args.target)["test"][0].key
     rows = confident_predictions(args.features, args.source, args.target, lr, wd, args.threshold, args.seed,
                                  image_key=key, stores=stores)

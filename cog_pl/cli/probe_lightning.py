@@ -3,7 +3,10 @@
     cog-pl probe fit --config configs/probe/linear_probe.yaml --data.features features/resnet50/in1k
 
 The number of classes and the feature dimension are linked from the datamodule into the model; the resolved config
-is saved with the run.
+is saved with the run, and a fit of the final probe (``--data.stage_mode final``) prints the one line that tests it
+(``cog-pl probe test --config <its config.yaml> --ckpt_path <its last.ckpt>``). ``test`` and ``validate`` refuse to
+run without a checkpoint (an untrained probe scores chance). ``--optimizer``/``--lr_scheduler`` (LightningCLI's) or
+other values than the protocol's are recorded as ``protocol_deviations`` (:class:`~cog_pl.probe.module.LinearProbe`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ class ProbeCLI(CommandLineCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.feature_dim", "model.feature_dim", apply_on="instantiate")
+
+    def test_command(self) -> str | None:
+        """The test line of a final probe; a probe fit on the tuning split is validated, not tested."""
+        return super().test_command() if self.datamodule.stage_mode == "final" else None
 
 
 def run(argv: list[str], prog: str = "cog-pl probe") -> ProbeCLI:

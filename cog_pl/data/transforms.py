@@ -49,6 +49,11 @@ class TransformConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
+# A datamodule's hyperparameters (saved in every Lightning checkpoint) may hold one: plain values, so it is safe for
+# torch.load(weights_only=True), with which Lightning resumes a fit.
+torch.serialization.add_safe_globals([TransformConfig])
+
+
 def protocol_transform(protocol: FeatureProtocol | None = None) -> TransformConfig:
     """The protocol default: S = 224, bicubic, ImageNet mean and std."""
     p = protocol or FeatureProtocol()

@@ -22,6 +22,7 @@ from cog_pl.data.sources import ImageSource, get_source, open_source, open_split
 from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
 from cog_pl.data.streamed import StreamedImages
 from cog_pl.data.transforms import TransformConfig, build_transform
+from cog_pl.device import loader_workers
 from cog_pl.models.transform import resolve_transform
 from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, FeatureProtocol
 
@@ -38,14 +39,16 @@ class ImageDataModule(L.LightningDataModule):
     ``source``: how the images are stored, a name of :func:`~cog_pl.data.sources.list_sources` or ``"auto"`` (detected
     from the root). ``allow_missing``: how many images of a split may be absent from the source although the split
     lists them (the CoG split, or the devkit's val labels), below 1 a fraction of the split, else a count
-    (:func:`~cog_pl.data.imagenet.skip_budget`); 0 (the default) refuses any.
+    (:func:`~cog_pl.data.imagenet.skip_budget`); 0 (the default) refuses any. ``num_workers="auto"`` (the default)
+    takes the cores this process may run on, shared by the Trainer's processes on the node
+    (:func:`~cog_pl.device.loader_workers`); ``pin_memory=None`` (the default) pins batches only for a CUDA device.
     """
 
     domain: str = ""
 
     def __init__(self, transform: str | TransformConfig | None = "protocol", batch_size: int = 128,
-                 num_workers: int = 4, on_error: str = "fail", error_log: str | None = None,
-                 shuffle_train: bool = True, predict_split: str = "test", pin_memory: bool = True,
+                 num_workers: int | str = "auto", on_error: str = "fail", error_log: str | None = None,
+                 shuffle_train: bool = True, predict_split: str = "test", pin_memory: bool | None = None,
                  cache_dir: str | None = None, benchmark: str | None = None, cache_images: bool = False,
                  source: str = "auto", allow_missing: float = 0) -> None:
         super().__init__()
@@ -56,13 +59,31 @@ class ImageDataModule(L.LightningDataModule):
         if predict_split not in SPLITS:
             raise ValueError(f"predict_split={predict_split!r}; expected train or test")
         self.transform_config = resolve_transform(transform)
-        self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
+        if num_workers != "auto" and not (isinstance(num_workers, int) and num_workers >= 0):
+            raise ValueError(f"num_workers={num_workers!r}; expected auto or a count >= 0")
+        self.batch_size, self._num_workers, self._pin_memory = batch_size, num_workers, pin_memory
         self.on_error, self.error_log, self.cache_dir = on_error, error_log, cache_dir
         self.shuffle_train, self.predict_split = shuffle_train, predict_split
         self.cache_images, self.source_kind = cache_images, source
         if source != "auto":
             get_source(source)  # an unknown name is refused now, listing the known ones
         self.datasets: dict[str, ImageDataset | DecodedImages] = {}
+
+    @property
+    def num_workers(self) -> int:
+        """Loader workers: the count given, or for ``"auto"`` this process's share of its cores."""
+        if self._num_workers != "auto":
+            return self._num_workers
+        trainer = self.trainer
+        return loader_workers(trainer.num_devices if trainer is not None else 1)
+
+    @property
+    def pin_memory(self) -> bool:
+        """Pinned batches: as given, or (``None``) only when the Trainer runs on a CUDA device."""
+        if self._pin_memory is not None:
+            return self._pin_memory
+        trainer = self.trainer
+        return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
     def open_source(self, root: str) -> ImageSource:
         """``root`` opened as this datamodule's kind of source."""

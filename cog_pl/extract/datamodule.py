@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, check_tolerance, skip_budget
 from cog_pl.data.streamed import StreamedImages
+from cog_pl.data.transforms import TransformConfig
+from cog_pl.device import loader_workers
 from cog_pl.extract.decode import check_decode, resolve_decode
 from cog_pl.extract.decode_data import PixelImages, collate_pixels
 from cog_pl.extract.decode_device import BatchDecoder
@@ -62,14 +63,6 @@ class ExtractionTarget:
     max_missing: int = 0  # unreadable images the store may skip (on_error="skip", skip_budget)
 
 
-def loader_workers(processes: int = 1) -> int:
-    """Loader workers per extraction process: the cores this process may run on (``os.sched_getaffinity``: a
-    container's or a job's share, not the machine's), shared by ``processes`` (DDP ranks on the node), less one for
-    the process itself; at least 1."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, processes) - 1)
-
-
 class ExtractionDataModule(L.LightningDataModule):
     """Predict loaders over the images of IN-1K and the CoG levels, for every store not yet complete.
 
@@ -77,7 +70,9 @@ class ExtractionDataModule(L.LightningDataModule):
         out: root of the feature stores. model_name: the extractor's name (linked from the model by the CLI).
         in1k_root: IN-1K with ``train/`` and ``val/``. in21k_root: IN-21K, a folder or a tar per synset.
         domains / splits: what to extract (all six domains, train and test, by default).
-        transform: the backbone's transform settings (linked from the model by the CLI), or ``"protocol"``.
+        transform: ``"auto"`` (the default): the extractor's own (``FeatureExtractor.transform_config``, taken at
+            ``setup`` from the Trainer's module; the CLI links it); or anything
+            :func:`~cog_pl.models.transform.resolve_transform` takes (``"protocol"``, a model name, a size, a dict).
         benchmark: a benchmark file (:mod:`cog_pl.benchmark`) instead of the official concepts and test split.
         on_error: ``"fail"`` stops at the first unreadable image, naming it; ``"skip"`` records it as a missing row
             of its store (meta.json ``missing``, left out of the probes). max_skipped: with ``"skip"``, the most a
@@ -103,13 +98,14 @@ class ExtractionDataModule(L.LightningDataModule):
 
     def __init__(self, out: str = "features", model_name: str = "model", in1k_root: str | None = None,
                  in21k_root: str | None = None, domains: Sequence[str] = DOMAINS, splits: Sequence[str] = SPLITS,
-                 transform: Any = "protocol", batch_size: int = FeatureProtocol().batch_size,
+                 transform: Any = "auto", batch_size: int = FeatureProtocol().batch_size,
                  num_workers: int | str = 4, on_error: str = "fail", max_skipped: float = MAX_SKIPPED,
                  cache_dir: str | None = None, split_file_dir: str | None = None,
                  benchmark: str | None = None, overwrite: bool = False, dtype: str = "float16",
                  in1k_source: str = "auto", in21k_source: str = "auto", allow_missing: float = 0,
                  decode: str = "pil") -> None:
         super().__init__()
+        self.save_hyperparameters()
         check_decode(decode)
         if num_workers != "auto" and not (isinstance(num_workers, int) and num_workers >= 0):
             raise ValueError(f"--num-workers {num_workers!r}; expected auto or a count >= 0")
@@ -154,7 +150,7 @@ class ExtractionDataModule(L.LightningDataModule):
         without ``need_root``, one whose root may be missing (for the meta that needs no image)."""
         from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
 
-        common = {"transform": self.transform, "batch_size": self.batch_size, "num_workers": self.num_workers,
+        common = {"transform": self.transform_config, "batch_size": self.batch_size, "num_workers": self.num_workers,
                   "on_error": self.on_error, "cache_dir": self.cache_dir, "benchmark": self.benchmark,
                   "allow_missing": self.allow_missing}
         if domain == "in1k":
@@ -167,6 +163,25 @@ class ExtractionDataModule(L.LightningDataModule):
             dm = CoGLevelDataModule(level=domain, root=self.in21k_root or "", split_file=self._split_file(domain),
                                     source=self.in21k_source, **common)
         return dm
+
+    @property
+    def transform_config(self) -> TransformConfig:
+        """The transform images are read with: ``transform``, or for ``"auto"`` the extractor's (the Trainer's
+        module's ``transform_config``, else the ``transform`` of ``model_meta``)."""
+        from cog_pl.models.transform import resolve_transform
+
+        if self.transform != "auto":
+            return resolve_transform(self.transform)
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        found = getattr(module, "transform_config", None)
+        if isinstance(found, TransformConfig):
+            return found
+        record = (self.model_meta or {}).get("transform")
+        if record:
+            return TransformConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in record.items()})
+        raise ValueError("ExtractionDataModule: transform='auto' takes the extractor's transform, and no extractor is "
+                         "attached; pass transform= (a model name, 'protocol', a size, a TransformConfig) or run it "
+                         "with trainer.predict(FeatureExtractor(...), datamodule=...)")
 
     def _finished_meta(self, dm: Any, split: str) -> dict[str, Any]:
         """The data half of the meta a finished store is checked on: all of it (the split hash of a CoG level
@@ -194,6 +209,7 @@ class ExtractionDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.targets or self.ready or self.skipped:
             return
+        self.transform = self.transform_config  # "auto" resolved once, before any store is checked
         model_meta = self.model_meta
         if model_meta is None and self.trainer is not None and hasattr(self.trainer.lightning_module, "store_meta"):
             model_meta = self.trainer.lightning_module.store_meta()
@@ -267,15 +283,16 @@ class ExtractionDataModule(L.LightningDataModule):
                            identity=self.identity(model_meta, target.meta), dtype=self.dtype)
 
     def finish_ready(self, model_meta: dict[str, Any], dim: int) -> None:
-        """Finalise the stores whose rows an interrupted run wrote completely (no dataloader is needed for them)."""
+        """Finalise the stores whose rows an interrupted run wrote completely (no dataloader is needed for them);
+        those already finalised are left as they are."""
         for t in self.ready:
+            if is_complete(t.path):
+                continue
             self.open_writer(t, model_meta, dim).finish(self.identity(model_meta, t.meta))
             logger.info("finalised %s (all %d rows were written before the interruption)", t.path, t.rows)
 
     def predict_dataloader(self) -> list[DataLoader]:
-        from cog_pl.models.transform import resolve_transform
-
-        cfg, path = resolve_transform(self.transform), self.decode_path
+        cfg, path = self.transform_config, self.decode_path
         streamed = [isinstance(t.dataset, StreamedImages) for t in self.targets]
         self._pixels = [PixelImages(t.dataset.base if s else t.dataset, cfg, path)
                         for t, s in zip(self.targets, streamed)]

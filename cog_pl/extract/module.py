@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
+from cog_pl.data.transforms import TransformConfig, protocol_transform
 from cog_pl.extract.writer import FeatureStoreWriter
 from cog_pl.models import build_backbone
 from cog_pl.models.module import BackboneModule
+from cog_pl.models.transform import resolve_transform
 from cog_pl.provenance import provenance
 
 
@@ -16,24 +19,43 @@ class FeatureExtractor(BackboneModule):
     """Penultimate-layer features (or the layer the registry names) of a frozen backbone.
 
     Args:
-        model: a paper model (``resnet50``, ``dino``, ...), ``efficientnet_lite0``, ``timm:<name>`` or
-            ``torchvision:<name>``.
+        model: a paper model (``resnet50``, ``dino``, ...), ``efficientnet_lite0``, ``timm:<name>``,
+            ``torchvision:<name>``, ``external:<registered name>`` or ``external:<module>:<function>`` (a builder
+            imported by its path); or your own ``nn.Module`` (or a callable) mapping normalised images to features,
+            used with its weights as they are (from a config: ``class_path`` of the module). Frozen and put in eval
+            mode for extraction.
         checkpoint: the weights file (the authors' layout for paper models); random weights when omitted.
-        prefix: override the checkpoint's key prefix. key_map: regex -> replacement applied to checkpoint keys.
+        prefix: override the checkpoint's key prefix (a Lightning checkpoint of your LightningModule: the attribute
+            holding the backbone, e.g. ``"backbone."``). key_map: regex -> replacement applied to checkpoint keys.
         in_order: map checkpoint tensors by position instead of by name.
         trust_checkpoint: read a checkpoint that safe loading refuses (a TorchScript archive, a ``dill`` pickle):
             its code runs. Recorded in every store made.
         channels_last: run convolutions in NHWC memory format (faster on GPUs with tensor cores).
-    Mixed precision comes from the Trainer (``precision="bf16-mixed"`` or ``"16-mixed"``).
+        name: what stores of your own module are filed under (default: its class name in lower case).
+        transform: the input pipeline (anything :func:`~cog_pl.models.transform.resolve_transform` takes: an image
+            size, a dict, a :class:`~cog_pl.data.transforms.TransformConfig`); default: the model's own (the
+            protocol's 224 px for a module of yours). The :class:`ExtractionDataModule` takes it from here.
+    Mixed precision comes from the Trainer (``precision="bf16-mixed"`` or ``"16-mixed"``). ``trainer.predict``
+    returns nothing: the features go into the stores (:class:`FeatureStoreWriter`), not into memory.
     """
 
-    def __init__(self, model: str = "resnet50", checkpoint: str | None = None, prefix: str | None = None,
+    def __init__(self, model: str | nn.Module = "resnet50", checkpoint: str | None = None, prefix: str | None = None,
                  key_map: dict[str, str] | None = None, in_order: bool = False, channels_last: bool = False,
-                 write_stores: bool = True, trust_checkpoint: bool = False) -> None:
+                 write_stores: bool = True, trust_checkpoint: bool = False, name: str | None = None,
+                 transform: Any = None) -> None:
         super().__init__()
-        self.save_hyperparameters()
-        self.set_backbone(build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint),
-                          channels_last)
+        self.save_hyperparameters(ignore=[] if isinstance(model, str) else ["model"])
+        self._transform = None if transform is None else resolve_transform(transform)
+        size = (self._transform or protocol_transform()).crop
+        self.set_backbone(build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint, label=name,
+                                         image_size=size), channels_last)
+        if not isinstance(model, str):
+            self.hparams["model"] = self.backbone.spec.arch  # what the module was, for the checkpoint's record
+
+    @property
+    def transform_config(self) -> TransformConfig:
+        """The input pipeline: ``transform`` when given, else the backbone's."""
+        return self._transform or self.backbone.transform_config
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.features(images)

@@ -41,8 +41,28 @@ class FeatureStoreWriter(BasePredictionWriter):
         self.stores: list[StoreWriter] = []
         self.finished: set[int] = set()
         self.jobs: _Jobs | None = None
+        self._limit: int | float | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """After the datamodule's ``setup``: finalise the stores an interrupted run wrote completely, and skip the
+        prediction loop when no store has rows left (Lightning would warn about an empty list of loaders)."""
+        if stage != "predict":
+            return
+        dm = trainer.datamodule
+        if trainer.is_global_zero:
+            dm.finish_ready(pl_module.store_meta(), int(pl_module.feature_dim))
+        if not dm.targets:
+            logger.info("nothing to extract: all %d stores under %s are complete", len(dm.skipped) + len(dm.ready),
+                        dm.out / dm.model_name)
+            self._limit, trainer.limit_predict_batches = trainer.limit_predict_batches, 0
+            trainer.predict_loop.max_batches = []  # a Trainer that predicted before: no batch left from that run
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._limit is not None:  # the Trainer as it was, for a later predict with other data
+            trainer.limit_predict_batches, self._limit = self._limit, None
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        trainer.predict_loop.return_predictions = False  # the features are written, not also kept in memory
         dm = trainer.datamodule
         dim, model_meta = int(pl_module.feature_dim), pl_module.store_meta()
         self.model_meta = model_meta

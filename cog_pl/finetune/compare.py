@@ -16,7 +16,7 @@ import lightning as L
 from cog_pl.callbacks.progress import StageProgress
 from cog_pl.console import filter_known_warnings
 from cog_pl.device import resolve_precision, trainer_options
-from cog_pl.finetune.module import FineTuneClassifier
+from cog_pl.finetune.module import FineTuneClassifier, no_val_split
 from cog_pl.finetune.rows import METHOD, result_row
 from cog_pl.probe.resume import refusal
 from cog_pl.results import append_row, read_rows, row_key
@@ -124,7 +124,8 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
         trainer = L.Trainer(max_epochs=epochs, **trainer_kw, logger=False, enable_checkpointing=False,
                             enable_model_summary=False, enable_progress_bar=False,
                             callbacks=[StageProgress(f"fine-tuning {name} on {domain}")] if progress else [])
-        trainer.fit(net, datamodule=dm)
+        with no_val_split():
+            trainer.fit(net, datamodule=dm)
         trainer.test(net, datamodule=dm, verbose=False)
         row = {**result_row(trainer, net, seed, time.perf_counter() - start), **want}
         append_row(results, row)

@@ -6,12 +6,19 @@ batch-level augmentation (random resized crop and horizontal flip, per sample, o
 the image datamodules are shared with extraction). The whole backbone trains, BatchNorm statistics included (the
 registry builds backbones frozen and in eval mode, for extraction). ``channels_last`` runs the convolutions in NHWC
 memory format (faster on GPUs and on CPUs with oneDNN); mixed precision comes from the Trainer's ``precision``.
-Metrics ``test/top1`` and ``test/top5`` (no validation: the image datamodules have train and test splits only).
+Metrics ``val/*`` and ``test/*`` (``loss``, ``top1``, ``top5`` as fractions; validation runs on loaders the user gives,
+``trainer.fit(model, train, val)``: the image datamodules have train and test splits only). A diverging run stops
+with :class:`DivergedError`, naming the epoch, the step and the learning rates: a training loss that is not finite, or
+an epoch's mean training loss above :data:`DIVERGED_FACTOR` times a uniform guess's (``ln C``), which no run that
+learns reaches (a wrong number is worse than a crash: a diverged model tests at chance, with a test loss of 1e11).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -51,6 +58,28 @@ def augment(images: torch.Tensor, scale: tuple[float, float] = (0.35, 1.0), flip
     return out
 
 
+#: Lightning's notice for a ``validation_step`` without validation data: the image datamodules have no val split by
+#: design (the paper fine-tunes on the whole train split), so the package's own fits silence it (:func:`no_val_split`).
+NO_VAL_NOTICE = r"You defined a `validation_step` but have no `val_dataloader`"
+
+
+@contextlib.contextmanager
+def no_val_split() -> Iterator[None]:
+    """A fit on data without a val split, by design: Lightning's notice about it (:data:`NO_VAL_NOTICE`) is silenced
+    within, and nothing else."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=NO_VAL_NOTICE)
+        yield
+
+
+#: An epoch's mean training loss above this many times ``ln(num_classes)`` (a uniform guess's) stops the run.
+DIVERGED_FACTOR = 10.0
+
+
+class DivergedError(RuntimeError):
+    """The training loss stopped being finite: the recipe's learning rate is too high for this backbone."""
+
+
 class FineTuneClassifier(BackboneModule):
     """Fine-tune a registry backbone (``model``, optionally from ``checkpoint``) with a new head of ``num_classes``."""
 
@@ -69,8 +98,9 @@ class FineTuneClassifier(BackboneModule):
         self.net.requires_grad_(True).train()  # built for extraction: frozen, in eval mode
         self.head = nn.Linear(self.backbone.spec.feature_dim, num_classes)
         nn.init.zeros_(self.head.bias)
-        self.metrics = nn.ModuleDict({f"test_{k}": MulticlassAccuracy(num_classes, top_k=k, average="micro")
-                                      for k in (1, 5) if k <= num_classes})
+        self._epoch_loss, self._epoch_rows = torch.zeros(()), 0
+        self.metrics = nn.ModuleDict({f"{stage}_{k}": MulticlassAccuracy(num_classes, top_k=k, average="micro")
+                                      for stage in ("val", "test") for k in (1, 5) if k <= num_classes})
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(images))
@@ -78,17 +108,45 @@ class FineTuneClassifier(BackboneModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x = augment(batch["image"], tuple(self.hparams.crop_scale)) if self.hparams.augment else batch["image"]
         loss = F.cross_entropy(self(x), batch["label"], label_smoothing=self.hparams.label_smoothing)
+        if not torch.isfinite(loss):
+            self._diverged(f"the training loss is {loss.item()}")
+        self._epoch_loss += loss.detach().float() * len(x)
+        self._epoch_rows += len(x)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(x), sync_dist=True)
         return loss
 
-    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def on_train_epoch_start(self) -> None:
+        self._epoch_loss, self._epoch_rows = torch.zeros((), device=self.device), 0
+
+    def on_train_epoch_end(self) -> None:
+        total = self.trainer.strategy.reduce(self._epoch_loss, reduce_op="sum")
+        rows = self.trainer.strategy.reduce(torch.tensor(float(self._epoch_rows), device=self.device), reduce_op="sum")
+        mean, bound = float(total / rows.clamp(min=1)), DIVERGED_FACTOR * math.log(max(2, self.hparams.num_classes))
+        if mean > bound:
+            self._diverged(f"the epoch's mean training loss is {mean:.4g}, above {DIVERGED_FACTOR:g} x ln(classes) "
+                           f"= {bound:.3g}")
+
+    def _diverged(self, what: str) -> None:
+        lrs = ", ".join(f"{g['lr']:.3g}" for g in self.trainer.optimizers[0].param_groups)
+        raise DivergedError(f"FineTuneClassifier: {what} at epoch {self.current_epoch}, step {self.global_step} "
+                            f"(learning rates {lrs}: backbone, head): the run diverged; lower --model.lr or lengthen "
+                            "--model.warmup_epochs (configs/finetune/resnet50_small.yaml is a ResNet-50 recipe for "
+                            "small images)")
+
+    def _evaluate(self, batch: dict[str, torch.Tensor], stage: str) -> None:
         logits = self(batch["image"])
-        self.log("test/loss", F.cross_entropy(logits, batch["label"]), batch_size=len(logits), sync_dist=True)
+        self.log(f"{stage}/loss", F.cross_entropy(logits, batch["label"]), batch_size=len(logits), sync_dist=True)
         for k in (1, 5):
-            key = f"test_{k}"
+            key = f"{stage}_{k}"
             if key in self.metrics:
                 self.metrics[key](logits, batch["label"])
-                self.log(f"test/top{k}", self.metrics[key], batch_size=len(logits))
+                self.log(f"{stage}/top{k}", self.metrics[key], batch_size=len(logits))
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

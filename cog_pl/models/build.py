@@ -1,8 +1,11 @@
-"""Build a frozen feature backbone by name: a paper model, any timm or torchvision model, or a registered builder."""
+"""Build a frozen feature backbone by name (a paper model, any timm or torchvision model, a registered builder or an
+importable one) or from the user's own module."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -15,15 +18,17 @@ from cog_pl.data.transforms import TransformConfig
 from cog_pl.io import file_sha256
 from cog_pl.models.checkpoints import (
     CONVERTED,
+    CheckpointError,
     LoadReport,
     adapt_state_dict,
+    lightning_note,
     load_file,
     load_in_order,
     load_into,
     take_container,
 )
 from cog_pl.models.transform import backbone_transform
-from cog_pl.models.zoo import EFFICIENTNET_LITE0, BackboneSpec, resolve_spec
+from cog_pl.models.zoo import EFFICIENTNET_LITE0, USER_LAYOUT, BackboneSpec, resolve_spec
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +50,43 @@ BUILTIN_ARCHS = {
 def register_architecture(name: str, builder: Callable[[], nn.Module]) -> None:
     """Make ``external:<name>`` buildable (a user's own architecture).
 
-    The builder returns a module mapping images to features (its classifier already removed).
+    The builder returns a module mapping images to features (its classifier already removed). From a config, where
+    nothing can be registered first, ``external:<module>:<function>`` imports the builder by its path instead.
     """
     _EXTERNAL[name] = builder
+
+
+class CallableBackbone(nn.Module):
+    """A callable mapping images to features as a module; the module a bound method belongs to is held, so that
+    it moves with the extractor and its weights are part of the digest."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.fn = fn
+        owner = getattr(fn, "__self__", None) if inspect.ismethod(fn) else None
+        self.owner = owner if isinstance(owner, nn.Module) else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+def module_spec(net: nn.Module, name: str | None = None, image_size: int = 224) -> BackboneSpec:
+    """The spec of a user's own network: its class as the architecture, ``name`` (default: the class name in lower
+    case) for the stores, the user's layout for a checkpoint; the feature size is measured at ``image_size``."""
+    cls = type(net.fn if isinstance(net, CallableBackbone) else net)
+    label = name or getattr(cls, "__name__", "module").lower()
+    return BackboneSpec(label, f"module:{cls.__module__}.{cls.__qualname__}", feature_dim=-1, image_size=image_size,
+                        layout=USER_LAYOUT, group="user", external=True, seen=None)
+
+
+def state_sha256(module: nn.Module) -> str:
+    """A digest of a module's tensors (names, dtypes, shapes, bytes): what identifies weights passed in memory."""
+    digest = hashlib.sha256()
+    for key, value in module.state_dict().items():
+        value = value.detach().cpu().contiguous()
+        digest.update(f"{key} {value.dtype} {tuple(value.shape)}".encode())
+        digest.update(value.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 @dataclass
@@ -125,9 +164,15 @@ def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
         return _function(BUILTIN_ARCHS[arch])()
     if arch not in _EXTERNAL and arch in _BUILTIN_EXTERNAL:
         importlib.import_module(_BUILTIN_EXTERNAL[arch])
+    if arch not in _EXTERNAL and ":" in arch:  # external:<module>:<function>, the builder imported by its path
+        try:
+            return _function(arch)()
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"external:{arch}: cannot import the builder ({err})") from err
     if arch not in _EXTERNAL:
         raise ValueError(f"architecture {arch!r} is not in timm or torchvision: its authors' code must provide it; "
-                         f"call cog_pl.models.register_architecture({arch!r}, builder) first")
+                         f"call cog_pl.models.register_architecture({arch!r}, builder) first, or name the builder "
+                         "by its import path (external:<module>:<function>)")
     return _EXTERNAL[arch]()
 
 
@@ -152,14 +197,16 @@ def _feature_module(net: nn.Module, spec: BackboneSpec) -> nn.Module:
     return BGRInput(model) if spec.bgr else model
 
 
-def build_backbone(name: str, checkpoint: str | Path | None = None, prefix: str | None = None,
-                   key_map: Mapping[str, str] | None = None, in_order: bool = False,
-                   trust_checkpoint: bool = False) -> Backbone:
+def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor], checkpoint: str | Path | None = None,
+                   prefix: str | None = None, key_map: Mapping[str, str] | None = None, in_order: bool = False,
+                   trust_checkpoint: bool = False, label: str | None = None, image_size: int = 224) -> Backbone:
     """Build a backbone with random weights, or the weights of ``checkpoint`` read in the spec's layout.
 
     Args:
         name: a paper model (``resnet50``, ``deit_s``...), ``efficientnet_lite0``, ``timm:<name>``,
-            ``torchvision:<name>`` or ``external:<registered name>``.
+            ``torchvision:<name>``, ``external:<registered name>`` or ``external:<module>:<function>``; or the
+            user's own module (or callable) mapping images to features, used as it is (its weights unless
+            ``checkpoint``; ``label`` names it, its feature size is measured at ``image_size``).
         checkpoint: the file as its authors publish it (paper models) or any state dict file.
         prefix: overrides the layout's key prefix; ``key_map`` (regex -> replacement) renames keys for any other
             layout; ``in_order`` maps tensors by position (same architecture, other names).
@@ -168,15 +215,20 @@ def build_backbone(name: str, checkpoint: str | Path | None = None, prefix: str 
     Returns:
         The frozen, eval-mode :class:`Backbone`, with the :class:`~cog_pl.models.checkpoints.LoadReport` of the file.
     """
-    spec = resolve_spec(name)
+    own = None if isinstance(name, str) else name if isinstance(name, nn.Module) else CallableBackbone(name)
+    if own is None and label is not None:
+        raise ValueError(f"label={label!r} names a module passed as model=; {name!r} has its own name")
+    spec = resolve_spec(name) if own is None else module_spec(own, label, image_size)
     if prefix is not None:
         spec = replace(spec, layout=replace(spec.layout, prefix=prefix))
     weights, digest, report = "random", None, None
     if checkpoint is None and spec is EFFICIENTNET_LITE0:
         checkpoint, in_order = _lite0_file(), True
-    net = _make(spec, with_head=in_order)
+    net = _make(spec, with_head=in_order) if own is None else own
     if checkpoint is None:
         net = _without_head(net, spec)
+        if own is not None:  # weights as passed: identified by their digest
+            weights, digest = "module", state_sha256(own)
     else:
         path = str(checkpoint)
         obj = load_file(checkpoint, trust_checkpoint)
@@ -190,11 +242,15 @@ def build_backbone(name: str, checkpoint: str | Path | None = None, prefix: str 
                 net.reset_classifier(0)
         else:
             net = _without_head(net, spec)
-            state = adapt_state_dict(tensors, spec.layout, key_map, report)
-            hint = "" if spec.group == "user" else (
+            note = lightning_note(obj, spec.layout.prefix)  # a Lightning checkpoint: the prefixes it holds
+            try:
+                state = adapt_state_dict(tensors, spec.layout, key_map, report)
+            except CheckpointError as err:
+                raise CheckpointError(f"{err}{note}") from err
+            hint = note or ("" if spec.group == "user" else (
                 f"; is it {spec.paper_name or spec.name}'s published file"
                 f"{f' ({spec.published.file})' if spec.published else ''}? cog-pl models check {spec.name} FILE "
-                "shows what it holds")
+                "shows what it holds"))
             report.loaded = load_into(net, state, f"checkpoint {path}", f"{spec.name} ({spec.arch})", hint)
         if report.dropped:
             logger.info("%s: read %d tensors from %s [%s]; dropped %s", spec.name, report.loaded, path, container,

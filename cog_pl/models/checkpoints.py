@@ -37,6 +37,8 @@ CONTAINER_KEYS = ("state_dict", "model_state_dict", "model", "network", "net", "
                   "module", "encoder", "model_state")
 #: The marker :func:`save_converted` writes: a file re-saved as plain tensors by ``cog-pl models convert``.
 CONVERTED = "cog_pl_converted"
+#: The key every Lightning checkpoint has beside its ``state_dict`` (``lightning`` and ``pytorch_lightning`` alike).
+LIGHTNING_KEY = "pytorch-lightning_version"
 TRUST_HINT = ("if you trust the file, pass trust_checkpoint=True (--model.trust_checkpoint true, cog-pl run "
               "--trust-checkpoint), or re-save it once as plain tensors with cog-pl models convert")
 
@@ -118,10 +120,45 @@ def _describe(obj: Any) -> str:
     return f"a {type(obj).__name__}"
 
 
+def lightning_version(obj: Any) -> str | None:
+    """The Lightning version of a Lightning checkpoint (``trainer.save_checkpoint``: ``state_dict`` beside
+    ``pytorch-lightning_version``, both packages write that key); None for any other file."""
+    if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping) and LIGHTNING_KEY in obj:
+        return str(obj[LIGHTNING_KEY])
+    return None
+
+
+def lightning_note(obj: Any, prefix: str = "") -> str:
+    """For a Lightning checkpoint, what to add to a load error: the attribute prefixes its state dict holds (a
+    LightningModule's keys start with the attribute holding each network) and the option that picks one."""
+    version = lightning_version(obj)
+    if version is None:
+        return ""
+    held = Counter(k.split(".", 1)[0] + "." for k in obj["state_dict"] if "." in str(k))
+    if not held:
+        return f"; it is a Lightning checkpoint (Lightning {version})"
+    listed = ", ".join(f"{p} ({n} tensors)" for p, n in held.most_common(6)) + (" ..." if len(held) > 6 else "")
+    first = held.most_common(1)[0][0]
+    given = f" (prefix {prefix!r} was given)" if prefix else ""
+    return (f"; it is a Lightning checkpoint (Lightning {version}) whose state_dict holds the module's attributes "
+            f"{listed}{given}: pass the backbone's, e.g. prefix={first!r} (--model.prefix {first})")
+
+
+def _own_weights(obj: Any) -> str:
+    """For a Lightning checkpoint given as a paper model's file: how to read the user's own weights instead."""
+    if lightning_version(obj) is None:
+        return ""
+    return f"{lightning_note(obj)}, and name the architecture (timm:<name>, torchvision:<name>) as the model"
+
+
 def take_container(obj: Any, layout: Layout, path: str, name: str) -> tuple[dict[str, torch.Tensor], str, list[str]]:
     """The tensor dict of a file's content in ``layout``; returns it, the container used and the other entries."""
     if isinstance(obj, Mapping) and CONVERTED in obj and isinstance(obj.get("state_dict"), Mapping):
         return dict(obj["state_dict"]), f"state_dict ({CONVERTED})", []
+    version = lightning_version(obj) if layout.container is None else None
+    if version is not None:  # a LightningModule's state dict: its keys carry the attribute names
+        return (_tensors(obj["state_dict"]), f"state_dict (a Lightning checkpoint, Lightning {version})",
+                [str(k) for k in obj if k != "state_dict"])
     if layout.container is None:  # a user's file: the usual containers
         used, others = [], []
         for _ in range(3):
@@ -142,13 +179,13 @@ def take_container(obj: Any, layout: Layout, path: str, name: str) -> tuple[dict
         if not isinstance(inner, Mapping) or key not in inner:
             expected = "[" + "][".join(repr(k) for k in layout.container) + "]"
             raise CheckpointError(f"checkpoint {path} is not {name}'s published file: that file holds its weights "
-                                  f"under {expected}, this one holds {_describe(inner)}")
+                                  f"under {expected}, this one holds {_describe(inner)}{_own_weights(obj)}")
         others = [str(k) for k in inner if k != key]
         inner = inner[key]
     if not _is_tensor_dict(inner):
         what = "/".join(layout.container) or "the file"
         raise CheckpointError(f"checkpoint {path}: {what} is {_describe(inner)}, not a tensor dict as {name}'s "
-                              "published file holds")
+                              f"published file holds{_own_weights(obj)}")
     return _tensors(inner), "/".join(layout.container) or "(the file is the state dict)", others
 
 

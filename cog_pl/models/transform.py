@@ -6,8 +6,9 @@
   model when there is one, else from the name's pretrained config (offline);
 - ``torchvision:<name>`` and ``external:<name>``: the protocol default (S = 224, bicubic, ImageNet mean and std).
 
-:func:`resolve_transform` also accepts ``"protocol"`` and a ready :class:`TransformConfig`, the values a user may
-give where a transform is asked for (``transform=`` of the datamodules, ``cog-pl run``).
+:func:`resolve_transform` also accepts ``"protocol"``, an image size, a dict of :class:`TransformConfig` fields (as a
+YAML config gives it) and a ready :class:`TransformConfig`: the values a user may give where a transform is asked for
+(``transform=`` of the datamodules and of the evaluation callback, ``cog-pl run``).
 """
 
 from __future__ import annotations
@@ -56,11 +57,25 @@ def timm_transform(model: str | nn.Module) -> TransformConfig:
                            mean=tuple(float(v) for v in resolved["mean"]), std=tuple(float(v) for v in resolved["std"]))
 
 
-def resolve_transform(spec: str | TransformConfig | None = None) -> TransformConfig:
-    """``None``/``"protocol"``: the protocol default; a :class:`TransformConfig` as given; any other string: the
-    transform of that model (:func:`backbone_transform`)."""
+def resolve_transform(spec: str | int | dict | TransformConfig | None = None) -> TransformConfig:
+    """``None``/``"protocol"``: the protocol default; a :class:`TransformConfig` as given; an int S: the protocol's
+    transform at S px (resize = crop = S); a dict: those fields over the protocol default; any other string: the
+    transform of that model (:func:`backbone_transform`). Anything else is refused, naming what is accepted."""
     if isinstance(spec, TransformConfig):
         return spec
     if spec is None or spec == "protocol":
         return protocol_transform()
-    return backbone_transform(spec)
+    if isinstance(spec, int) and not isinstance(spec, bool) and spec > 0:
+        return dataclasses.replace(protocol_transform(), crop=spec, resize=spec)
+    if isinstance(spec, dict):
+        known = {f.name for f in dataclasses.fields(TransformConfig)}
+        unknown = sorted(set(spec) - known)
+        if unknown:
+            raise ValueError(f"{spec!r}: unknown field(s) {', '.join(unknown)}; TransformConfig has "
+                             f"{', '.join(sorted(known))}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()}
+        return dataclasses.replace(protocol_transform(), **values)
+    if isinstance(spec, str):
+        return backbone_transform(spec)
+    raise ValueError(f"{spec!r}: expected 'protocol', a model name, an image size, a dict of TransformConfig fields "
+                     "or a TransformConfig")

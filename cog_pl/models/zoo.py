@@ -305,7 +305,7 @@ def resolve_spec(name: str) -> BackboneSpec:
     if name == EFFICIENTNET_LITE0.name:
         return EFFICIENTNET_LITE0
     if name.startswith(("timm:", "torchvision:", "external:")):
-        return BackboneSpec(name.split(":", 1)[1], name, feature_dim=-1, layout=USER_LAYOUT, group="user",
+        return BackboneSpec(name.rsplit(":", 1)[1], name, feature_dim=-1, layout=USER_LAYOUT, group="user",
                             external=name.startswith("external:"),
                             seen=seen_of_timm_tag(name) if name.startswith("timm:") else None)
     close = difflib.get_close_matches(key, [*PAPER_MODELS, EFFICIENTNET_LITE0.name], n=1)
