@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from replicas import deit, torchvision_family
 from replicas.torchvision_family import SAFE_GLOBALS
 
