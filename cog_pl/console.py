@@ -31,6 +31,9 @@ ADVERTISEMENTS = ("💡 Tip:",)
 KNOWN_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     # Lightning 2.6 on torch 2.14: its pytree helper uses a torch class torch has deprecated (every fit/test/predict)
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning, r"lightning\.pytorch\.utilities\._pytree"),
+    # Lightning on any machine with SLURM's client installed, for each Trainer the package makes; cog-pl's own SLURM
+    # jobs run under srun (raised through rank_zero_warn, whose frame is not Lightning's: any module)
+    (r"The `srun` command is available on your system but is not used", UserWarning, ""),
 )
 
 

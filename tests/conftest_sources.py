@@ -232,9 +232,13 @@ def extract(out: Path, domains: tuple[str, ...], in1k_root: Path | None = None, 
 
 
 def assert_same_stores(a: dict, b: dict) -> None:
-    """Equal row for row: features (bit for bit), labels and row index of every store."""
+    """Equal row for row: labels and row index exactly, features to float16's rounding (the same image in another
+    batch composition may round one value to the neighbouring float16 on some CPUs' kernels; another image differs
+    everywhere)."""
     assert a.keys() == b.keys()
     for key in a:
-        for x, y in zip(a[key][:3], b[key][:3]):
+        np.testing.assert_allclose(np.asarray(a[key][0], np.float32), np.asarray(b[key][0], np.float32), rtol=2e-3,
+                                   atol=1e-6, err_msg=str(key))
+        for x, y in zip(a[key][1:3], b[key][1:3]):
             np.testing.assert_array_equal(x, y, err_msg=str(key))
         assert len(a[key][0]) > 0

@@ -126,8 +126,10 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     own = TransformConfig(crop=40, resize=48)  # the backbone's own transform, unlike the registry's for external:
     # stores this run made (its model, weights, precision, transform) from images no longer there: the data half of
     # their identity is what this run's data would give (the run's official levels have more concepts)
+    made_by = FeatureExtractor("external:demo_cnn").store_meta()  # the model half of the identity: this run's
     write_level_stores(out / "features", model="demo_cnn", arch="external:demo_cnn", feature="penultimate",
-                       weights_sha256=None, precision="32-true", transform=own.as_record())
+                       definition=made_by["definition"], trusted_checkpoint=False, weights_sha256=None,
+                       precision="32-true", transform=own.as_record())
     monkeypatch.setattr(ExtractionDataModule, "_finished_meta", lambda self, dm, split: {
         k: v for k, v in open_store(self.store_path(dm.domain, split)).meta.items()
         if k in ("domain", "split", "classes", "num_classes", "level_file_sha256", "split_sha256")})
