@@ -133,7 +133,7 @@ def _tune(args: argparse.Namespace) -> int:
         from cog_pl.results import append_row
 
         append_row(args.results, row)
-    print(json.dumps(row, sort_keys=True), flush=True)
+    print(json.dumps(row, sort_keys=True, default=str), flush=True)  # unstored predictions: a count
     return 0
 
 
@@ -200,7 +200,7 @@ def _knn(args: argparse.Namespace) -> int:
         from cog_pl.results import append_row
 
         append_row(args.results, row)
-    print(json.dumps(row, sort_keys=True), flush=True)
+    print(json.dumps(row, sort_keys=True, default=str), flush=True)  # unstored predictions: a count
     return 0
 
 

@@ -6,7 +6,9 @@ batch-level augmentation (random resized crop and horizontal flip, per sample, o
 the image datamodules are shared with extraction). The whole backbone trains, BatchNorm statistics included (the
 registry builds backbones frozen and in eval mode, for extraction). ``channels_last`` runs the convolutions in NHWC
 memory format (faster on GPUs and on CPUs with oneDNN); mixed precision comes from the Trainer's ``precision``.
-Metrics ``test/top1`` and ``test/top5`` (no validation: the image datamodules have train and test splits only).
+Metrics ``test/top1`` and ``test/top5`` (no validation: the image datamodules have train and test splits only); the
+test pass also keeps each image's top 5 classes (:meth:`FineTuneClassifier.test_predictions`), stored beside the
+result row.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,6 +24,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from cog_pl.models import build_backbone
 from cog_pl.models.module import BackboneModule
+from cog_pl.probe.knn import topk_first
 
 
 def warmup_cosine(step: int, total: int, warmup: int) -> float:
@@ -81,14 +85,35 @@ class FineTuneClassifier(BackboneModule):
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(x), sync_dist=True)
         return loss
 
+    def on_test_epoch_start(self) -> None:
+        self._tested: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         logits = self(batch["image"])
+        ranked = topk_first(logits.detach().float(), min(5, logits.shape[1]))[1]  # argmax's rule: lower class first
+        self._tested.append((ranked, batch["label"].detach(), batch["index"].detach()))
         self.log("test/loss", F.cross_entropy(logits, batch["label"]), batch_size=len(logits), sync_dist=True)
         for k in (1, 5):
             key = f"test_{k}"
             if key in self.metrics:
                 self.metrics[key](logits, batch["label"])
                 self.log(f"test/top{k}", self.metrics[key], batch_size=len(logits))
+
+    def on_test_epoch_end(self) -> None:
+        tested = getattr(self, "_tested", [])
+        self._predictions = None
+        if not tested:
+            return
+        parts = [torch.cat([t[i] for t in tested]) for i in range(3)]
+        if self.trainer.world_size > 1:  # every rank's images (a distributed sampler pads with repeats)
+            parts = [p.flatten(0, 1) for p in (self.all_gather(p) for p in parts)]
+        ranked, labels, index = (p.cpu() for p in parts)
+        index, first = np.unique(index.numpy(), return_index=True)  # in image order, each image once
+        self._predictions = (ranked[first], labels[first], torch.from_numpy(index))
+
+    def test_predictions(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """After ``trainer.test``: each test image's top 5 classes, its label and its dataset row, in row order."""
+        return getattr(self, "_predictions", None)
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
