@@ -33,6 +33,7 @@ import io
 import json
 import os
 import urllib.parse
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,7 +191,7 @@ def load_predictions(path: str | os.PathLike) -> Predictions:
             members = {name: npz[name] for name in _ARRAYS}
             meta_text, recorded = str(npz["meta"]), str(npz["sha256"])
         meta = json.loads(meta_text)
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
         raise PredictionsError(f"predictions file {path} is not readable as {RECORD_FORMAT}: {err}") from err
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise PredictionsError(f"predictions file {path} is {meta.get('format')} v{meta.get('version')}; this "

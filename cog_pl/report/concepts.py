@@ -186,7 +186,7 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
             num = len(s.classes)
             out.confusions[model, domain] = top_confusions([p.label for p in by_seed.values()],
                                                            [p.top5[:, 0] for p in by_seed.values()], num)
-    _paired(out, stored)
+    _paired(out, stored, sorted({r["model"] for r in rows}))
     out.lin = _confusion_similarity(out)
     _noise(out, results, rows, read_noise_predictions)
     return out
@@ -228,10 +228,10 @@ def _curves(out: ConceptReport, linear: dict[str, list[ca.ConceptScores]]) -> No
                                                   [pts[k][1] - base[k][1] for k in common], edges, seed=out.seed + i)
 
 
-def _paired(out: ConceptReport, stored: dict[Cell, dict[int, Predictions]]) -> None:
+def _paired(out: ConceptReport, stored: dict[Cell, dict[int, Predictions]], models: Sequence[str]) -> None:
     if not out.baseline:
         return
-    for model in out.models:
+    for model in models:
         if model == out.baseline:
             continue
         for domain in DOMAINS:
