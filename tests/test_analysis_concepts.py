@@ -78,8 +78,11 @@ def test_slope_is_the_least_squares_slope_with_an_interval():
 
 
 def test_extremes_are_the_best_and_worst_concepts_ties_by_wnid():
-    best, worst = extremes(("n3", "n1", "n2", "n4"), np.array([50.0, 90.0, 50.0, np.nan]), k=2)
-    assert best == [("n1", 90.0), ("n2", 50.0)] and worst == [("n2", 50.0), ("n3", 50.0)]
+    classes = ("n3", "n1", "n2", "n4", "n5", "n6")
+    best, worst = extremes(classes, np.array([50.0, 90.0, 50.0, np.nan, 10.0, 70.0]), k=2)
+    assert best == [("n1", 90.0), ("n6", 70.0)] and worst == [("n5", 10.0), ("n2", 50.0)]  # ties by wnid
+    best, worst = extremes(classes[:3], np.array([50.0, 90.0, 40.0]), k=3)
+    assert best == [("n1", 90.0)] and worst == [("n2", 40.0)]  # three concepts: none in both lists
 
 
 def test_confusions_are_the_direct_counts_over_seeds():

@@ -164,8 +164,10 @@ def slope_interval(similarity: Sequence[float], values: Sequence[float], *, n_bo
 
 def extremes(classes: Sequence[str], top1: np.ndarray, k: int = 3) -> tuple[list[tuple[str, float]],
                                                                             list[tuple[str, float]]]:
-    """The ``k`` concepts of highest and of lowest top-1, ``(wnid, top-1)`` each (ties by wnid; NaN left out)."""
+    """The ``k`` concepts of highest and of lowest top-1, ``(wnid, top-1)`` each (ties by wnid; NaN left out); at
+    most half the concepts each, so that no concept is in both lists."""
     pairs = [(c, float(v)) for c, v in zip(classes, top1) if np.isfinite(v)]
+    k = min(k, len(pairs) // 2) if len(pairs) > 1 else len(pairs)
     best = sorted(pairs, key=lambda p: (-p[1], p[0]))[:k]
     worst = sorted(pairs, key=lambda p: (p[1], p[0]))[:k]
     return best, worst

@@ -1,4 +1,5 @@
-"""The demo's closing summary: the stage times, the main table, each model relative to the baseline, the files."""
+"""The demo's closing summary: the stage times, the main table, each model relative to the baseline, the files (the
+report, its page, plots and tables)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def format_demo_summary(s: DemoSummary) -> str:
         lines += ["", f"Relative to the baseline {s.baseline} (top-1 points; the paper's Fig. 3 (b)-(e) view)", "",
                   markdown_table(cells, None, relative=True).replace("| model |", f"| model − {s.baseline} |", 1)]
     lines += ["", f"report: {s.report['markdown']}"]
-    lines += [f"plot:   {path}" for key, path in s.report.items() if key not in ("markdown", "csv")]
-    lines += [f"table:  {s.report['csv']}"]
+    lines += [f"page:   {s.report['html']}"] if "html" in s.report else []
+    lines += [f"plot:   {path}" for path in s.report.values() if path.suffix == ".png"]
+    lines += [f"table:  {path}" for path in s.report.values() if path.suffix == ".csv"]
     return "\n".join(lines)
