@@ -29,8 +29,13 @@ from pathlib import Path
 import numpy as np
 
 from cog_pl import resources
-from cog_pl.analysis.label_noise import noise_relative_path
-from cog_pl.predictions import Predictions, predictions_root, read_row_predictions, write_predictions
+from cog_pl.predictions import (
+    Predictions,
+    noise_relative_path,
+    predictions_root,
+    read_row_predictions,
+    write_predictions,
+)
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, ProbeProtocol
 from cog_pl.results import append_row, read_rows
 
@@ -138,7 +143,7 @@ def main() -> None:
               f"each; generated and written in {made:.1f} s")
         print(f"predictions per row: {statistics.mean(sizes) / 1024:.1f} KiB mean (min {min(sizes) / 1024:.1f}, "
               f"max {max(sizes) / 1024:.1f}), {statistics.mean(sizes) / images:.2f} bytes per test image; raw "
-              f"arrays {images * 14 / 1024:.0f} KiB (int16 top 5 and label, int64 image rows)")
+              f"arrays {images * 20 / 1024:.0f} KiB (int16 top 5 and label, int64 image rows)")
         db = results.stat().st_size / len(rows)
         print(f"the row itself in results.sqlite: {db / 1024:.1f} KiB; writing a row's predictions "
               f"{1000 * statistics.median(seconds):.0f} ms (median), reading and checking them "

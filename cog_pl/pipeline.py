@@ -376,7 +376,8 @@ def _noise(cfg: RunConfig, out: Path, model_name: str) -> None:
     """The label-noise check's predictions of the report (:func:`cog_pl.analysis.label_noise.store_noise_predictions`):
     the IN-1K linear probe of the first seed, made again from its all-data row, on each level's test images;
     skipped where stored from the same row."""
-    from cog_pl.analysis.label_noise import read_noise_predictions, store_noise_predictions
+    from cog_pl.analysis.label_noise import store_noise_predictions
+    from cog_pl.predictions import read_noise_predictions
     from cog_pl.results import read_rows
 
     targets = [d for d in cfg.domains if d in LEVEL_OF_DOMAIN]

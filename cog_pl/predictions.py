@@ -22,6 +22,10 @@ Format ``cog-pl-predictions`` version 1 (docs/concepts.md): one NumPy ``.npz`` f
 - ``sha256``: the content digest: sha256 over every other member (name, dtype, shape, bytes, in name order) and the
   meta text.
 
+The label-noise check's predictions (no row's own) lie at ``<model>/noise/<source>/<target>/seed-<S>.npz``
+(:func:`noise_relative_path`), recording in ``source`` the digest of the source row's predictions they were made
+from (:func:`read_noise_predictions` refuses them once that row is made again).
+
 The row's record: ``{"format": "cog-pl-predictions v1", "path": <relative to the predictions folder>,
 "sha256": <content digest>, "images": N, "bytes": <file size>}``.
 """
@@ -236,3 +240,30 @@ def missing_reason(results: str | os.PathLike, row: dict[str, Any]) -> str | Non
     if not (predictions_root(results) / record["path"]).is_file():
         return f"its file {predictions_root(results) / record['path']} is missing"
     return None
+
+
+#: Where the label-noise check's predictions lie in a predictions folder (:mod:`cog_pl.analysis.label_noise`).
+NOISE_FOLDER = "noise"
+
+
+def noise_relative_path(model: str, source: str, target: str, seed: int) -> str:
+    """``<model>/noise/<source>/<target>/seed-<S>.npz``: the label-noise predictions of ``source``'s probe (IN-1K)
+    on ``target``'s test images."""
+    return f"{_part(model)}/{NOISE_FOLDER}/{_part(source)}/{_part(target)}/seed-{int(seed)}.npz"
+
+
+def read_noise_predictions(results: str | os.PathLike, source_row: dict[str, Any], target: str) -> Predictions | None:
+    """The label-noise predictions of ``source_row``'s probe on ``target`` (None when none were stored); refused
+    when made from another row than the current one (the source row made again since: another digest of its
+    predictions)."""
+    rel = noise_relative_path(source_row["model"], source_row["domain"], target, int(source_row["seed"]))
+    path = predictions_root(results) / rel
+    if not path.is_file():
+        return None
+    preds = load_predictions(path)
+    made_from = preds.meta.get("source", {}).get("row_predictions_sha256")
+    if made_from != (source_row.get("predictions") or {}).get("sha256"):
+        raise PredictionsError(f"label-noise predictions {path} were made from another {source_row['domain']} row "
+                               "than the one in the results (made again since): run the label-noise check again "
+                               "(cog-pl run resumes it) or remove the file")
+    return preds

@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from cog_pl import resources
-from cog_pl.analysis.label_noise import noise_relative_path
 from cog_pl.io import write_json
-from cog_pl.predictions import Predictions, predictions_root, write_predictions
+from cog_pl.predictions import Predictions, noise_relative_path, predictions_root, write_predictions
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.results import append_row
 

@@ -153,7 +153,8 @@ def test_final_probes_store_the_predictions_their_rows_score(tmp_path):
 
 
 def test_the_label_noise_predictions_are_the_rows_probe_on_the_levels(tmp_path):
-    from cog_pl.analysis.label_noise import read_noise_predictions, store_noise_predictions
+    from cog_pl.analysis.label_noise import store_noise_predictions
+    from cog_pl.predictions import read_noise_predictions
 
     features = tmp_path / "features"
     seen = list(resources.in1k_wnids()[:4])

@@ -150,12 +150,13 @@ def slope_interval(similarity: Sequence[float], values: Sequence[float], *, n_bo
     slope = fit_slope(sim, val)
     if not np.isfinite(slope):
         return slope, float("nan"), float("nan")
-    idx = np.random.default_rng(seed).integers(0, len(sim), size=(n_boot, len(sim)))
-    xs, ys = sim[idx], val[idx]
-    dx = xs - xs.mean(axis=1, keepdims=True)
-    ss = (dx * dx).sum(axis=1)
-    reps = np.where(ss > 0, (dx * (ys - ys.mean(axis=1, keepdims=True))).sum(axis=1) / np.where(ss > 0, ss, 1),
-                    np.nan)
+    n = len(sim)
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    # each replicate's sums of x, y, x^2, xy from how often it drew each concept: one bincount and one product
+    counts = np.bincount((idx + n * np.arange(n_boot)[:, None]).ravel(), minlength=n_boot * n).reshape(n_boot, n)
+    sx, sy, sxx, sxy = (counts @ np.stack([sim, val, sim * sim, sim * val], axis=1)).T
+    ss = n * sxx - sx * sx
+    reps = ((n * sxy - sx * sy) / np.where(ss > 1e-12 * n * n, ss, np.nan))
     reps = reps[np.isfinite(reps)]
     tail = (1 - level) / 2
     low, high = np.quantile(reps, [tail, 1 - tail])

@@ -7,7 +7,8 @@ seen without its label.
 
 For the report, :func:`store_noise_predictions` keeps the predictions of the IN-1K probe of a result row (made again
 from the row) on each level's test images beside the results (:mod:`cog_pl.predictions`), from which
-:mod:`cog_pl.analysis.confusions` names the seen concept each unseen concept is most often taken for.
+:mod:`cog_pl.analysis.confusions` names the seen concept each unseen concept is most often taken for
+(:func:`cog_pl.predictions.read_noise_predictions` reads them back).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from cog_pl.resources import concept_name
 
 if TYPE_CHECKING:
     from cog_pl.features.pair import StorePair
-    from cog_pl.predictions import Predictions
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +113,6 @@ def noise_csv(rows: Sequence[NoiseRow]) -> str:
     return buf.getvalue()
 
 
-#: Where the label-noise check's predictions lie in a results file's predictions folder.
-NOISE_FOLDER = "noise"
-
-
-def noise_relative_path(model: str, source: str, target: str, seed: int) -> str:
-    """``<model>/noise/<source>/<target>/seed-<S>.npz`` inside the predictions folder."""
-    from cog_pl.predictions import relative_path
-
-    return relative_path(model, NOISE_FOLDER, source, None, seed).replace("/shots-all/", f"/{target}/")
-
-
 def reproduce_final_probe(pair: StorePair, row: dict[str, Any], device: str = "cpu") -> HeadsResult:
     """The final probe of a linear all-data ``row`` made again on ``pair`` (its stores): its (lr, wd), protocol,
     precision and divergence rule, its seeds (:func:`cog_pl.probe.protocol_run.probe`'s), on the full train set;
@@ -156,7 +145,13 @@ def store_noise_predictions(features: str | Path, results: str | Path, row: dict
     probe made again gives the row's stored first class on at least ``min_agreement`` of the source's test images;
     the agreement is recorded (``source.agreement``)."""
     from cog_pl.features.pair import open_pair
-    from cog_pl.predictions import Predictions, predictions_root, read_row_predictions, write_predictions
+    from cog_pl.predictions import (
+        Predictions,
+        noise_relative_path,
+        predictions_root,
+        read_row_predictions,
+        write_predictions,
+    )
     from cog_pl.probe.multihead import predict_heads
 
     model, source, seed = row["model"], row["domain"], int(row["seed"])
@@ -193,21 +188,3 @@ def store_noise_predictions(features: str | Path, results: str | Path, row: dict
     log.info("label-noise predictions of %s (%s probe, seed %d, agreement %.2f %%): %d target domains", model,
              source, seed, 100 * agreement, len(written))
     return written
-
-
-def read_noise_predictions(results: str | Path, source_row: dict[str, Any], target: str) -> Predictions | None:
-    """The label-noise predictions of ``source_row``'s probe on ``target`` (None when none were stored); refused
-    when made from another row than the current one (the source row made again since)."""
-    from cog_pl.predictions import PredictionsError, load_predictions, predictions_root
-
-    rel = noise_relative_path(source_row["model"], source_row["domain"], target, int(source_row["seed"]))
-    path = predictions_root(results) / rel
-    if not path.is_file():
-        return None
-    preds = load_predictions(path)
-    made_from = preds.meta.get("source", {}).get("row_predictions_sha256")
-    if made_from != (source_row.get("predictions") or {}).get("sha256"):
-        raise PredictionsError(f"label-noise predictions {path} were made from another {source_row['domain']} row "
-                               "than the one in the results (made again since): run the label-noise check again "
-                               "(cog-pl run resumes it) or remove the file")
-    return preds

@@ -29,7 +29,7 @@ from cog_pl.analysis import concepts as ca
 from cog_pl.analysis.confusions import Confusion, most_taken_for, top_confusions
 from cog_pl.analysis.paired import SEED, PairedDifference, aligned, paired_difference
 from cog_pl.io import read_json
-from cog_pl.predictions import Predictions, missing_reason, read_row_predictions
+from cog_pl.predictions import Predictions, missing_reason, read_noise_predictions, read_row_predictions
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.report.tables import mean_std
 from cog_pl.report.variants import Stat
@@ -168,8 +168,6 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
                    levels: str | Path | None = None, seed: int = SEED) -> ConceptReport:
     """The concept-level results of ``rows`` (already selected) of ``results``; every bootstrap and permutation
     draws from ``seed``."""
-    from cog_pl.analysis.label_noise import read_noise_predictions
-
     out = ConceptReport(baseline, seed, drops=level_drops(rows))
     stored, out.lacking = stored_predictions(results, rows)
     out.scores = {cell: ca.concept_scores(*cell, by_seed) for cell, by_seed in sorted(stored.items())}
@@ -188,11 +186,11 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
                                                            [p.top5[:, 0] for p in by_seed.values()], num)
     _paired(out, stored, sorted({r["model"] for r in rows}))
     out.lin = _confusion_similarity(out)
-    _noise(out, results, rows, read_noise_predictions)
+    _noise(out, results, rows)
     return out
 
 
-def _noise(out: ConceptReport, results: str | Path, rows: Sequence[dict[str, Any]], read) -> None:
+def _noise(out: ConceptReport, results: str | Path, rows: Sequence[dict[str, Any]]) -> None:
     """Per model, the label-noise predictions of its IN-1K linear all-data row of the lowest seed that has them."""
     sources = sorted((r for r in rows if r["domain"] == "in1k" and method_of(r) == DEFAULT_METHOD
                       and r.get("shots") is None and isinstance(r.get("predictions"), dict)),
@@ -201,7 +199,7 @@ def _noise(out: ConceptReport, results: str | Path, rows: Sequence[dict[str, Any
         if any(m == row["model"] for m, _ in out.noise):
             continue
         for domain in LEVEL_OF_DOMAIN:
-            preds = read(results, row, domain)
+            preds = read_noise_predictions(results, row, domain)
             if preds is not None and preds.classes and preds.meta.get("label_classes"):
                 labels = tuple(preds.meta["label_classes"])
                 taken = most_taken_for([preds.label], [preds.top5[:, 0]], len(labels), len(preds.classes))
@@ -257,7 +255,12 @@ def _confusion_similarity(out: ConceptReport) -> dict[tuple[str, str], float]:
     pairs = {p for p in pairs if is_wnid(p[0]) and is_wnid(p[1])}
     if not pairs:
         return {}
-    from cog_pl.wordnet.similarity import pair
+    from cog_pl.wordnet.similarity import pairwise
 
     onto = _ontology()
-    return {(a, b): pair(onto, a, b) for a, b in sorted(pairs) if a in onto.index and b in onto.index}
+    pairs = sorted((a, b) for a, b in pairs if a in onto.index and b in onto.index)
+    if not pairs:
+        return {}
+    rows, cols = sorted({a for a, _ in pairs}), sorted({b for _, b in pairs})
+    mat = pairwise(onto, rows, cols)  # one pass over the ontology for every pair
+    return {(a, b): float(mat[rows.index(a), cols.index(b)]) for a, b in pairs}
