@@ -184,7 +184,8 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
             num = len(s.classes)
             out.confusions[model, domain] = top_confusions([p.label for p in by_seed.values()],
                                                            [p.top5[:, 0] for p in by_seed.values()], num)
-    _paired(out, stored, sorted({r["model"] for r in rows}))
+    if baseline:
+        out.paired, out.unpaired = paired_to_baseline(stored, baseline, sorted({r["model"] for r in rows}), seed)
     out.lin = _confusion_similarity(out)
     _noise(out, results, rows)
     return out
@@ -226,24 +227,27 @@ def _curves(out: ConceptReport, linear: dict[str, list[ca.ConceptScores]]) -> No
                                                   [pts[k][1] - base[k][1] for k in common], edges, seed=out.seed + i)
 
 
-def _paired(out: ConceptReport, stored: dict[Cell, dict[int, Predictions]], models: Sequence[str]) -> None:
-    if not out.baseline:
-        return
+def paired_to_baseline(stored: dict[Cell, dict[int, Predictions]], baseline: str, models: Sequence[str],
+                       seed: int = SEED) -> tuple[dict[tuple[str, str], PairedDifference], dict[tuple[str, str], str]]:
+    """Each model's paired difference to ``baseline`` per official domain (linear probes, all data) from
+    ``stored`` (:func:`stored_predictions`), and why a (model, domain) has none."""
+    paired, unpaired = {}, {}
     for model in models:
-        if model == out.baseline:
+        if model == baseline:
             continue
         for domain in DOMAINS:
-            a, b = stored.get((model, DEFAULT_METHOD, domain)), stored.get((out.baseline, DEFAULT_METHOD, domain))
+            a, b = stored.get((model, DEFAULT_METHOD, domain)), stored.get((baseline, DEFAULT_METHOD, domain))
             if a is None or b is None:
                 if a is not None or b is not None:
-                    out.unpaired[model, domain] = "predictions of one model lacking"
+                    unpaired[model, domain] = "predictions of one model lacking"
                 continue
             try:
                 ca_, cb, seeds = aligned(a, b)
             except ValueError as err:
-                out.unpaired[model, domain] = str(err)
+                unpaired[model, domain] = str(err)
                 continue
-            out.paired[model, domain] = paired_difference(ca_, cb, seeds=seeds, seed=out.seed)
+            paired[model, domain] = paired_difference(ca_, cb, seeds=seeds, seed=seed)
+    return paired, unpaired
 
 
 def _confusion_similarity(out: ConceptReport) -> dict[tuple[str, str], float]:
