@@ -181,11 +181,11 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
         **row_identity(splits.features, protocol, plan.as_record(), precision), "study": name, "worker": worker_id(),
         "flush_denormal": flushed, "device": str(device), "seconds": round(end - start, 3),
         "tune_seconds": round(tuned - start, 3), "final_seconds": round(end - tuned, 3), "versions": versions(),
-        "predictions": test_predictions(splits, ranked),
+        "predictions": final_predictions(splits, ranked),
     }
 
 
-def test_predictions(splits: Splits, ranked: Tensor) -> Predictions:
+def final_predictions(splits: Splits, ranked: Tensor) -> Predictions:
     """The test predictions of a final probe on ``splits`` (stored beside its row by
     :func:`cog_pl.results.append_row`)."""
     images = np.arange(len(splits.test_y)) if splits.test_images is None else splits.test_images
