@@ -12,11 +12,16 @@ With ``finetune`` (keyword arguments of :func:`cog_pl.finetune.compare.finetune_
 ...), the backbone is also fine-tuned on every domain (paper App. C.2; rows of method ``finetune``, ``finetune_seeds``)
 and the report sets the probes against it.
 
+After the probes, the IN-1K probe of the first seed is made again from its row and applied to each level's test
+images (``noise_predictions``: the label-noise check, from which the report names the seen concept each unseen
+concept is most often taken for).
+
 Each stage resumes: complete feature stores are skipped and interrupted ones continued, each only when made by the
 same model, weights, precision, transform and data (else refused; ``overwrite`` replaces them); result rows that
 exist are skipped and interrupted Optuna studies continued from their SQLite storage; the report is recomputed from
 rows.
-Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite``, ``optuna.db``, ``report/``.
+Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite`` and the test predictions beside it
+(``results.predictions/``, :mod:`cog_pl.predictions`), ``optuna.db``, ``report/``.
 """
 
 from __future__ import annotations
@@ -141,6 +146,8 @@ class RunConfig:
     seen: str | None = None  # the model's pretraining label set (named set or file): warned of where levels hold it
     methods: tuple[str, ...] = ("linear",)  # probe methods on every domain (cog_pl.probe.methods), e.g. + "knn"
     report: bool = True  # write the report at the end (False: the caller writes one, e.g. the demo for two models)
+    html: bool = True  # the report also as report.html (cog_pl.report.html)
+    noise_predictions: bool = True  # the label-noise check's predictions for the report (IN-1K probe on the levels)
 
     @property
     def variant_domains(self) -> tuple[str, ...]:
@@ -277,6 +284,10 @@ def run(cfg: RunConfig) -> RunSummary:
     t = time.perf_counter()
     written = _probe(cfg, out, model_name)
     seconds["probe"] = time.perf_counter() - t
+    if cfg.noise_predictions and "in1k" in cfg.domains and "linear" in cfg.methods:
+        t = time.perf_counter()
+        _noise(cfg, out, model_name)
+        seconds["label-noise predictions"] = time.perf_counter() - t
     if cfg.finetune is not None:
         t = time.perf_counter()
         written += _finetune(cfg, out, transform)
@@ -287,7 +298,7 @@ def run(cfg: RunConfig) -> RunSummary:
     report = {}
     if cfg.report:
         report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline,
-                              features=out / "features")
+                              features=out / "features", levels=cfg.benchmark, html=cfg.html)
     return RunSummary(out, stores, written, len(read_rows(out / "results.sqlite")), report, seconds)
 
 
@@ -361,6 +372,37 @@ def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
                     len(result.skipped), result.level_file)
         paths += [root / model_name / d / s for d in result.domains for s in SPLITS]
     return paths
+
+
+def _noise(cfg: RunConfig, out: Path, model_name: str) -> None:
+    """The label-noise check's predictions of the report (:func:`cog_pl.analysis.label_noise.store_noise_predictions`):
+    the IN-1K linear probe of the first seed, made again from its all-data row, on each level's test images;
+    skipped where stored from the same row."""
+    from cog_pl.analysis.label_noise import store_noise_predictions
+    from cog_pl.predictions import read_noise_predictions
+    from cog_pl.results import read_rows
+
+    targets = [d for d in cfg.domains if d in LEVEL_OF_DOMAIN]
+    row = next((r for r in read_rows(out / "results.sqlite") if r["model"] == model_name and r["method"] == "linear"
+                and r["domain"] == "in1k" and r["shots"] is None and r["seed"] == cfg.seeds[0]), None)
+    if not targets or row is None or not isinstance(row.get("predictions"), dict):
+        return
+    from cog_pl.predictions import PredictionsError
+
+    try:
+        if all(read_noise_predictions(out / "results.sqlite", row, d) is not None for d in targets):
+            logger.info("label-noise predictions of %s exist, made from the same row: skipped", model_name)
+            return
+    except PredictionsError:  # made from an earlier row: made again below
+        pass
+    device = row.get("device", "cpu") if str(row.get("device", "cpu")).startswith("cpu") or _cuda() else "cpu"
+    store_noise_predictions(out / "features", out / "results.sqlite", row, targets, device=device)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:

@@ -6,7 +6,9 @@ top-1/top-5, timings, versions). ``method`` is how the backbone was evaluated (:
 a domain of its own (``cog_l3@wup``, :func:`cog_pl.protocol.variant_domain`). Each append is one transaction, so many
 processes (DDP ranks, cluster jobs) can write the same file and a reader never sees half a row; resuming means skipping
 keys that exist (when made with the same identity: :mod:`cog_pl.probe.resume`). Tables and plots are computed from
-these rows only (:mod:`cog_pl.report`).
+these rows only (:mod:`cog_pl.report`) and the test predictions kept beside them: a row's ``predictions`` is the
+record (path, digest) of its file under ``<stem>.predictions/`` (:mod:`cog_pl.predictions`); rows made before
+predictions were kept have none and stay valid.
 
 Table ``claims(model, method, domain, shots, seed, worker, lease)``, added where missing, holds the rows being made:
 a worker claims a row in one transaction before its final step (:func:`claim_row`) and the row's append removes the
@@ -178,8 +180,14 @@ def has_row(path: str | os.PathLike, key: tuple) -> bool:
 
 def append_row(path: str | os.PathLike, row: dict[str, Any]) -> None:
     """Add the row, or replace the row of the same key, in one transaction that also ends its claim; the stored row
-    names its method."""
+    names its method. A row holding its test predictions (a :class:`cog_pl.predictions.Predictions` under
+    ``predictions``) has them written beside the file first, and their record (path, digest) takes their place, in
+    the stored row and in ``row``."""
     model, method, domain, shots, seed = row_key(row)
+    if row.get("predictions") is not None and not isinstance(row["predictions"], dict):
+        from cog_pl.predictions import write_row_predictions
+
+        row["predictions"] = write_row_predictions(path, {**row, "method": method})["predictions"]
     with _connect(path, write=True) as con:
         con.execute("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (model, method, domain, shots or 0, seed, json.dumps({**row, "method": method}, sort_keys=True),

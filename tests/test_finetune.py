@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 
@@ -124,6 +125,7 @@ def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
     from cog_pl.data.transforms import TransformConfig
     from cog_pl.device import resolve_precision
     from cog_pl.finetune.compare import finetune_domains
+    from cog_pl.predictions import read_row_predictions
     from cog_pl.results import read_rows
 
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
@@ -142,6 +144,10 @@ def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
         assert row["batch_size"] == 4 and row["epochs"] == 1 and 0 <= row["test_top1"] <= 100
         assert "test_top5" not in row and row["checkpoint"] is None and row["seconds"] > 0  # as the CLI's rows
         assert row["finetune"]["epochs"] == 1 and len(row["identity"]) == 64
+        preds = read_row_predictions(tmp_path / "r.sqlite", row)  # its test predictions, kept beside it
+        n = 3 * len(preds.classes)  # 3 test images per concept: 3 concepts of IN-1K, 2 of L4
+        assert len(preds) == n and np.array_equal(preds.image, np.arange(n)) and preds.top5.shape == (n, n // 3)
+        assert preds.top1 == pytest.approx(row["test_top1"], abs=1e-4)
     # a row made with other inputs is refused before any training, naming the value; --overwrite replaces it
     with pytest.raises(ValueError, match=r"r\.sqlite: row resnet10t/finetune/in1k/shots=all/seed=22 was made with "
                                          r"epochs=1, this run has epochs=2; pass --overwrite"):

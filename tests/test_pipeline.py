@@ -79,6 +79,22 @@ def test_reduced_demo_end_to_end(demo_run):
     assert "| model | IN-1K | L1 | L2 | L3 | L4 | L5 |" in summary and "cog-pl demo finished" in summary
     assert "| demo_cnn | lin (official) |" in stdout and "| demo_cnn | text |" in stdout
     assert len(list((out / "features" / "demo_cnn").glob("*/*/meta.json"))) == 12 + 3 * 10
+    # issue 32: every probe's test predictions kept beside its row; the report's curve, paired table, confusions
+    # and label-noise table from them, and report.html
+    probes = [r for r in read_rows(out / "results.sqlite") if r["method"] in ("linear", "knn")]
+    assert all(r["predictions"]["format"] == "cog-pl-predictions v1" for r in probes)
+    report = (out / "report" / "report.md").read_text()
+    for section in ("## Concepts: top-1 against similarity to the seen concepts",
+                    "## Paired differences to demo_cnn (linear probe, all data)",
+                    "## Most frequent confusions per level", "## What the IN-1K probe takes unseen concepts for"):
+        assert section in report
+    assert "lin similarity to the seen concepts (benchmark_eval.json)" in report  # the demo's seen set, not IN-1K
+    paired = report.split("## Paired differences")[1].split("\n## ")[0]
+    assert all(f"| demo_cnn_ssl | {d} | " in paired for d in ("IN-1K", "L1", "L2", "L3", "L4", "L5"))
+    assert "| demo_cnn_ssl | " in report.split("## Relative to demo_cnn")[1].split("\n## ")[0]
+    for name in ("concepts_similarity.png", "concepts_similarity_relative.png", "concepts.csv", "report.html"):
+        assert (out / "report" / name).stat().st_size > 100
+    assert f"page:   {out / 'report' / 'report.html'}" in summary
 
 
 @pytest.mark.slow
@@ -322,6 +338,11 @@ def test_default_demo_fine_tuning_scores_at_least_the_linear_probe(default_demo)
     assert all(ft >= lp for lp, ft in top1.values()), top1
     report = (out / "report" / "report.md").read_text()
     assert "Linear probe relative to fine-tuning" in report and "| demo_cnn | fine-tuned |" in report
+    from cog_pl.predictions import read_row_predictions
+
+    for row in tuned.values():  # the fine-tuned models' test predictions are kept too, and score their rows
+        preds = read_row_predictions(out / "results.sqlite", row)
+        assert len(preds) == 15 * 20 and preds.top1 == pytest.approx(row["test_top1"], abs=1e-3)
 
 
 def test_a_variant_without_its_package_is_a_command_error(tmp_path, monkeypatch, capsys):

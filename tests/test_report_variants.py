@@ -71,7 +71,8 @@ def test_report_has_the_variants_table_and_plot(tmp_path):
     text = files["markdown"].read_text()
     assert "## Level variants: top-1 (%) per level for each similarity measure" in text
     assert "| dino | lin (official) | 81.00 ± 1.41 |" in text and "| dino | text | 72.00 (n = 1) |" in text  # one seed
-    assert "| model | IN-1K | L1 | L2 | L3 | L4 | L5 |\n" in text  # the main table keeps the official domains
+    # the main table keeps the official domains, and the L1-L5 drop (no slope: these rows have no predictions)
+    assert "| model | IN-1K | L1 | L2 | L3 | L4 | L5 | L1−L5 |\n" in text
     assert "### L1 (wup)" not in text and "### L1\n" in text  # no few-shot rows of the variants
     assert files["variants"].read_bytes()[:4] == b"\x89PNG" and files["variants"].stat().st_size > 10_000
     assert "cog_l3@wup,All,70.5000" in files["csv"].read_text()

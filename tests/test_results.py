@@ -69,6 +69,14 @@ def _as_v1_csv(text: str) -> str:
     return out.getvalue()
 
 
+def _holds_old_report(new: str, old: str) -> bool:
+    """Every line of the old report is in the new one, in order; a table line may gain columns on its right (the
+    main table's L1-L5 drop, issue 32), everything else the new report adds comes between them."""
+    lines = iter(new.splitlines())
+    return all(any(n == line or (line.startswith("|") and n.startswith(line)) for n in lines)
+               for line in old.splitlines())
+
+
 @pytest.mark.parametrize("name, baseline", [("report", None), ("report_baseline", "resnet50")])
 def test_a_v1_file_migrates_in_place_and_reports_the_same_tables(tmp_path, capsys, name, baseline):
     path = _v1_copy(tmp_path)
@@ -78,7 +86,8 @@ def test_a_v1_file_migrates_in_place_and_reports_the_same_tables(tmp_path, capsy
     assert main(argv) == 0
     capsys.readouterr()
     assert _format(path) == FORMAT
-    assert (out / "report.md").read_text() == (V1 / name / "report.md").read_text()
+    assert _holds_old_report((out / "report.md").read_text(), (V1 / name / "report.md").read_text())
+    assert "None of the 32 all-data rows has stored test predictions" in (out / "report.md").read_text()
     assert _as_v1_csv((out / "results.csv").read_text()) == (V1 / name / "results.csv").read_text()
 
 

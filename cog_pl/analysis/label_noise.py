@@ -4,24 +4,37 @@ Train one domain's linear classifier (the protocol's final probe on all its trai
 tuned (lr, wd)), apply it to another domain's test features, and list the images it assigns to one of its own
 concepts with a confidence above a threshold (0.99 by default): candidates for an unseen concept that was in fact
 seen without its label.
+
+For the report, :func:`store_noise_predictions` keeps the predictions of the IN-1K probe of a result row (made again
+from the row) on each level's test images beside the results (:mod:`cog_pl.predictions`), from which
+:mod:`cog_pl.analysis.confusions` names the seen concept each unseen concept is most often taken for
+(:func:`cog_pl.predictions.read_noise_predictions` reads them back).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from cog_pl.features.store import FeatureStore, open_store
-from cog_pl.probe.data import ProbeData, l2_normalize
+from cog_pl.probe.data import ProbeData, l2_normalize, load_store
+from cog_pl.probe.multihead import HeadsResult
 from cog_pl.probe.tuner import train_probe
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.resources import concept_name
+
+if TYPE_CHECKING:
+    from cog_pl.features.pair import StorePair
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -98,3 +111,80 @@ def noise_csv(rows: Sequence[NoiseRow]) -> str:
         w.writerow([r.image, r.concept, concept_name(r.concept), r.predicted, concept_name(r.predicted),
                     f"{r.confidence:.6f}"])
     return buf.getvalue()
+
+
+def reproduce_final_probe(pair: StorePair, row: dict[str, Any], device: str = "cpu") -> HeadsResult:
+    """The final probe of a linear all-data ``row`` made again on ``pair`` (its stores): its (lr, wd), protocol,
+    precision and divergence rule, its seeds (:func:`cog_pl.probe.protocol_run.probe`'s), on the full train set;
+    evaluated on the test store."""
+    from cog_pl.probe.data import sub_seed
+
+    protocol = ProbeProtocol(**{k: tuple(v) if isinstance(v, list) else v for k, v in row["protocol"].items()})
+    (tx, ty), (sx, sy) = load_store(pair.train, device), load_store(pair.test, device)
+    if protocol.normalize:
+        tx, sx = l2_normalize(tx), l2_normalize(sx)
+    data = ProbeData(tx, ty, sx, sy, pair.num_classes)
+    seed = int(row["seed"])
+    return train_probe(data, [row["lr"]], [row["wd"]], protocol=protocol, seeds=[sub_seed(seed, 20)],
+                       perm_seed=sub_seed(seed, 21), precision=row["precision"],
+                       on_divergence="halt" if row.get("mode") == "exact" else "rollback")
+
+
+def _read(store: FeatureStore, normalize: bool, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = load_store(store, device)
+    return (l2_normalize(x) if normalize else x), y
+
+
+def store_noise_predictions(features: str | Path, results: str | Path, row: dict[str, Any],
+                            targets: Sequence[str], min_agreement: float = 0.99,
+                            device: str = "cpu") -> list[Path]:
+    """The label-noise check's predictions, kept beside the results: the final probe of the source domain's linear
+    all-data ``row`` (IN-1K) made again (:func:`reproduce_final_probe`) and applied to each target domain's test
+    images (``features/<model>/<target>/test``), written as predictions whose labels name the target's concepts
+    (``label_classes``) and whose classes the source's. Refused (returns nothing, with a warning) unless the
+    probe made again gives the row's stored first class on at least ``min_agreement`` of the source's test images;
+    the agreement is recorded (``source.agreement``)."""
+    from cog_pl.features.pair import open_pair
+    from cog_pl.predictions import (
+        Predictions,
+        noise_relative_path,
+        predictions_root,
+        read_row_predictions,
+        write_predictions,
+    )
+    from cog_pl.probe.multihead import predict_heads
+
+    model, source, seed = row["model"], row["domain"], int(row["seed"])
+    stored = read_row_predictions(results, row)
+    if stored is None:
+        log.warning("label-noise predictions: the %s row of %s, seed %d, has no stored predictions", source, model,
+                    seed)
+        return []
+    root = Path(features) / model
+    pair = open_pair(root / source)
+    head = reproduce_final_probe(pair, row, device)
+    scored = [not (row.get("mode") != "exact" and head.diverged_epoch[0] == 0)]
+    normalize = bool(row["protocol"].get("normalize", True))
+    own = predict_heads(head.weight, head.bias, _read(pair.test, normalize, device)[0], scored=scored)[0]
+    agreement = float((own[:, 0].numpy() == stored.top5[:, 0]).mean()) if len(stored) == len(own) else 0.0
+    if agreement < min_agreement:
+        log.warning("label-noise predictions of %s not stored: the %s probe made again agrees with its row's on "
+                    "%.2f %% of the test images (at least %.0f %% needed)", model, source, 100 * agreement,
+                    100 * min_agreement)
+        return []
+    written = []
+    for target in targets:
+        tgt = open_pair(root / target).test
+        x, y = _read(tgt, normalize, device)
+        ranked = predict_heads(head.weight, head.bias, x, scored=scored)[0]
+        origin = {"kind": "label-noise", "domain": source, "agreement": agreement,
+                  "row_predictions_sha256": row["predictions"]["sha256"]}
+        preds = Predictions.of(ranked, y, np.asarray(tgt.index)[tgt.valid], pair.classes,
+                               label_classes=list(tgt.meta.get("classes") or []) or None, source=origin,
+                               model=model, method="linear", domain=target, shots=None, seed=seed)
+        rel = noise_relative_path(model, source, target, seed)
+        write_predictions(predictions_root(results), rel, preds)
+        written.append(predictions_root(results) / rel)
+    log.info("label-noise predictions of %s (%s probe, seed %d, agreement %.2f %%): %d target domains", model,
+             source, seed, 100 * agreement, len(written))
+    return written

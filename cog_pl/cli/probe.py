@@ -134,7 +134,7 @@ def _tune(args: argparse.Namespace) -> int:
         from cog_pl.results import append_row
 
         append_row(args.results, row)
-    print(json.dumps(row, sort_keys=True), flush=True)
+    print(json.dumps(row, sort_keys=True, default=str), flush=True)  # unstored predictions: a count
     return 0
 
 
@@ -203,7 +203,7 @@ def _knn(args: argparse.Namespace) -> int:
         from cog_pl.results import append_row
 
         append_row(args.results, row)
-    print(json.dumps(row, sort_keys=True), flush=True)
+    print(json.dumps(row, sort_keys=True, default=str), flush=True)  # unstored predictions: a count
     return 0
 
 

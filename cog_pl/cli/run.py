@@ -51,6 +51,13 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, tri
     p.add_argument("--seeds", type=int, nargs="+", default=list(seeds))
     p.add_argument("--shots", type=_shots, nargs="+", default=shots, help="'all' and/or N images per concept")
     p.add_argument("--baseline", help="model for relative accuracies in the report (must be in the results)")
+    p.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
+                   help="also write the report as report.html, a self-contained page with a per-concept table to "
+                        "sort and filter (default: on)")
+    p.add_argument("--noise-predictions", action=argparse.BooleanOptionalAction, default=True,
+                   help="make the IN-1K probe of the first seed again from its row and keep its predictions on each "
+                        "level's test images, for the report's label-noise table (default: on; one final IN-1K "
+                        "probe)")
     g = p.add_argument_group("probes", "the tuned linear probes' search and where it runs (recorded in every row)")
     g.add_argument("--trials", type=int, default=trials, help="Optuna trials per probe")
     g.add_argument("--epochs", type=int, default=epochs, help="epochs per probe")
@@ -186,7 +193,8 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
         finetune = {**finetune, **given}
     kw.setdefault("variant_seeds", None if args.variant_seeds is None else tuple(args.variant_seeds))
     try:  # a refused value is named by its option
-        return RunConfig(seeds=tuple(args.seeds), shots=tuple(args.shots), baseline=args.baseline,
+        return RunConfig(seeds=tuple(args.seeds), shots=tuple(args.shots), baseline=args.baseline, html=args.html,
+                         noise_predictions=args.noise_predictions,
                          variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
                          extract=extract, probe=probe, finetune=finetune, methods=tuple(dict.fromkeys(args.methods)),
                          finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds), **kw)

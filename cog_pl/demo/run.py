@@ -58,6 +58,6 @@ def run_demo(assets: DemoAssets, base: RunConfig) -> DemoSummary:
     t = time.perf_counter()
     out = Path(base.out)
     report = write_report(out / "results.sqlite", out / "report", models=models, baseline=baseline,
-                          features=out / "features")
+                          features=out / "features", levels=base.benchmark, html=base.html)
     seconds["report"] = time.perf_counter() - t
     return DemoSummary(out, baseline, models, report, seconds)

@@ -114,6 +114,7 @@ def make_demo(root: str | os.PathLike, n_seen: int = 50, n_per_level: int = 15, 
             "test_rule": {"rule": RULE, "text": TEST_RULE_TEXT, "seed": seed, "test_per_concept": test_per_concept},
             "mean_lin_similarity": concepts.mean_similarity(),
             "lin_similarity_to_seen": concepts.similarity_seen,
+            "closest_seen": {w: concepts.content["closest_seen"][w] for w in concepts.similarity_seen},
             "names": {w: resources.concept_name(w) for w in (*concepts.in1k, *concepts.similarity_seen)}}
     bench = Benchmark(f"cog-demo-seed{seed}", concepts.in1k, concepts.levels, test,
                       in1k_test=f"in1k/val: {test_per_concept} generated images per seen concept",

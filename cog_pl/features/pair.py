@@ -55,6 +55,17 @@ class StorePair:
         """True when neither store has a meta.json (nothing about their origin can be verified)."""
         return self.train.plain and self.test.plain
 
+    @property
+    def classes(self) -> tuple[str, ...] | None:
+        """The concepts the labels stand for (meta.json ``classes``: wnids in label order); None for plain stores."""
+        return next((tuple(s.meta["classes"]) for s in (self.train, self.test) if not s.plain), None)
+
+    @property
+    def test_images(self) -> np.ndarray:
+        """The dataset row of each test feature row the probes read (the test store's ``index`` without its missing
+        rows): what stored predictions name their images by."""
+        return np.asarray(self.test.index)[self.test.valid]
+
     def __getitem__(self, split: str) -> FeatureStore:
         if split not in SPLITS:
             raise KeyError(f"split {split!r}; a store pair holds {' and '.join(SPLITS)}")

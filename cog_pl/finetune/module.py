@@ -7,10 +7,11 @@ the image datamodules are shared with extraction). The whole backbone trains, Ba
 registry builds backbones frozen and in eval mode, for extraction). ``channels_last`` runs the convolutions in NHWC
 memory format (faster on GPUs and on CPUs with oneDNN); mixed precision comes from the Trainer's ``precision``.
 Metrics ``val/*`` and ``test/*`` (``loss``, ``top1``, ``top5`` as fractions; validation runs on loaders the user gives,
-``trainer.fit(model, train, val)``: the image datamodules have train and test splits only). A diverging run stops
-with :class:`DivergedError`, naming the epoch, the step and the learning rates: a training loss that is not finite, or
-an epoch's mean training loss above :data:`DIVERGED_FACTOR` times a uniform guess's (``ln C``), which no run that
-learns reaches (a wrong number is worse than a crash: a diverged model tests at chance, with a test loss of 1e11).
+``trainer.fit(model, train, val)``: the image datamodules have train and test splits only); the test pass also keeps
+each image's top 5 classes (:meth:`FineTuneClassifier.test_predictions`), stored beside the result row. A diverging
+run stops with :class:`DivergedError`, naming the epoch, the step and the learning rates: a training loss that is not
+finite, or an epoch's mean training loss above :data:`DIVERGED_FACTOR` times a uniform guess's (``ln C``), which no run
+that learns reaches (a wrong number is worse than a crash: a diverged model tests at chance, with a test loss of 1e11).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,6 +30,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from cog_pl.models import build_backbone
 from cog_pl.models.module import BackboneModule
+from cog_pl.probe.knn import topk_first
 
 
 def warmup_cosine(step: int, total: int, warmup: int) -> float:
@@ -133,7 +136,7 @@ class FineTuneClassifier(BackboneModule):
                             "--model.warmup_epochs (configs/finetune/resnet50_small.yaml is a ResNet-50 recipe for "
                             "small images)")
 
-    def _evaluate(self, batch: dict[str, torch.Tensor], stage: str) -> None:
+    def _evaluate(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         logits = self(batch["image"])
         self.log(f"{stage}/loss", F.cross_entropy(logits, batch["label"]), batch_size=len(logits), sync_dist=True)
         for k in (1, 5):
@@ -141,12 +144,34 @@ class FineTuneClassifier(BackboneModule):
             if key in self.metrics:
                 self.metrics[key](logits, batch["label"])
                 self.log(f"{stage}/top{k}", self.metrics[key], batch_size=len(logits))
+        return logits
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val")
 
+    def on_test_epoch_start(self) -> None:
+        self._tested: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test")
+        logits = self._evaluate(batch, "test")
+        ranked = topk_first(logits.detach().float(), min(5, logits.shape[1]))[1]  # argmax's rule: lower class first
+        self._tested.append((ranked, batch["label"].detach(), batch["index"].detach()))
+
+    def on_test_epoch_end(self) -> None:
+        tested = getattr(self, "_tested", [])
+        self._predictions = None
+        if not tested:
+            return
+        parts = [torch.cat([t[i] for t in tested]) for i in range(3)]
+        if self.trainer.world_size > 1:  # every rank's images (a distributed sampler pads with repeats)
+            parts = [p.flatten(0, 1) for p in (self.all_gather(p) for p in parts)]
+        ranked, labels, index = (p.cpu() for p in parts)
+        index, first = np.unique(index.numpy(), return_index=True)  # in image order, each image once
+        self._predictions = (ranked[first], labels[first], torch.from_numpy(index))
+
+    def test_predictions(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """After ``trainer.test``: each test image's top 5 classes, its label and its dataset row, in row order."""
+        return getattr(self, "_predictions", None)
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

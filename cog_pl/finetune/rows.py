@@ -6,6 +6,7 @@ from __future__ import annotations
 import lightning as L
 
 from cog_pl.finetune.module import FineTuneClassifier
+from cog_pl.predictions import Predictions
 from cog_pl.provenance import versions
 
 METHOD = "finetune"
@@ -13,7 +14,8 @@ METHOD = "finetune"
 
 def result_row(trainer: L.Trainer, pl_module: FineTuneClassifier, seed: int, seconds: float) -> dict:
     """The result row of a fine-tuned model after ``trainer.test``: model name, method ``finetune``, the test
-    accuracy (top-5 only where measured: 5 classes or more), the recipe and how it ran."""
+    accuracy (top-5 only where measured: 5 classes or more), the recipe and how it ran, and the test predictions
+    (stored beside the row by :func:`cog_pl.results.append_row`)."""
     metrics, dm = trainer.callback_metrics, trainer.datamodule
     row = {"model": pl_module.backbone.spec.name, "domain": dm.domain, "shots": None, "seed": seed,
            "method": METHOD, "test_top1": 100 * float(metrics["test/top1"]),
@@ -24,4 +26,7 @@ def result_row(trainer: L.Trainer, pl_module: FineTuneClassifier, seed: int, sec
            "versions": versions()}
     if "test/top5" in metrics:
         row["test_top5"] = 100 * float(metrics["test/top5"])
+    tested = pl_module.test_predictions()
+    if tested is not None:
+        row["predictions"] = Predictions.of(*tested, classes=list(dm.classes))
     return row

@@ -34,6 +34,7 @@ from torch import Tensor
 from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device, resolve_precision
 from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.predictions import Predictions
 from cog_pl.probe.data import l2_normalize, load_store, train_labels
 from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
 from cog_pl.probe.resume import cells_todo, features_identity, format_key
@@ -123,8 +124,10 @@ def final_samples(labels: np.ndarray, cells: Sequence[tuple[int | None, int]]) -
 
 
 def score_test(data: KNNData, test_x: Tensor, test_y: Tensor, chosen: dict[tuple, int],
-               settings: KNNSettings, precision: str) -> dict[tuple, dict[str, Any]]:
-    """Test top-1/top-5 of each (shots, seed) cell with its chosen k, from one pass over the test features."""
+               settings: KNNSettings, precision: str,
+               ranked_out: dict[tuple, Tensor] | None = None) -> dict[tuple, dict[str, Any]]:
+    """Test top-1/top-5 of each (shots, seed) cell with its chosen k, from one pass over the test features; with
+    ``ranked_out``, each cell's ranked classes (the top 5 of each test image) are put there too."""
     samples = final_samples(data.train_y.numpy(), list(chosen))
     key = {cell: "all" if rows is None else cell for cell, rows in samples.items()}  # all data: one subset
     distinct = list(dict.fromkeys(key.values()))
@@ -136,6 +139,8 @@ def score_test(data: KNNData, test_x: Tensor, test_y: Tensor, chosen: dict[tuple
         ranked = vote(sims, data.train_y[rows], data.num_classes, k, settings.temperature)
         top1, top5 = accuracy(ranked, test_y)
         train = samples[cell]
+        if ranked_out is not None:
+            ranked_out[cell] = ranked
         out[cell] = {"test_top1": top1, "test_top5": top5,
                      "train_rows": len(data.train_y) if train is None else len(train),
                      "train_rows_sha256": rows_digest(np.arange(len(data.train_y)) if train is None else train)}
@@ -188,7 +193,8 @@ def knn_rows(pair: StorePair, cells: Sequence[tuple[int | None, int]], *, model:
     validated = time.perf_counter()
     test_x, test_y = load_store(pair.test, "cpu")  # read only now: the choice of k is made
     test_x = l2_normalize(test_x) if protocol.normalize else test_x
-    tested = score_test(data, test_x, test_y, {c: r["k"] for c, r in chosen.items()}, settings, precision)
+    ranked: dict[tuple, Tensor] = {}
+    tested = score_test(data, test_x, test_y, {c: r["k"] for c, r in chosen.items()}, settings, precision, ranked)
     end = time.perf_counter()
     ident = knn_identity(features_identity(pair), settings, protocol, precision)
     world = 1
@@ -206,7 +212,8 @@ def knn_rows(pair: StorePair, cells: Sequence[tuple[int | None, int]], *, model:
             **{k: v for k, v in val.items() if k not in ("k", "val_top1_by_k")}, **tested[n, seed],
             **ident, "device": str(data.database.device), "world_size": world,
             "seconds": round(end - start, 3), "validation_seconds": round(validated - start, 3),
-            "test_seconds": round(end - validated, 3), "cells_in_pass": len(cells), "versions": versions()})
+            "test_seconds": round(end - validated, 3), "cells_in_pass": len(cells), "versions": versions(),
+            "predictions": Predictions.of(ranked[n, seed], test_y, pair.test_images, pair.classes)})
         log.info("%s: k=%d (val top-1 %.2f) -> test top-1 %.2f", format_key(row_key(rows[-1])), val["k"],
                  rows[-1]["val_top1"], rows[-1]["test_top1"])
     return rows

@@ -83,6 +83,28 @@ def evaluate_heads(weight: Tensor, bias: Tensor, x: Tensor, y: Tensor, chunk: in
 
 
 @torch.no_grad()
+def predict_heads(weight: Tensor, bias: Tensor, x: Tensor, top: int = 5, chunk: int = 8192,
+                  scored: list[bool] | None = None) -> Tensor:
+    """The ``top`` classes of every row for every head, ``(K, N, min(top, C))``, best first, ranked as
+    :func:`~cog_pl.probe.metrics.topk_correct` counts (the logits of :func:`evaluate_heads`; NaN above every value,
+    the lower class among equal logits), so a head's first class is right exactly where its top-1 counts it.
+    ``scored``: per head, False for one that gives no prediction (-1 throughout: rolled back to no state)."""
+    from cog_pl.probe.knn import topk_first
+
+    dim, k, classes = weight.shape
+    w = weight.reshape(dim, k * classes)
+    out = []
+    for i in range(0, len(x), chunk):
+        logits = torch.addmm(bias.reshape(-1), x[i : i + chunk], w).view(-1, k, classes)
+        logits = torch.nan_to_num(logits.transpose(0, 1), nan=float("inf")).reshape(-1, classes)
+        out.append(topk_first(logits, min(top, classes))[1].view(k, -1, min(top, classes)).cpu())
+    ranked = torch.cat(out, dim=1) if out else torch.empty(k, 0, min(top, classes), dtype=torch.long)
+    if scored is not None:
+        ranked[~torch.tensor(scored, dtype=torch.bool)] = -1
+    return ranked
+
+
+@torch.no_grad()
 @on_device_of_first_argument
 def train_heads(
     x: Tensor,

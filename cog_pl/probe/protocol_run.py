@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from optuna.storages import BaseStorage
 from torch import Tensor
@@ -25,6 +26,7 @@ from torch import Tensor
 from cog_pl.data.sampling import check_shots
 from cog_pl.device import fits, resolve_device
 from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.predictions import Predictions
 from cog_pl.probe.data import (
     ProbeData,
     final_indices,
@@ -34,6 +36,7 @@ from cog_pl.probe.data import (
     train_labels,
     tuning_indices,
 )
+from cog_pl.probe.multihead import predict_heads
 from cog_pl.probe.resume import (
     cells_todo,
     claim_expired,
@@ -70,6 +73,8 @@ class Splits:
     model: str | None = None
     domain: str | None = None
     features: dict | None = None  # the stores' identity (:func:`cog_pl.probe.resume.features_identity`)
+    test_images: np.ndarray | None = None  # the dataset row of each test feature row (the test store's index)
+    classes: tuple[str, ...] | None = None  # the concepts of the labels (wnids), where the stores record them
 
     @classmethod
     def load(cls, root: str | os.PathLike | StorePair, normalize: bool = True,
@@ -80,7 +85,8 @@ class Splits:
         (tx, ty), (sx, sy) = load_store(pair.train, device), load_store(pair.test, device)
         if normalize:
             tx, sx = l2_normalize(tx), l2_normalize(sx)
-        return cls(tx, ty, sx, sy, pair.num_classes, pair.model, pair.domain, features_identity(pair))
+        return cls(tx, ty, sx, sy, pair.num_classes, pair.model, pair.domain, features_identity(pair),
+                   pair.test_images, pair.classes)
 
     @classmethod
     def for_probes(cls, root: str | os.PathLike | StorePair, device: torch.device | str, protocol: ProbeProtocol,
@@ -169,6 +175,8 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     result = train_probe(final, [lr], [wd], protocol=protocol, seeds=[sub_seed(seed, 20)],
                          perm_seed=sub_seed(seed, 21), precision=precision, on_divergence=plan.on_divergence,
                          on_epoch_end=on_epoch_end)
+    rolled_back = plan.on_divergence == "rollback" and result.diverged_epoch[0] == 0  # scored 0: no state
+    ranked = predict_heads(result.weight, result.bias, final.eval_x, scored=[not rolled_back])[0]
     end = time.perf_counter()
     log.info("%s: lr %.4g wd %.3g -> test top-1 %.2f", name, lr, wd, float(result.top1[0]))
     return {
@@ -182,7 +190,15 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
         **row_identity(splits.features, protocol, plan.as_record(), precision), "study": name, "worker": worker_id(),
         "flush_denormal": flushed, "device": str(device), "seconds": round(end - start, 3),
         "tune_seconds": round(tuned - start, 3), "final_seconds": round(end - tuned, 3), "versions": versions(),
+        "predictions": final_predictions(splits, ranked),
     }
+
+
+def final_predictions(splits: Splits, ranked: Tensor) -> Predictions:
+    """The test predictions of a final probe on ``splits`` (stored beside its row by
+    :func:`cog_pl.results.append_row`)."""
+    images = np.arange(len(splits.test_y)) if splits.test_images is None else splits.test_images
+    return Predictions.of(ranked, splits.test_y, images, splits.classes)
 
 
 def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, protocol: ProbeProtocol,

@@ -1,14 +1,26 @@
-"""Write the whole report of a results store: markdown, CSV and the figures."""
+"""Write the whole report of a results store: markdown, CSV, the figures and, on request, one HTML page."""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cog_pl.analysis.paired import SEED
 from cog_pl.io import atomic_open
-from cog_pl.report.plots import plot_domains, plot_few_shot, plot_methods, plot_variants
+from cog_pl.provenance import created, versions
+from cog_pl.report.concept_tables import (
+    concept_rows,
+    concepts_csv,
+    concepts_markdown,
+    relative_intervals,
+    summary_columns,
+)
+from cog_pl.report.concepts import concept_report
+from cog_pl.report.html import report_html
+from cog_pl.report.plots import plot_domains, plot_few_shot, plot_methods, plot_similarity_curves, plot_variants
 from cog_pl.report.tables import csv_table, official_cells, probe_cells, report_markdown, summarize
 from cog_pl.report.variants import variant_lines, variants_markdown
 from cog_pl.results import read_rows
@@ -37,9 +49,14 @@ def skipped_markdown(features: str | Path, models: Sequence[str] = ()) -> str:
 
 
 def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (),
-                 baseline: str | None = None, features: str | Path | None = None) -> dict[str, Path]:
+                 baseline: str | None = None, features: str | Path | None = None, levels: str | Path | None = None,
+                 html: bool = False, seed: int = SEED) -> dict[str, Path]:
     """Tables and plots of ``models`` (all models in the store when empty); returns the files written. With
-    ``features`` (the feature stores' root), the images each store skipped as unreadable are counted."""
+    ``features`` (the feature stores' root), the images each store skipped as unreadable are counted. The concept
+    sections come from the predictions stored beside the rows (:mod:`cog_pl.report.concepts`; similarity from
+    ``levels``, a level or benchmark file, else WordNet; every bootstrap seeded by ``seed``); ``html``: also
+    ``report.html`` (:mod:`cog_pl.report.html`)."""
+    started = time.perf_counter()
     rows = read_rows(results)
     if not rows:
         raise ValueError(f"results file {results} holds no rows (run `cog-pl run` or `cog-pl probe` first)")
@@ -53,13 +70,21 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     cells = summarize(rows, baseline)
     official = official_cells(cells)  # the probes' figures
     variants = variant_lines(rows)
+    concepts = concept_report(results, rows, baseline, levels, seed)
     out = Path(out)
     files = {"markdown": out / "report.md", "csv": out / "results.csv", "domains": out / "domains.png"}
+    markdown = (report_markdown(cells, baseline, variants_markdown(variants) if variants else "",
+                                summary_columns(concepts), relative_intervals(concepts), concepts_markdown(concepts))
+                + (skipped_markdown(features, models) if features is not None else ""))
     with atomic_open(files["markdown"]) as fh:
-        fh.write(report_markdown(cells, baseline, variants_markdown(variants) if variants else "")
-                 + (skipped_markdown(features, models) if features is not None else ""))
+        fh.write(markdown)
     with atomic_open(files["csv"]) as fh:
         fh.write(csv_table(cells))
+    concept_lines = concept_rows(concepts)
+    if concept_lines:
+        files["concepts"] = out / "concepts.csv"
+        with atomic_open(files["concepts"]) as fh:
+            fh.write(concepts_csv(concept_lines))
     plot_domains(official, files["domains"])
     if baseline:
         files["relative"] = plot_domains(official, out / "domains_relative.png", relative=True, baseline=baseline)
@@ -70,4 +95,17 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
         files["methods"] = plot_methods(probes, out / "methods.png")
     if variants:
         files["variants"] = plot_variants(variants, out / "variants.png")
+    if concepts.curves:
+        files["concepts_similarity"] = plot_similarity_curves(concepts.curves, out / "concepts_similarity.png",
+                                                              concepts.info.measure)
+    if concepts.relative:
+        files["concepts_similarity_relative"] = plot_similarity_curves(
+            concepts.relative, out / "concepts_similarity_relative.png", concepts.info.measure, baseline)
+    if html:
+        figures = {k: v for k, v in files.items() if v.suffix == ".png"}
+        made = {"results": str(results), "made": created(), "by": f"cog_pl {versions()['cog_pl']}",
+                "seed": str(seed), "seconds": f"{time.perf_counter() - started:.1f}"}
+        files["html"] = out / "report.html"
+        with atomic_open(files["html"]) as fh:
+            fh.write(report_html(markdown, figures, concept_lines, made))
     return files

@@ -1,11 +1,13 @@
-"""Figures in the style of the paper: top-1 across IN-1K and L1..L5 (absolute and relative), few-shot curves, and
-the level variants (top-1 per level for each similarity measure)."""
+"""Figures in the style of the paper: top-1 across IN-1K and L1..L5 (absolute and relative), few-shot curves, the
+level variants (top-1 per level for each similarity measure), and concept top-1 against similarity to the seen
+concepts (binned, with bands)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cog_pl.analysis.concepts import Curve
 from cog_pl.io import atomic_open
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 from cog_pl.report.tables import Cell, domain_label, domains_of
@@ -130,5 +132,28 @@ def plot_variants(lines: Sequence[VariantLine], out: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("top-1 accuracy (%)")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_similarity_curves(curves: Mapping[str, Curve], out: str | Path, measure: str = "similarity",
+                           baseline: str | None = None) -> Path:
+    """Concept top-1 against similarity to the seen concepts, a line per model through the bins' means (at each
+    bin's mean similarity) with its 95 % band; ``baseline``: the curves are differences to it (points)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    for model in sorted(curves):
+        c = curves[model]
+        keep = c.concepts > 0
+        line = ax.plot(c.center[keep], c.mean[keep], marker="o", lw=1.5, label=model)[0]
+        ax.fill_between(c.center[keep], c.low[keep], c.high[keep], color=line.get_color(), alpha=0.2, lw=0)
+    if baseline:
+        ax.axhline(0, color="grey", lw=1, ls="--")
+    ax.set_xlabel(f"{measure} similarity to the closest seen concept")
+    ax.set_ylabel(f"concept top-1 relative to {baseline} (points)" if baseline else "concept top-1 (%)")
+    ax.set_title(("Relative concept" if baseline else "Concept") + " top-1 against similarity (levels L1..L5, bins "
+                 "with 95 % bands)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     return _save(fig, out)

@@ -16,7 +16,7 @@ import csv
 import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from cog_pl.protocol import DOMAINS, split_domain
@@ -98,14 +98,19 @@ def domains_of(cells: Sequence[Cell]) -> list[str]:
     return sorted({c.domain for c in cells}, key=domain_key)
 
 
-def markdown_table(cells: Sequence[Cell], shots: int | None = None, relative: bool = False) -> str:
-    """Models as rows, domains as columns, for one shots setting: ``mean ± std`` (or relative points)."""
+def markdown_table(cells: Sequence[Cell], shots: int | None = None, relative: bool = False,
+                   extra: Mapping[str, Mapping[str, str]] | None = None,
+                   notes: Mapping[tuple[str, str], str] | None = None) -> str:
+    """Models as rows, domains as columns, for one shots setting: ``mean ± std`` (or relative points). ``extra``:
+    columns after the domains (model -> column -> text); ``notes``: text after a cell's value ((model, domain) ->
+    text, e.g. a relative difference's interval)."""
     sel = [c for c in cells if c.shots == shots]
     domains = domains_of(sel)
     models = sorted({c.model for c in sel})
     by = {(c.model, c.domain): c for c in sel}
-    head = "| model | " + " | ".join(domain_label(d) for d in domains) + " |"
-    lines = [head, "|---" * (len(domains) + 1) + "|"]
+    columns = list(dict.fromkeys(k for m in models for k in (extra or {}).get(m, {})))
+    head = "| model | " + " | ".join([domain_label(d) for d in domains] + columns) + " |"
+    lines = [head, "|---" * (len(domains) + len(columns) + 1) + "|"]
     for m in models:
         vals = []
         for d in domains:
@@ -116,6 +121,9 @@ def markdown_table(cells: Sequence[Cell], shots: int | None = None, relative: bo
                 vals.append("–" if c.relative is None else f"{c.relative:+.2f}")
             else:
                 vals.append(spread(c.top1, c.top1_std, c.seeds))
+            if c is not None and (m, d) in (notes or {}) and vals[-1] != "–":
+                vals[-1] += f" {notes[m, d]}"
+        vals += [(extra or {}).get(m, {}).get(k, "–") for k in columns]
         lines.append(f"| {m} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
@@ -131,14 +139,26 @@ def csv_table(cells: Sequence[Cell]) -> str:
     return buf.getvalue()
 
 
-def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants: str = "") -> str:
-    """The whole report: all-data table, relative table, the level variants' table (``variants``, markdown, from
-    :func:`cog_pl.report.variants.variants_markdown`), and one few-shot table per domain."""
+def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants: str = "",
+                    summary: Mapping[str, Mapping[str, str]] | None = None,
+                    intervals: Mapping[tuple[str, str], str] | None = None, concepts: str = "") -> str:
+    """The whole report: all-data table (with ``summary`` columns per model: the L1-L5 drop and the slope over
+    similarity), relative table (each difference with its paired interval, ``intervals``), the level variants'
+    table (``variants``, markdown, from :func:`cog_pl.report.variants.variants_markdown`), the concept sections
+    (``concepts``, :func:`cog_pl.report.concept_tables.concepts_markdown`) and one few-shot table per domain."""
     official = official_cells(cells)
     parts = ["# ImageNet-CoG results", "", "## Linear probes on all training data: test top-1 (%), mean ± std over "
-             "seeds", "", markdown_table(official, None)]
+             "seeds", "", markdown_table(official, None, extra=summary)]
+    if summary:
+        slope = any(k.startswith("slope") for cols in summary.values() for k in cols)
+        parts += ["", "L1−L5: the top-1 drop from L1 to L5, paired by seed" + (
+            "; slope: concept top-1 against similarity to the seen concepts (section Concepts)." if slope else ".")]
     if baseline and any(c.relative is not None for c in official):
-        parts += ["", f"## Relative to {baseline} (top-1 points)", "", markdown_table(official, None, relative=True)]
+        parts += ["", f"## Relative to {baseline} (top-1 points)", "",
+                  markdown_table(official, None, relative=True, notes=intervals)]
+        if intervals:
+            parts += ["", "[low, high]: 95 % paired bootstrap interval of the difference; n.s.: not significant "
+                      "(paired permutation p ≥ 0.05); section Paired differences."]
     beside = methods_markdown(cells)
     if beside:
         parts += ["", "## " + " beside ".join(METHODS[m] for m in reversed(probe_methods(cells)))
@@ -153,6 +173,8 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
                   "The same concepts cut into five levels by another similarity to IN-1K (`cog-pl features regroup`; "
                   "the official levels are Lin's). The larger a measure's L1−L5 drop, the more its levels order the "
                   "concepts by how hard they are for the model. The drop is paired by seed.", "", variants]
+    if concepts:
+        parts += ["", concepts.rstrip("\n")]
     shots = sorted({c.shots for c in cells if c.shots is not None})
     if shots:
         parts += ["", "## Few-shot: test top-1 (%) per number of images per concept"]
