@@ -28,7 +28,8 @@ def test_center_crop_keeps_the_middle_of_the_shortest_side_resize():
 
 @pytest.mark.parametrize("name,size,mean0", [("inception_v3", 299, 0.485), ("deit_b_distilled", 384, 0.485),
                                              ("efficientnet_b1", 240, 0.485), ("efficientnet-b4", 380, 0.485),
-                                             ("clip", 224, 0.481), ("simclr_v2", 224, 0.0), ("resnet50", 224, 0.485)])
+                                             ("clip", 224, 0.48145466),  # naver/cog configs/clip.yaml
+                                             ("simclr_v2", 224, 0.0), ("resnet50", 224, 0.485)])
 def test_per_model_values_of_the_protocol(name, size, mean0):
     cfg = backbone_transform(name)
     assert cfg.crop == cfg.resize == size and cfg.mean[0] == mean0
