@@ -177,7 +177,7 @@ def test_leases_are_renewed_within_a_short_stale_after(tmp_path):
     features = write_features(tmp_path / "feats", classes=10, dim=32, per_class=80)
     db = tmp_path / "study.db"
     cmd = [sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(features), "--trials", "6",
-           "--epochs", "1000", "--batch-size", "32", "--storage", str(db), "--study-name", "s", "--threads", "1",
+           "--epochs", "5000", "--batch-size", "32", "--storage", str(db), "--study-name", "s", "--threads", "1",
            "--device", "cpu", "--stale-after", "1"]
     worker = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     failed, polls = 0, 0
