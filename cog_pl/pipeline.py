@@ -430,16 +430,17 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
     protocol, plan, device = cfg.protocol, cfg.probe.plan(), str(resolve_device(cfg.probe.device))
     grid = cfg.probe_grid
     methods = [get_probe_method(m) for m in cfg.methods]
+    linear = get_probe_method("linear").run
 
-    def call(fn, domain, seeds, shots):
-        if fn is get_probe_method("linear").run and cfg.probe.workers is not None:  # N processes (probe.workers)
+    def call(fn, domain, seeds, shots, wait=False):
+        if fn is linear and cfg.probe.workers is not None:  # N processes (probe.workers)
             from cog_pl.probe.workers import run_workers
 
             fn = functools.partial(run_workers, workers=cfg.probe.workers)
-        elif fn is get_probe_method("linear").run and cfg.probe.claim_cells:  # workers on other machines share it
+        elif fn is linear and cfg.probe.claim_cells:  # workers on other machines share the grid
             from cog_pl.probe.protocol_run import run_protocol
 
-            fn = functools.partial(run_protocol, claim_cells=True)
+            fn = functools.partial(run_protocol, claim_cells=True, wait=wait)  # no barrier after each domain
         return fn(out / "features" / model_name / domain, out / "results.sqlite", model=model_name, domain=domain,
                   storage=cfg.study_storage, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
                   overwrite=cfg.overwrite)
@@ -459,6 +460,9 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
                              len(seeds), len(shots))
                 written += len(call(method.run, domain, seeds, shots))
                 bar.update(len(seeds) * len(shots))
+        if cfg.probe.claim_cells and "linear" in cfg.methods:  # the cells other workers held: wait for them (and
+            for domain, seeds, shots in grid:  # take over those whose worker is gone)
+                written += len(call(linear, domain, seeds, shots, wait=True))
     return written
 
 

@@ -55,8 +55,14 @@ def _count(results: Path) -> int:
 
 
 def _job_logs(out: Path) -> str:
-    logs = sorted((out / "slurm" / "logs").rglob("*")) if (out / "slurm" / "logs").is_dir() else []
-    return "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-1500:]}" for p in logs if p.is_file())
+    """The end of each job's log, and every error line in it."""
+    logs = [p for p in sorted((out / "slurm" / "logs").rglob("*")) if p.suffix in (".err", ".out")]
+    parts = []
+    for path in logs:
+        lines = path.read_text(errors="replace").splitlines()
+        errors = [ln for ln in lines[:-15] if "error" in ln.lower() or "Caught signal" in ln or "requeue" in ln]
+        parts.append("\n".join([f"--- {path}", *errors[-10:], "...", *lines[-15:]]))
+    return "\n".join(parts)
 
 
 def _wait(condition, timeout: float, what: str, out: Path):
@@ -65,6 +71,12 @@ def _wait(condition, timeout: float, what: str, out: Path):
         return wait_for(condition, timeout, what)
     except AssertionError as err:
         raise AssertionError(f"{err}\n{_job_logs(out)}") from None
+
+
+def _requeued(cluster, array: str, tasks: int = 2) -> list[dict[str, str]]:
+    """The array's tasks once every one of them was requeued and waits (SLURM delays a requeued job)."""
+    shown = [t for t in cluster.show(array) if t.get("Restarts") == "1" and t.get("JobState") == "PENDING"]
+    return shown if len(shown) == tasks else []
 
 
 def _ids(out: Path) -> dict[str, str]:
@@ -173,9 +185,8 @@ def test_signalled_and_cancelled_jobs_submitted_again_end_with_the_same_rows(on_
     probe = _ids(out)["probe/demo_cnn"]
     _wait(lambda: _count(results) >= 3, GRAPH_TIMEOUT, "the first rows", out)
     cluster.run("scancel", "--signal=USR2", probe)  # what SLURM sends --signal-delay s before the limit
-    restarted = _wait(lambda: [t for t in cluster.show(probe) if t.get("Restarts") == "1"
-                               and t.get("JobState") == "PENDING"], 120, "the probe tasks to requeue themselves", out)
-    assert len(restarted) == 2 and _count(results) < CELLS, _job_logs(out)
+    restarted = _wait(lambda: _requeued(cluster, probe), 120, "both probe tasks to requeue themselves", out)
+    assert _count(results) < CELLS, _job_logs(out)
     for task in restarted:
         cluster.release(f"{probe}_{task['ArrayTaskId']}")
     resumed = _count(results)
@@ -219,8 +230,8 @@ def test_plain_sbatch_scripts_submitted_by_hand_give_the_same_rows(on_slurm, loc
     results = out / "results.sqlite"
     _wait(lambda: _count(results) >= 3, GRAPH_TIMEOUT, "the first rows", out)
     cluster.run("scancel", "--batch", "--signal=USR2", ids["probe/demo_cnn"])  # the script's trap requeues
-    restarted = _wait(lambda: [t for t in cluster.show(ids["probe/demo_cnn"]) if t.get("Restarts") == "1"
-                               and t.get("JobState") == "PENDING"], 120, "the scripts to requeue their jobs", out)
+    restarted = _wait(lambda: _requeued(cluster, ids["probe/demo_cnn"]), 120, "the scripts to requeue their jobs",
+                      out)
     for task in restarted:
         cluster.release(f"{ids['probe/demo_cnn']}_{task['ArrayTaskId']}")
     _wait_graph(cluster, out)

@@ -163,21 +163,20 @@ def run_jobs(configs: Sequence[RunConfig], argv: Sequence[str], opts: ClusterOpt
 
 
 def ordered(jobs: Iterable[Job]) -> list[Job]:
-    """The jobs in an order where each comes after those it depends on (refusing a cycle or an unknown key)."""
+    """The jobs in their order, each moved after those it depends on (a cycle or an unknown key refused)."""
     left, done, out = list(jobs), set(), []
     keys = {j.key for j in left}
     for job in left:
         unknown = [k for k in job.after if k not in keys]
         if unknown:
             raise ValueError(f"job {job.key} depends on unknown job(s) {', '.join(unknown)}")
-    while left:
-        ready = [j for j in left if set(j.after) <= done]
-        if not ready:
+    while left:  # the first job in the given order whose dependencies are placed
+        job = next((j for j in left if set(j.after) <= done), None)
+        if job is None:
             raise ValueError(f"the jobs {', '.join(j.key for j in left)} depend on each other")
-        for job in ready:
-            out.append(job)
-            done.add(job.key)
-            left.remove(job)
+        out.append(job)
+        done.add(job.key)
+        left.remove(job)
     return out
 
 

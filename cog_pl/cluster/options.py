@@ -141,12 +141,12 @@ class ClusterOptions:
         return params
 
     def describe(self) -> str:
-        """One line: what every job gets."""
+        """What every job gets, in two lines."""
         hours, minutes = divmod(self.time_min, 60)
         shared = ", ".join(f"{k} {v}" if v is not True else k for k, v in self.sbatch_parameters().items())
-        return (f"every job: time {hours}:{minutes:02d}:00{', ' + shared if shared else ''}; SLURM signals it "
-                f"{self.signal_delay_s} s before the limit and it requeues itself (up to {self.requeues} time "
-                "limits; a preemption always), resuming from what is finished")
+        return (f"every job: time {hours}:{minutes:02d}:00{', ' + shared if shared else ''}\n"
+                f"requeued on SLURM's signal {self.signal_delay_s} s before its time limit (up to {self.requeues} "
+                "times) and on preemption, resuming from what is finished")
 
 
 def cluster_options(args: argparse.Namespace) -> ClusterOptions | None:

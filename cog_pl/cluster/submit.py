@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,19 +30,29 @@ class StageJob(submitit.helpers.Checkpointable):
 
     def __init__(self, argv: Sequence[str]) -> None:
         self.argv = tuple(argv)
+        self.requeued = False
 
     def __call__(self) -> int:
         os.environ[JOB_ENV] = "1"
         from cog_pl.cli.main import main
 
-        status = main(list(self.argv))
+        try:
+            status = main(list(self.argv))
+        except BaseException:
+            if self.requeued:  # submitit's handler ends the process with SystemExit, wherever it stood
+                sys.exit(-1)
+            raise
+        if status and self.requeued:  # the exit reached cleanup code that failed in its turn: requeued anyway
+            sys.exit(-1)
         if status:  # a failed stage fails its job: the jobs after it (afterok) never start
             raise RuntimeError(f"cog-pl {shlex.join(self.argv)} ended with exit status {status} (its error is in "
                                "this job's log)")
         return status
 
     def checkpoint(self) -> submitit.helpers.DelayedSubmission:
-        """The same command again: the work done lives in the stores, rows and studies, not in this object."""
+        """The same command again: the work done lives in the stores, rows and studies, not in this object.
+        Called by submitit's signal handler on task 0 just before it requeues the job and exits."""
+        self.requeued = True
         log.warning("requeued: cog-pl %s resumes from what is finished", shlex.join(self.argv))
         return submitit.helpers.DelayedSubmission(StageJob(self.argv))
 

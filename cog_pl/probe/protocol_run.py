@@ -205,7 +205,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                  plan: SearchPlan | None = None,
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                  device: str | torch.device = "cpu", overwrite: bool = False,
-                 claim_cells: bool = False) -> list[dict[str, Any]]:
+                 claim_cells: bool = False, wait: bool = True) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end;
     returns the rows this worker wrote.
 
@@ -216,7 +216,8 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     every row of the grid is written (by any of them). With ``claim_cells`` a worker claims each cell before tuning
     it (the claim renewed every ``plan.heartbeat_every`` seconds), so every cell is tuned by one worker alone and the
     rows equal a one-worker run's however many workers share the grid (the SLURM launcher's probe tasks,
-    :mod:`cog_pl.cluster`).
+    :mod:`cog_pl.cluster`). ``wait=False`` returns once every cell left is held by another worker instead of when
+    every row is written, so that a worker goes on to another grid meanwhile (and comes back with ``wait=True``).
     """
     protocol, plan, seeds, shots = grid_values(protocol, plan, seeds, shots)
     pair = open_pair(root)
@@ -239,6 +240,9 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                     rows.append(row)
                 elif status == "held":
                     waiting.append((n, seed))
+            if waiting and not wait:
+                log.info("%d row(s) left to the workers making them", len(waiting))
+                break
             if waiting:  # rows another worker is making: wait for them, take over a claim whose worker is gone
                 log.info("waiting for %d row(s) another worker is making", len(waiting))
                 time.sleep(1.0)
