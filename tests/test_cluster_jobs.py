@@ -242,3 +242,51 @@ def test_claimed_cells_are_tuned_by_one_worker_alone(tmp_path):
     release_claim(results, held, "other")
     worker.join(timeout=120)
     assert not worker.is_alive() and sorted((r["shots"] or 0) for r in made) == [0, 2]
+
+
+def test_extract_and_probe_protocol_take_the_launcher_too(tmp_path, capsys):
+    from test_probe_fixtures import write_features
+
+    _roots(tmp_path)
+    argv = ["extract", "--config", str(REPO / "configs/extract/resnet50.yaml"), "--data.in1k_root",
+            str(tmp_path / "data/in1k"), "--data.in21k_root", str(tmp_path / "data/in21k"), "--data.out",
+            str(tmp_path / "features"), "--launcher", "slurm", "--nodes", "2", "--gpus-per-node", "4", "--dry-run"]
+    assert main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "extract/resnet50  2 nodes x 4 tasks, 4 GPUs a node" in out and "12 feature stores" in out
+    assert out.rstrip().endswith("--trainer.num_nodes 2 --trainer.devices 4 --trainer.accelerator gpu "
+                                 "--trainer.strategy ddp")
+    assert main([*argv[:-5], "--trainer.devices", "2", *argv[-5:]]) == 2
+    assert "--trainer.devices 2: under --launcher" in capsys.readouterr().err
+
+    features = write_features(tmp_path / "m" / "d", classes=3, dim=8, per_class=10, test_per_class=2)
+    argv = ["probe", "protocol", "--features", str(features), "--results", str(tmp_path / "r.sqlite"), "--seeds",
+            "22", "37", "--shots", "all", "2", "--launcher", "sbatch-scripts", "--workers", "3", "--dry-run"]
+    assert main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "probe/m/d  array of 3 tasks" in out and "4 rows: linear on 2 seeds x 2 shot settings" in out
+    assert f"--claim-cells --storage {tmp_path}/cog_probe_runs/optuna.journal".replace(f"{tmp_path}/", "") in out
+    assert main([*argv, "--storage", "s.db"]) == 2
+    assert "a SQLite file cannot be shared by 3 tasks" in capsys.readouterr().err
+
+
+def test_a_submission_is_refused_while_an_earlier_one_does_the_same_work(tmp_path, monkeypatch):
+    """Two extractions of one model must not write the same stores: a second submission waits for the first;
+    another model's jobs may go; jobs that can never start (their dependency failed) are cancelled."""
+    import cog_pl.cluster.launch as launch
+
+    root = tmp_path / "o"
+    write_ledger(root, "slurm", _graph(), {"extract/m": "10", "probe/m": "11", "report": "12"}, {})
+    states = {"10": [TaskState("10", "RUNNING")], "11": [TaskState("11_0", "PENDING", "Dependency")],
+              "12": [TaskState("12", "PENDING", "DependencyNeverSatisfied")]}
+    cancelled: list = []
+    monkeypatch.setattr(launch, "job_states", lambda ids: {i: states.get(i, []) for i in ids})
+    monkeypatch.setattr(launch, "cancel", lambda ids: cancelled.extend(ids))
+    with pytest.raises(ValueError, match=r"still queued or running \(extract/m 10 RUNNING, probe/m 11_0 PENDING\)"):
+        launch.refuse_live(root, _graph())
+    other = [Job("extract/n", "extract", ()), Job("report", "report", ())]
+    launch.refuse_live(root, other)  # another model: allowed, the stuck report cancelled
+    assert cancelled == ["12"]
+    states["10"] = [TaskState("10", "COMPLETED")]
+    states["11"] = [TaskState("11_0", "FAILED")]
+    launch.refuse_live(root, _graph())

@@ -113,7 +113,7 @@ def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
         raise ValueError(f"--trainer.accelerator {trainer['accelerator']}: under --launcher with --gpus-per-node "
                          f"{cluster.gpus_per_node} the extraction runs on {wanted}")
     name = resolve_spec(config["model"]["model"]).name
-    root = Path(data["out"])
+    root = Path(data["out"]).resolve()
     stores = tuple(str(root / name / d / s) for d in data["domains"] for s in data["splits"])
     options = extract_trainer_options(cluster, str(trainer["strategy"]), ("--trainer.num_nodes", "--trainer.devices",
                                                                          "--trainer.accelerator",

@@ -21,6 +21,7 @@ import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cog_pl.cluster.options import ClusterOptions
@@ -130,7 +131,7 @@ def run_jobs(configs: Sequence[RunConfig], argv: Sequence[str], opts: ClusterOpt
     for cfg in configs:
         name = resolve_spec(cfg.model).name
         mine = model_argv(cfg)
-        stores = tuple(str(p) for p in cfg.store_paths(name))
+        stores = tuple(str(p.resolve()) for p in cfg.store_paths(name))
         extract = Job(f"extract/{name}", "extract",
                       stage_argv(("run",), mine, "extract",
                                  *extract_trainer_options(opts, cfg.extract.strategy,
@@ -155,7 +156,7 @@ def run_jobs(configs: Sequence[RunConfig], argv: Sequence[str], opts: ClusterOpt
                             gpus_per_node=opts.task_gpus, after=checked, rows=tuned))
             ends.append(jobs[-1].key)
     if first.report:
-        report = f"{first.out}/report/report.md"
+        report = str(Path(first.out).resolve() / "report" / "report.md")
         jobs.append(Job("report", "report", stage_argv(("run",), model_argv(first), "report"),
                         what=f"the report of every model in {first.out}/results.sqlite", after=tuple(ends),
                         files=(report,)))
