@@ -18,10 +18,13 @@ concept is most often taken for).
 
 Each stage resumes: complete feature stores are skipped and interrupted ones continued, each only when made by the
 same model, weights, precision, transform and data (else refused; ``overwrite`` replaces them); result rows that
-exist are skipped and interrupted Optuna studies continued from their SQLite storage; the report is recomputed from
-rows.
+exist are skipped and interrupted Optuna studies continued from their storage; the report is recomputed from rows.
+``stage`` runs one stage of :data:`STAGES` alone (the jobs of the SLURM launcher, :mod:`cog_pl.cluster`): ``probe``
+needs the stores complete, ``report`` rows. Under a distributed extraction (``srun`` tasks, Lightning's DDP) every
+rank extracts and only global rank zero goes on to the later stages.
 Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite`` and the test predictions beside it
-(``results.predictions/``, :mod:`cog_pl.predictions`), ``optuna.db``, ``report/``.
+(``results.predictions/``, :mod:`cog_pl.predictions`), ``optuna.db`` (unless ``storage`` names another Optuna
+storage), ``report/``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The stages of a run, in order (``RunConfig.stage`` runs one alone).
+STAGES = ("check", "extract", "probe", "finetune", "report")
 #: Arguments of :func:`~cog_pl.finetune.compare.finetune_domains` the run sets itself, hence no ``finetune`` keys.
 FINETUNE_SET_BY_RUN = ("model", "checkpoint", "results", "domains", "in1k_root", "in21k_root", "benchmark",
                        "transform", "seed", "progress", "overwrite")
@@ -102,6 +107,7 @@ class ProbeOptions:
     precision: str = "auto"  # "auto", "32-true" or "bf16-mixed" (SearchPlan)
     trial_batch: int | None = None  # None: SearchPlan's
     workers: int | str | None = None  # N or "auto": worker processes per grid (cog_pl.probe.workers); None: this one
+    claim_cells: bool = False  # claim each cell before tuning it: one worker tunes it (probe.protocol_run.run_protocol)
 
     @property
     def protocol(self) -> ProbeProtocol:
@@ -148,6 +154,8 @@ class RunConfig:
     report: bool = True  # write the report at the end (False: the caller writes one, e.g. the demo for two models)
     html: bool = True  # the report also as report.html (cog_pl.report.html)
     noise_predictions: bool = True  # the label-noise check's predictions for the report (IN-1K probe on the levels)
+    stage: str | None = None  # one of STAGES alone; None: every stage in turn
+    storage: str | None = None  # the probes' Optuna storage (database URL, journal or SQLite file); None: out/optuna.db
 
     @property
     def variant_domains(self) -> tuple[str, ...]:
@@ -164,7 +172,26 @@ class RunConfig:
         """The probe protocol of the run: the published values with the probe options' trials and epochs."""
         return self.probe.protocol
 
+    @property
+    def study_storage(self) -> str:
+        """Where the probes' Optuna studies live: ``storage``, by default ``optuna.db`` under ``out``."""
+        return self.storage or str(Path(self.out) / "optuna.db")
+
+    @property
+    def probe_grid(self) -> list[tuple[str, tuple[int, ...], tuple[int | None, ...]]]:
+        """Every probed domain with its seeds and shot settings: the domains, then the level variants'."""
+        grid = [(d, tuple(self.seeds), tuple(self.shots)) for d in self.domains]
+        variant_seeds = tuple(self.seeds if self.variant_seeds is None else self.variant_seeds)
+        return grid + [(d, variant_seeds, tuple(self.variant_shots)) for d in self.variant_domains]
+
+    def store_paths(self, model_name: str) -> list[Path]:
+        """The train and test feature stores the probes read: every domain's, then the level variants'."""
+        root = Path(self.out) / "features" / model_name
+        return [root / d / s for d in (*self.domains, *self.variant_domains) for s in ("train", "test")]
+
     def __post_init__(self) -> None:
+        if self.stage is not None and self.stage not in STAGES:
+            raise ValueError(f"stage {self.stage!r}: choose from {', '.join(STAGES)}")
         self.protocol  # noqa: B018 - refuses bad trials/epochs now, not after extraction
         for name, seeds in (("seeds", self.seeds), ("variant_seeds", self.variant_seeds),
                             ("finetune_seeds", self.finetune_seeds)):
@@ -252,16 +279,17 @@ class RunSummary:
     rows_total: int
     report: dict[str, Path]
     seconds: dict[str, float]
+    lead: bool = True  # False on the other ranks of a distributed extraction, which end after it
 
 
 def run(cfg: RunConfig) -> RunSummary:
-    """Run every stage; returns where everything was written."""
+    """Run every stage (``cfg.stage``: that one alone); returns where everything was written."""
     import optuna
 
     from cog_pl.models import resolve_spec
     from cog_pl.results import check_results_file
 
-    resolve_spec(cfg.model)  # an unknown model fails before any work
+    spec = resolve_spec(cfg.model)  # an unknown model fails before any work
     check_results_file(Path(cfg.out) / "results.sqlite")  # so does a results file that cannot take the rows
     from cog_pl.levels.seen import run_seen_warnings
 
@@ -270,36 +298,65 @@ def run(cfg: RunConfig) -> RunSummary:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = Path(cfg.out)
     seconds: dict[str, float] = {}
-    if cfg.check:
+
+    def runs(stage: str) -> bool:
+        return cfg.stage in (None, stage)
+
+    model_name, transform, stores = spec.name, cfg.transform, cfg.store_paths(spec.name)
+    if cfg.check and runs("check"):
         t = time.perf_counter()
         _check(cfg)
         seconds["check"] = time.perf_counter() - t
-    t = time.perf_counter()
-    stores, model_name, transform = _extract(cfg, out)
-    seconds["extract"] = time.perf_counter() - t
-    if cfg.variants:
+    if runs("extract"):
         t = time.perf_counter()
-        stores += _regroup(cfg, out, model_name)
-        seconds["regroup"] = time.perf_counter() - t
-    t = time.perf_counter()
-    written = _probe(cfg, out, model_name)
-    seconds["probe"] = time.perf_counter() - t
-    if cfg.noise_predictions and "in1k" in cfg.domains and "linear" in cfg.methods:
+        stores, model_name, transform, lead = _extract(cfg, out)
+        seconds["extract"] = time.perf_counter() - t
+        if not lead:  # another rank of a distributed extraction: rank zero does the rest
+            return RunSummary(out, stores, 0, 0, {}, seconds, lead=False)
+        if cfg.variants:
+            t = time.perf_counter()
+            stores += _regroup(cfg, out, model_name)
+            seconds["regroup"] = time.perf_counter() - t
+    written = 0
+    if runs("probe"):
+        if cfg.stage == "probe":
+            _require_stores(stores)
         t = time.perf_counter()
-        _noise(cfg, out, model_name)
-        seconds["label-noise predictions"] = time.perf_counter() - t
-    if cfg.finetune is not None:
+        written = _probe(cfg, out, model_name)
+        seconds["probe"] = time.perf_counter() - t
+        if cfg.noise_predictions and "in1k" in cfg.domains and "linear" in cfg.methods:
+            t = time.perf_counter()
+            _noise(cfg, out, model_name)
+            seconds["label-noise predictions"] = time.perf_counter() - t
+    if cfg.finetune is not None and runs("finetune"):
         t = time.perf_counter()
-        written += _finetune(cfg, out, transform)
+        written += _finetune(cfg, out, transform or _backbone_transform(cfg))
         seconds["finetune"] = time.perf_counter() - t
     from cog_pl.report.build import write_report
     from cog_pl.results import read_rows
 
     report = {}
-    if cfg.report:
+    if cfg.report and runs("report"):
         report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline,
                               features=out / "features", levels=cfg.benchmark, html=cfg.html)
     return RunSummary(out, stores, written, len(read_rows(out / "results.sqlite")), report, seconds)
+
+
+def _require_stores(paths: Sequence[Path]) -> None:
+    """Refuse to probe before the extraction ended: every store the probes read must be complete."""
+    from cog_pl.features.store import is_complete
+
+    missing = [p for p in paths if not is_complete(p)]
+    if missing:
+        raise FileNotFoundError(f"feature store {missing[0]} is not complete ({len(missing)} of {len(paths)} are "
+                                "not): run the extract stage first (cog-pl run ... --stage extract)")
+
+
+def _backbone_transform(cfg: RunConfig) -> Any:
+    """The transform the extraction reads images with, for a stage that runs without it (fine-tuning alone)."""
+    from cog_pl.extract.module import FeatureExtractor
+
+    return FeatureExtractor(cfg.model, cfg.checkpoint, trust_checkpoint=cfg.trust_checkpoint).transform_config
 
 
 def _check(cfg: RunConfig) -> None:
@@ -315,9 +372,10 @@ def _check(cfg: RunConfig) -> None:
     logger.info("data check passed")
 
 
-def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any]:
-    """The feature stores of every domain (complete ones skipped); returns them, the model's name and the transform
-    the images were read with (``cfg.transform``, by default the backbone's own), which fine-tuning reuses."""
+def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
+    """The feature stores of every domain (complete ones skipped); returns them, the model's name, the transform
+    the images were read with (``cfg.transform``, by default the backbone's own), which fine-tuning reuses, and
+    whether this process is global rank zero (under ``srun`` every task runs this, one rank each)."""
     import lightning as L
 
     from cog_pl.callbacks.progress import StageProgress
@@ -343,12 +401,14 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any]:
         model.set_backbone(model.backbone, channels_last=True)
     dm.model_meta = model.store_meta(str(trainer.precision))  # what existing stores are checked against
     dm.setup("predict")
-    dm.finish_ready(dm.model_meta, model.feature_dim)
+    if trainer.is_global_zero:  # one rank finalises what an interrupted run wrote whole (as cog-pl extract does)
+        dm.finish_ready(dm.model_meta, model.feature_dim)
     if dm.targets:
         trainer.predict(model, datamodule=dm, return_predictions=False)
     for path in dm.skipped:
         logger.info("feature store complete, skipped: %s", path)
-    return [dm.store_path(d, s) for d in cfg.domains for s in ("train", "test")], model.model_name, transform
+    stores = [dm.store_path(d, s) for d in cfg.domains for s in ("train", "test")]
+    return stores, model.model_name, transform, trainer.is_global_zero
 
 
 def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
@@ -412,18 +472,21 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
     from cog_pl.probe.methods import get_probe_method
 
     protocol, plan, device = cfg.protocol, cfg.probe.plan(), str(resolve_device(cfg.probe.device))
-    grid = [(d, tuple(cfg.seeds), tuple(cfg.shots)) for d in cfg.domains]
-    variant_seeds = tuple(cfg.seeds if cfg.variant_seeds is None else cfg.variant_seeds)
-    grid += [(d, variant_seeds, tuple(cfg.variant_shots)) for d in cfg.variant_domains]
+    grid = cfg.probe_grid
     methods = [get_probe_method(m) for m in cfg.methods]
+    linear = get_probe_method("linear").run
 
-    def call(fn, domain, seeds, shots):
-        if fn is get_probe_method("linear").run and cfg.probe.workers is not None:  # N processes (probe.workers)
+    def call(fn, domain, seeds, shots, wait=False):
+        if fn is linear and cfg.probe.workers is not None:  # N processes (probe.workers)
             from cog_pl.probe.workers import run_workers
 
             fn = functools.partial(run_workers, workers=cfg.probe.workers)
+        elif fn is linear and cfg.probe.claim_cells:  # workers on other machines share the grid
+            from cog_pl.probe.protocol_run import run_protocol
+
+            fn = functools.partial(run_protocol, claim_cells=True, wait=wait)  # no barrier after each domain
         return fn(out / "features" / model_name / domain, out / "results.sqlite", model=model_name, domain=domain,
-                  storage=out / "optuna.db", protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
+                  storage=cfg.study_storage, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
                   overwrite=cfg.overwrite)
 
     for method in methods:  # a row made with other inputs is refused before any probe runs
@@ -441,6 +504,9 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
                              len(seeds), len(shots))
                 written += len(call(method.run, domain, seeds, shots))
                 bar.update(len(seeds) * len(shots))
+        if cfg.probe.claim_cells and "linear" in cfg.methods:  # the cells other workers held: wait for them (and
+            for domain, seeds, shots in grid:  # take over those whose worker is gone)
+                written += len(call(linear, domain, seeds, shots, wait=True))
     return written
 
 

@@ -8,12 +8,15 @@ only when made by the same checkpoint, model, precision, transform and data (els
 ``--data.decode pil|cpu|gpu|auto`` picks the decode path (:mod:`cog_pl.extract.decode`), ``--data.num_workers auto``
 the loader workers from the cores available.
 Any Trainer option works (``--trainer.devices 4 --trainer.strategy ddp --trainer.precision bf16-mixed``,
-``--trainer.num_nodes`` on a cluster).
+``--trainer.num_nodes`` on a cluster). ``--launcher slurm`` (and the other options of
+:data:`cog_pl.cluster.options.OPTIONS`, read before the LightningCLI sees the line) submits the extraction as one
+SLURM job on ``--nodes`` x ``--gpus-per-node``, one ``srun`` task per GPU (docs/cluster.md).
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.cli import LightningArgumentParser
@@ -56,8 +59,60 @@ def _summary(dm: ExtractionDataModule) -> None:
         print(f"{path:<{width}}  {'' if n is None else n:>9}  {status}")
 
 
-def run(argv: list[str], prog: str = "cog-pl extract") -> ExtractCLI:
-    """Run ``cog-pl extract ARGV``: LightningCLI ``predict`` (the only subcommand) on ``ARGV``."""
-    return hand_over(ExtractCLI, ["predict", *argv], prog, model_class=FeatureExtractor,
+class _ParseOnly(ExtractCLI):
+    """The command line parsed and checked by the LightningCLI, nothing built: what ``--launcher`` submits."""
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+def _cli(cls: type[ExtractCLI], argv: list[str], prog: str, **kwargs: Any) -> ExtractCLI:
+    command = [] if kwargs.get("run") is False else ["predict"]  # run=False: no subcommand
+    return hand_over(cls, [*command, *argv], prog, model_class=FeatureExtractor,
                      datamodule_class=ExtractionDataModule, trainer_defaults=TRAINER_DEFAULTS,
-                     save_config_callback=None, seed_everything_default=False)
+                     save_config_callback=None, seed_everything_default=False, **kwargs)
+
+
+def run(argv: list[str], prog: str = "cog-pl extract") -> ExtractCLI | None:
+    """Run ``cog-pl extract ARGV``: LightningCLI ``predict`` (the only subcommand) on ``ARGV``; with ``--launcher``,
+    submit it (:func:`launch`)."""
+    from cog_pl.cluster.options import cluster_options, split_argv
+
+    given, rest = split_argv(argv)
+    if "-h" in rest or "--help" in rest:
+        return _cli(ExtractCLI, rest, prog)
+    cluster = cluster_options(given)
+    if cluster is None:
+        return _cli(ExtractCLI, argv, prog)
+    launch(rest, cluster, prog)
+    return None
+
+
+def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
+    """``cog-pl extract --launcher``: the command line checked here, then run as one SLURM job of ``--nodes`` x one
+    task per GPU, Lightning's DDP across them (:mod:`cog_pl.cluster`)."""
+    from cog_pl.cluster.jobs import Job, extract_trainer_options
+    from cog_pl.cluster.launch import launch as launch_jobs
+    from cog_pl.models import resolve_spec
+
+    config = _cli(_ParseOnly, rest, prog, run=False).config
+    trainer, data = config["trainer"], config["data"]
+    per_node, wanted = cluster.tasks_per_node, "gpu" if cluster.gpus_per_node else "cpu"
+    if str(trainer["devices"]) not in ("auto", str(per_node)):
+        raise ValueError(f"--trainer.devices {trainer['devices']}: under --launcher the extraction runs one task per "
+                         f"GPU of each node ({per_node} with --gpus-per-node {cluster.gpus_per_node})")
+    if trainer["num_nodes"] not in (1, cluster.nodes):
+        raise ValueError(f"--trainer.num_nodes {trainer['num_nodes']}: under --launcher use --nodes")
+    if str(trainer["accelerator"]) not in ("auto", wanted, *(("cuda",) if wanted == "gpu" else ())):
+        raise ValueError(f"--trainer.accelerator {trainer['accelerator']}: under --launcher with --gpus-per-node "
+                         f"{cluster.gpus_per_node} the extraction runs on {wanted}")
+    name = resolve_spec(config["model"]["model"]).name
+    root = Path(data["out"]).resolve()
+    stores = tuple(str(root / name / d / s) for d in data["domains"] for s in data["splits"])
+    options = extract_trainer_options(cluster, str(trainer["strategy"]), ("--trainer.num_nodes", "--trainer.devices",
+                                                                         "--trainer.accelerator",
+                                                                         "--trainer.strategy"))
+    job = Job(f"extract/{name}", "extract", ("extract", *rest, *options),
+              what=f"{len(stores)} feature stores ({len(data['domains'])} domains)", nodes=cluster.nodes,
+              tasks_per_node=per_node, gpus_per_node=cluster.gpus_per_node, stores=stores)
+    return launch_jobs([job], cluster, root)

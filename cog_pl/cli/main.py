@@ -140,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         return report_errors(name, verbose, hand)
     parser = build_parser(only=_command(argv))
     args = parser.parse_args(argv)
+    args.command_line = argv  # as typed: the SLURM launcher's jobs run it again, without its own options
     console.setup(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -149,7 +149,12 @@ def _refuse_other_row(results: Path, key: tuple, splits, protocol, plan, device,
 
 
 def _protocol_cmd(args: argparse.Namespace) -> int:
+    from cog_pl.cluster.options import cluster_options
+
+    cluster = cluster_options(args)
     _setup(args)
+    if cluster is not None:
+        return _launch_protocol(args, cluster)
     from cog_pl.probe.protocol_run import run_protocol
 
     shots = None if args.shots is None else tuple(args.shots)
@@ -157,6 +162,10 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
             "protocol": _protocol(args), "plan": _plan(args), "seeds": tuple(args.seeds) if args.seeds else None,
             "shots": shots, "device": _device(args.device), "overwrite": args.overwrite,
             "allow_class_mismatch": args.allow_class_mismatch}
+    if args.claim_cells:
+        if args.workers is not None:
+            raise ValueError("--claim-cells: the --workers processes claim each cell already; drop one of them")
+        grid["claim_cells"] = True
     if args.workers is not None:  # N processes on this machine (cog_pl.probe.workers)
         import sys
 
@@ -168,6 +177,38 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
         rows = run_protocol(args.features, args.results, **grid)
     print(json.dumps({"rows_written": len(rows), "results": str(args.results)}), flush=True)
     return 0
+
+
+def _launch_protocol(args: argparse.Namespace, cluster) -> int:
+    """``probe protocol --launcher``: the grid as a SLURM job array of ``--workers`` tasks, each one worker that
+    claims a cell before tuning it, all on one storage and one results file."""
+    from cog_pl.cluster.jobs import Job
+    from cog_pl.cluster.launch import launch
+    from cog_pl.cluster.options import split_argv
+    from cog_pl.features.pair import open_pair
+    from cog_pl.probe.protocol_run import METHOD
+    from cog_pl.probe.storage import storage_kind
+
+    if args.workers == "auto":
+        raise ValueError("--workers auto: under --launcher give the number of tasks of the job array (e.g. "
+                         "--workers 8)")
+    tasks = args.workers or 1
+    storage = args.storage or str(Path(args.workdir) / "optuna.journal")
+    if tasks > 1 and storage_kind(storage) == "sqlite":
+        raise ValueError(f"--storage {storage}: a SQLite file cannot be shared by {tasks} tasks on several nodes; "
+                         "give a database URL (postgresql://...) or a journal file (*.journal, *.log)")
+    pair = open_pair(args.features)
+    model, domain = args.model or pair.model, args.domain or pair.domain
+    seeds = tuple(args.seeds) if args.seeds else ProbeProtocol().seeds
+    shots = tuple(args.shots) if args.shots is not None else (None, *ProbeProtocol().shots)
+    rows = tuple((model, METHOD, domain, n, seed) for seed in seeds for n in shots)
+    words = args.command_line[args.command_line.index("protocol") + 1:]
+    _, rest = split_argv(words, (("--workers",), {}), (("--storage",), {}))
+    job = Job(f"probe/{model}/{domain}", "probe",
+              ("probe", "protocol", *rest, "--claim-cells", "--storage", storage),
+              what=f"{len(rows)} rows: linear on {len(seeds)} seeds x {len(shots)} shot settings",
+              gpus_per_node=cluster.task_gpus, array=tasks, rows=rows)
+    return launch([job], cluster, Path(args.results).resolve().parent, results=Path(args.results).resolve())
 
 
 def _knn(args: argparse.Namespace) -> int:
@@ -280,7 +321,15 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     grid.add_argument("--workers", type=workers_value, metavar="N|auto",
                       help="run the grid with N worker processes on this machine (auto: one per GPU, else one per "
                            "few cores), each cell tuned by one worker, --threads per worker (default: the cores "
-                           "split); default: this process alone")
+                           "split); with --launcher: N tasks of a SLURM job array; default: this process alone")
+    grid.add_argument("--claim-cells", action="store_true",
+                      help="claim each cell before tuning it, so that one worker alone tunes it and the rows equal a "
+                           "one-worker run's however many workers (on however many machines) share the grid; "
+                           "default: workers sharing a grid tune its studies together")
+    from cog_pl.cluster.options import add_launcher_options
+
+    add_launcher_options(grid, "the grid as a SLURM job array of --workers tasks (docs/cluster.md), sharing --storage "
+                               "(default with --launcher: WORKDIR/optuna.journal) and --results")
     grid.set_defaults(func=_protocol_cmd)
 
     knn = sub.add_parser("knn", help="one weighted k-NN classifier: k chosen on validation, tested (no training)")

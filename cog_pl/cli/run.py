@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cog_pl.cli.data import add_source_options
 from cog_pl.cli.options import add_skip_policy, at_least
 from cog_pl.cli.probe import workers_value
+from cog_pl.cluster.options import add_launcher_options, cluster_options, split_argv
 from cog_pl.levels.measures import get_measure, list_measures
+from cog_pl.pipeline import STAGES
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol
 
 if TYPE_CHECKING:
+    from cog_pl.cluster.options import ClusterOptions
     from cog_pl.pipeline import ExtractOptions, RunConfig
 
 _P, _F = ProbeProtocol(), FeatureProtocol()
@@ -43,7 +47,7 @@ def _devices(text: str) -> int | str:
 
 
 def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, trials: int, epochs: int,
-            methods: list[str]) -> None:
+            methods: list[str]) -> argparse._ArgumentGroup:
     p.add_argument("--methods", nargs="+", default=methods, metavar="METHOD",
                    help="probe methods run on every domain and reported side by side: linear (the tuned linear "
                         "probe), knn (weighted k-NN, k chosen on validation, on the linear probe's samples); "
@@ -69,7 +73,9 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, tri
     g.add_argument("--trial-batch", type=int, default=None, help="later trials trained side by side (fast mode)")
     g.add_argument("--probe-workers", type=workers_value, default=None, metavar="N|auto",
                    help="probe each domain's grid with N worker processes on this machine (auto: one per GPU, else "
-                        "one per few cores, threads split); default: this process alone")
+                        "one per few cores, threads split); with --launcher: N probe tasks of a job array; default: "
+                        "this process alone")
+    return g
 
 
 def _finetune(p: argparse.ArgumentParser, default: bool, help: str) -> argparse._ArgumentGroup:
@@ -106,10 +112,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="a model's whole evaluation: check, extract, probe, report (resumable)",
                        description="Data check, extraction of IN-1K and L1..L5, every tuned probe, the report. "
                                    "Run it again to resume: finished stores and result rows are skipped.")
-    p.add_argument("--model", required=True, help="a paper model, efficientnet_lite0, timm:<name>, torchvision:<name>")
-    p.add_argument("--checkpoint",
-                   help="weights file (the authors' published file for paper models); default for a paper model: "
-                        "its file in --models-dir when there")
+    p.add_argument("--model", nargs="+", metavar="MODEL",
+                   help="a paper model, efficientnet_lite0, timm:<name>, torchvision:<name> (required; several with "
+                        "--launcher: a study of many models, one extraction job and probe array each)")
+    p.add_argument("--checkpoint", nargs="+", metavar="FILE",
+                   help="weights file (the authors' published file for paper models), one per --model; default for a "
+                        "paper model: its file in --models-dir when there")
     p.add_argument("--models-dir", default=None,
                    help="where cog-pl models download puts the paper's files (default: $COG_PL_MODELS or "
                         "~/.cache/cog_pl/models)")
@@ -127,6 +135,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "a file of wnids): the run warns, naming them, where the levels evaluated hold any; "
                         "default: the model's registry entry")
     p.add_argument("--no-check", action="store_true", help="skip the data check")
+    p.add_argument("--stage", choices=STAGES, default=None,
+                   help="run this stage alone (default: all in turn): check, extract (and the variants' regrouping), "
+                        "probe (needs the stores), finetune, report (from the rows); with --launcher: submit its "
+                        "jobs alone")
     p.add_argument("--overwrite", action="store_true",
                    help="replace what an earlier run under --out made with other inputs (e.g. another checkpoint), "
                         "which is otherwise refused: feature stores are extracted again, result rows made again")
@@ -146,11 +158,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--num-nodes", type=int, default=1, help="extraction nodes (Lightning's --num_nodes)")
     add_skip_policy(g, "an unreadable image: fail naming it (default), or skip it, recorded as a missing row of its "
                        "store (meta.json), left out of the probes and counted in the report")
-    _common(p, _P.seeds, [None, *_P.shots], _P.trials, _P.epochs, ["linear"])
+    g = _common(p, _P.seeds, [None, *_P.shots], _P.trials, _P.epochs, ["linear"])
+    g.add_argument("--storage", metavar="URL|FILE",
+                   help="the probes' Optuna storage: a database URL (postgresql://...), a journal file (*.log, "
+                        "*.journal, *.jsonl) or a SQLite file; default: OUT/optuna.db (with --launcher: "
+                        "OUT/optuna.journal, which probe tasks on several nodes can share)")
+    g.add_argument("--claim-cells", action="store_true",
+                   help="claim each probe cell before tuning it, so that one worker alone tunes it and the rows "
+                        "equal a one-worker run's however many workers share the grid (the launcher's probe tasks "
+                        "do); default: workers sharing a grid tune its studies together")
     ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
                              "report the probes relative to it; default: off")
     ft.add_argument("--finetune-epochs", type=int, default=None, help="fine-tuning epochs")
     _variants(p, [], "default: none", "default: --seeds")
+    add_launcher_options(p, "the stages as SLURM jobs (docs/cluster.md): check, one extraction per model on --nodes "
+                            "x --gpus-per-node (DDP), the probes as an array of --probe-workers tasks sharing "
+                            "--storage and the results file, the report after them; each job requeues itself "
+                            "before its time limit and resumes")
+    p.add_argument("--status", nargs="?", const="", default=None, metavar="OUT",
+                   help="show the jobs of the last submission under OUT (default: --out), their states and progress")
     p.set_defaults(func=_run)
 
     d = sub.add_parser("demo", help="the whole pipeline on a miniature benchmark generated on the spot (minutes)",
@@ -182,7 +208,7 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
 
     probe = ProbeOptions(trials=args.trials, epochs=args.epochs, mode="exact" if args.exact else "fast",
                          device=args.probe_device, precision=args.probe_precision, trial_batch=args.trial_batch,
-                         workers=args.probe_workers)
+                         workers=args.probe_workers, claim_cells=getattr(args, "claim_cells", False))
     given = {"devices": args.finetune_devices, "accelerator": args.finetune_accelerator,
              "precision": args.finetune_precision, "epochs": getattr(args, "finetune_epochs", None)}
     given = {k: v for k, v in given.items() if v is not None}
@@ -204,9 +230,30 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
         raise option_error(err) from None
 
 
+#: ``run``'s options a job's command sets itself (each job: its model, checkpoint, stage; the probe tasks their
+#: storage; one worker each), given as :data:`cog_pl.cluster.options.OPTIONS` gives them, to take them out of it.
+JOB_SET_OPTIONS = ((("--model",), {"nargs": "+"}), (("--checkpoint",), {"nargs": "+"}), (("--stage",), {}),
+                   (("--probe-workers",), {}), (("--storage",), {}), (("--status",), {"nargs": "?"}))
+
+
 def _run(args: argparse.Namespace) -> int:
     from cog_pl.pipeline import ExtractOptions, format_summary, run
 
+    cluster = cluster_options(args)
+    if args.status is not None:
+        from cog_pl.cluster.status import status_text
+
+        print(status_text(args.status or args.out))
+        return 0
+    if not args.model:
+        raise ValueError("--model is required")
+    models, checkpoints = list(dict.fromkeys(args.model)), args.checkpoint or []
+    if checkpoints and len(checkpoints) != len(models):
+        raise ValueError(f"--checkpoint: {len(checkpoints)} file(s) for {len(models)} model(s); give one per "
+                         "--model, in its order (or none)")
+    if len(models) > 1 and cluster is None:
+        raise ValueError("--model: several models need --launcher (one job graph for the study); without it, run "
+                         "cog-pl run once per model")
     extract = ExtractOptions(devices=args.devices, accelerator=args.accelerator, precision=args.precision,
                              strategy=args.strategy, num_nodes=args.num_nodes, batch_size=args.batch_size,
                              num_workers=args.num_workers, decode=args.decode, on_error=args.on_error,
@@ -215,15 +262,64 @@ def _run(args: argparse.Namespace) -> int:
                              allow_missing=args.allow_missing)
     from cog_pl.models.files import default_checkpoint
 
-    checkpoint = args.checkpoint or default_checkpoint(args.model, args.models_dir)
-    cfg = _config(args, extract, {} if args.finetune else None, model=args.model, checkpoint=checkpoint,
-                  trust_checkpoint=args.trust_checkpoint,
-                  in1k_root=args.in1k_root, in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains),
-                  benchmark=args.benchmark, check=not args.no_check, overwrite=args.overwrite, seen=args.seen)
-    summary = run(cfg)
-    print(summary.report["markdown"].read_text())
-    print(format_summary(summary, (*cfg.domains, *cfg.variant_domains)))
+    configs = [_config(args, extract, {} if args.finetune else None, model=model,
+                       checkpoint=given or default_checkpoint(model, args.models_dir),
+                       trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root, in21k_root=args.in21k_root,
+                       out=args.out, domains=tuple(args.domains), benchmark=args.benchmark, check=not args.no_check,
+                       overwrite=args.overwrite, seen=args.seen, stage=args.stage, storage=args.storage)
+               for model, given in zip(models, checkpoints or [None] * len(models))]
+    if cluster is not None:
+        return _launch(args, configs, cluster)
+    summary = run(configs[0])
+    if not summary.lead:  # another rank of a distributed extraction: rank zero reports
+        return 0
+    if "markdown" in summary.report:
+        print(summary.report["markdown"].read_text())
+    print(format_summary(summary, (*configs[0].domains, *configs[0].variant_domains)))
     return 0
+
+
+def _launch(args: argparse.Namespace, configs: list[RunConfig], cluster: ClusterOptions) -> int:
+    """``run --launcher``: the run's jobs (:func:`cog_pl.cluster.jobs.run_jobs`) printed, submitted or written."""
+    from cog_pl.cluster.jobs import run_jobs
+    from cog_pl.cluster.launch import launch
+    from cog_pl.probe.storage import storage_kind
+
+    if args.probe_workers == "auto":
+        raise ValueError("--probe-workers auto: under --launcher give the number of probe tasks of the job array "
+                         "(e.g. --probe-workers 16)")
+    tasks = args.probe_workers or 1
+    storage = args.storage or str(Path(args.out) / "optuna.journal")
+    if tasks > 1 and storage_kind(storage) == "sqlite":
+        raise ValueError(f"--storage {storage}: a SQLite file cannot be shared by {tasks} probe tasks on several "
+                         "nodes; give a database URL (postgresql://...) or a journal file (*.journal, *.log)")
+    check_cluster_extraction(args, cluster)
+    if args.finetune_devices not in (None, 1):
+        raise ValueError(f"--finetune-devices {args.finetune_devices}: under --launcher the fine-tuning job runs "
+                         "one task on one GPU; drop --finetune-devices")
+    words = args.command_line[args.command_line.index("run") + 1:]
+    _, rest = split_argv(words, *JOB_SET_OPTIONS)
+    command = ("-v", "run") if args.verbose else ("run",)
+    jobs = [dataclasses.replace(j, argv=(*command, *j.argv[1:])) for j in run_jobs(configs, rest, cluster, tasks,
+                                                                                       storage)]
+    if args.stage is not None:  # that stage's jobs alone, after nothing
+        jobs = [dataclasses.replace(j, after=()) for j in jobs if j.stage == args.stage]
+    return launch(jobs, cluster, args.out)
+
+
+def check_cluster_extraction(args: argparse.Namespace, cluster: ClusterOptions) -> None:
+    """Refuse extraction options that say otherwise than the launcher's --nodes and --gpus-per-node."""
+    per_node = cluster.tasks_per_node
+    if args.devices not in ("auto", per_node):
+        raise ValueError(f"--devices {args.devices}: under --launcher the extraction runs one task per GPU of each "
+                         f"node ({per_node} with --gpus-per-node {cluster.gpus_per_node}); drop --devices")
+    if args.num_nodes not in (1, cluster.nodes):
+        raise ValueError(f"--num-nodes {args.num_nodes}: under --launcher the extraction runs on --nodes "
+                         f"{cluster.nodes}; use --nodes")
+    wanted = "gpu" if cluster.gpus_per_node else "cpu"
+    if args.accelerator not in ("auto", wanted, *(("cuda",) if wanted == "gpu" else ())):
+        raise ValueError(f"--accelerator {args.accelerator}: under --launcher with --gpus-per-node "
+                         f"{cluster.gpus_per_node} the extraction runs on {wanted}; drop --accelerator")
 
 
 #: Loggers whose per-item messages (each probe, each dataset, each regrouped level) the demo keeps to ``--verbose``:

@@ -9,6 +9,7 @@ or store never resumes a study made under other values.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -44,6 +45,7 @@ from cog_pl.probe.resume import (
     differences,
     features_identity,
     format_key,
+    renewing,
     restart_orphaned_study,
     row_identity,
     wanted,
@@ -231,7 +233,8 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                  plan: SearchPlan | None = None,
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                  device: str | torch.device = "cpu", overwrite: bool = False,
-                 allow_class_mismatch: bool = False) -> list[dict[str, Any]]:
+                 allow_class_mismatch: bool = False, claim_cells: bool = False,
+                 wait: bool = True) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end;
     returns the rows this worker wrote (``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s).
 
@@ -239,7 +242,11 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     identity is skipped, one made with another is refused (``overwrite``: made again and replaced); see
     :mod:`cog_pl.probe.resume` for the rules of resuming. Several workers may run the same grid on one storage and
     one results file: they tune the studies together and each row's final retrain runs once; a worker returns when
-    every row of the grid is written (by any of them).
+    every row of the grid is written (by any of them). With ``claim_cells`` a worker claims each cell before tuning
+    it (the claim renewed every ``plan.heartbeat_every`` seconds), so every cell is tuned by one worker alone and the
+    rows equal a one-worker run's however many workers share the grid (the SLURM launcher's probe tasks,
+    :mod:`cog_pl.cluster`). ``wait=False`` returns once every cell left is held by another worker instead of when
+    every row is written, so that a worker goes on to another grid meanwhile (and comes back with ``wait=True``).
     """
     protocol, plan, seeds, shots = grid_values(protocol, plan, seeds, shots)
     pair = open_pair(root, allow_class_mismatch=allow_class_mismatch)
@@ -257,11 +264,14 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
             for n, seed in todo:
                 key = (model, METHOD, domain, n, seed)
                 status, row = _cell(splits, results, key, want, storage=grid_storage, protocol=protocol, plan=plan,
-                                    device=device)
+                                    device=device, claim_first=claim_cells)
                 if row is not None:
                     rows.append(row)
                 elif status == "held":
                     waiting.append((n, seed))
+            if waiting and not wait:
+                log.info("%d row(s) left to the workers making them", len(waiting))
+                break
             if waiting:  # rows another worker is making: wait for them, take over a claim whose worker is gone
                 log.info("waiting for %d row(s) another worker is making", len(waiting))
                 time.sleep(1.0)
@@ -271,9 +281,10 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
 
 def _cell(splits: Splits, results: str | os.PathLike, key: tuple, want: dict[str, Any], *,
           storage: BaseStorage, protocol: ProbeProtocol, plan: SearchPlan,
-          device: str | torch.device) -> tuple[str, dict[str, Any] | None]:
+          device: str | torch.device, claim_first: bool = False) -> tuple[str, dict[str, Any] | None]:
     """One cell of a grid: ``("done", None)`` when its row exists (made meanwhile by another worker), ``("held",
-    None)`` when another worker is making it, ``("claimed", row)`` when this worker made and appended it."""
+    None)`` when another worker is making it, ``("claimed", row)`` when this worker made and appended it. The cell
+    is claimed before its final retrain, or with ``claim_first`` before it is tuned (renewed by a heartbeat)."""
     model, _, domain, n, seed = key
     lease = claim_lease()
     status = []
@@ -283,7 +294,10 @@ def _cell(splits: Splits, results: str | os.PathLike, key: tuple, want: dict[str
                                 lambda held: claim_expired(held, plan.stale_after)))
         return status[-1] == "claimed"
 
-    if claim_row(results, key, lambda row: not differences(row, want), None, None) == "done":
+    if claim_first:
+        if not claim():
+            return status[-1], None
+    elif claim_row(results, key, lambda row: not differences(row, want), None, None) == "done":
         return "done", None
     last = [time.monotonic()]
 
@@ -292,9 +306,13 @@ def _cell(splits: Splits, results: str | os.PathLike, key: tuple, want: dict[str
             last[0] = time.monotonic()
             renew_claim(results, key, claim_lease())
 
+    heartbeat = (renewing(lambda: renew_claim(results, key, claim_lease()), plan.heartbeat_every) if claim_first
+                 else contextlib.nullcontext())
     try:
-        row = probe(splits, seed=seed, shots=n, storage=storage, model=model, domain=domain, protocol=protocol,
-                    plan=plan, device=device, before_final=claim, on_epoch_end=renew)
+        with heartbeat:
+            row = probe(splits, seed=seed, shots=n, storage=storage, model=model, domain=domain, protocol=protocol,
+                        plan=plan, device=device, before_final=None if claim_first else claim,
+                        on_epoch_end=None if claim_first else renew)
         if row is not None:
             append_row(results, row)  # ends the claim in the same transaction
             log.info("wrote row %s", format_key(key))

@@ -15,15 +15,20 @@ trials anyway). A worker counts as live while its lease on a trial, running or f
 than ``stale_after`` and its process not provably dead: :mod:`cog_pl.probe.study`), so a worker between two batches
 is not restarted under; a worker killed on this machine is provably dead at once, one elsewhere after
 ``stale_after`` seconds. Restarting costs the trials the study had: the price of a repeatable result. Each cell's
-final retrain is claimed in the results file (:func:`cog_pl.results.claim_row`): one worker makes each row.
+final retrain is claimed in the results file (:func:`cog_pl.results.claim_row`): one worker makes each row; with
+``claim_cells`` (:func:`cog_pl.probe.protocol_run.run_protocol`) the whole cell is claimed before it is tuned, its
+claim renewed by a heartbeat (:func:`renewing`), so that one worker alone tunes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -189,6 +194,28 @@ def claim_lease() -> dict[str, Any]:
     from cog_pl.probe.study import lease
 
     return lease()
+
+
+@contextlib.contextmanager
+def renewing(renew: Callable[[], None], every: float) -> Iterator[None]:
+    """Call ``renew`` every ``every`` seconds on a thread while the block runs: the heartbeat of a claim held while a
+    cell is tuned (a renewal that fails is logged and tried again at the next beat)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            try:
+                renew()
+            except Exception as err:  # a busy results file: the next beat renews it
+                log.warning("could not renew a claim (%s); retrying in %.0f s", err, every)
+
+    thread = threading.Thread(target=beat, name="claim-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def claim_expired(held: dict[str, Any], stale_after: float) -> bool:

@@ -200,20 +200,30 @@ def _database(url: str) -> RDBStorage:
         raise ValueError(f"storage {shown}: {why}") from err
 
 
+def storage_kind(storage: str | os.PathLike) -> str:
+    """What a storage string is: ``"database"`` (a database server's URL), ``"sqlite"`` (a SQLite file, as a path
+    or a ``sqlite://`` URL) or ``"journal"`` (a journal file: ``*.log``, ``*.journal``, ``*.jsonl``). Only a
+    database or a journal file can be shared by workers on several machines."""
+    text = str(storage)
+    if "://" in text:
+        return "sqlite" if text.startswith("sqlite:") else "database"
+    return "journal" if Path(text).suffix in JOURNAL_SUFFIXES else "sqlite"
+
+
 def resolve_storage(storage: str | os.PathLike | BaseStorage) -> BaseStorage:
     """A storage object as is; a database URL as Optuna's database storage (one engine, so that its connections
     can be closed: :func:`close_storage`); a journal file path (``*.log``, ``*.journal``, ``*.jsonl``) as a journal
-    storage; any other path as a SQLite file (:func:`sqlite_storage`)."""
+    storage; any other path as a SQLite file (:func:`sqlite_storage`); see :func:`storage_kind`."""
     if isinstance(storage, BaseStorage):
         return storage
-    text = str(storage)
+    text, kind = str(storage), storage_kind(storage)
     if "://" in text:
         if text.startswith("sqlite:///") and text != "sqlite:///:memory:":  # used as given, but never another's file
             check_sqlite_study(Path(text[len("sqlite:///"):]))
         return _database(text)
     path = Path(text).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix in JOURNAL_SUFFIXES:
+    if kind == "journal":
         return journal_storage(path)
     return sqlite_storage(path)
 

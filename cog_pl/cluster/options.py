@@ -1,0 +1,178 @@
+"""The launcher's command-line options, shared by ``cog-pl run``, ``cog-pl extract`` and ``cog-pl probe protocol``.
+
+The options are one table (:data:`OPTIONS`), used twice: to add them to a command's parser, and to take them out of
+a command line (:func:`split_argv`), so that a job runs the user's own command without them (plus ``--stage``).
+:class:`ClusterOptions` holds their values; :func:`cluster_options` reads them from parsed arguments and refuses a
+launcher option given without ``--launcher``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cog_pl.cli.options import at_least
+
+LAUNCHERS = ("slurm", "sbatch-scripts")
+#: Set in the environment of every job: a job's command must not submit jobs itself.
+JOB_ENV = "COG_PL_CLUSTER_JOB"
+DEFAULT_TIME_MIN = 240
+DEFAULT_SIGNAL_DELAY_S = 120
+DEFAULT_REQUEUES = 5
+
+
+def time_minutes(text: str) -> int:
+    """``--time`` in sbatch's forms (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) as whole minutes, rounded
+    up (at least 1)."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"time {text!r}: use minutes, HH:MM:SS or D-HH:MM:SS")
+    days, *parts = match.groups()
+    values = [int(p) for p in parts if p is not None]
+    if days is None and len(values) < 3:  # minutes, minutes:seconds
+        seconds = values[0] * 60 + (values[1] if len(values) == 2 else 0)
+    elif days is None:  # hours:minutes:seconds
+        seconds = values[0] * 3600 + values[1] * 60 + values[2]
+    else:  # days-hours[:minutes[:seconds]]
+        values += [0] * (3 - len(values))
+        seconds = int(days) * 86400 + values[0] * 3600 + values[1] * 60 + values[2]
+    minutes = (seconds + 59) // 60
+    if minutes < 1:
+        raise argparse.ArgumentTypeError(f"time {text!r}: at least one minute")
+    return minutes
+
+
+def sbatch_option(text: str) -> tuple[str, str | None]:
+    """``--sbatch-option KEY[=VALUE]``: an sbatch option passed to every job (``qos=high``, ``exclusive``)."""
+    key, _, value = text.lstrip("-").partition("=")
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
+        raise argparse.ArgumentTypeError(f"sbatch option {text!r}: use KEY or KEY=VALUE, e.g. qos=high or exclusive")
+    return key, value if "=" in text else None
+
+
+#: (flags, argparse keyword arguments) of every launcher option; ``--launcher`` first.
+OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("--launcher",), {"nargs": "+", "metavar": ("slurm|sbatch-scripts", "DIR"), "default": None,
+                       "help": "run on a SLURM cluster: slurm submits the jobs through submitit and returns; "
+                               "sbatch-scripts DIR writes plain sbatch scripts and a submit.sh (default DIR: "
+                               "OUT/slurm/scripts) for clusters where jobs are submitted by hand"}),
+    (("--dry-run",), {"action": "store_true", "default": False,
+                      "help": "print the jobs, their resources and dependencies; submit nothing"}),
+    (("--nodes",), {"type": at_least(1), "default": 1, "help": "nodes of each extraction job (default 1)"}),
+    (("--gpus-per-node",), {"type": at_least(0), "default": 1,
+                            "help": "GPUs of each extraction node, one srun task (one DDP rank) each; probe and "
+                                    "fine-tuning tasks take one; 0: a CPU cluster (default 1)"}),
+    (("--cpus-per-task",), {"type": at_least(1), "default": None, "help": "CPUs of each task (default: SLURM's)"}),
+    (("--partition",), {"default": None, "help": "SLURM partition"}),
+    (("--account",), {"default": None, "help": "SLURM account"}),
+    (("--time",), {"type": time_minutes, "default": DEFAULT_TIME_MIN, "dest": "time_limit", "metavar": "TIME",
+                   "help": f"time limit of each job: minutes, HH:MM:SS or D-HH:MM:SS (default {DEFAULT_TIME_MIN} "
+                           "min); a job that reaches it is requeued and resumes"}),
+    (("--mem",), {"default": None, "help": "memory of each node, as sbatch takes it (e.g. 64G)"}),
+    (("--constraint",), {"default": None, "help": "SLURM node features the jobs need (e.g. a100)"}),
+    (("--sbatch-option",), {"type": sbatch_option, "action": "append", "default": [], "metavar": "KEY[=VALUE]",
+                            "help": "any other sbatch option for every job, repeatable (qos=high, exclusive)"}),
+    (("--signal-delay",), {"type": at_least(10), "default": DEFAULT_SIGNAL_DELAY_S, "metavar": "SECONDS",
+                           "help": "SLURM signals a job this long before its time limit, and it requeues itself "
+                                   f"(default {DEFAULT_SIGNAL_DELAY_S})"}),
+    (("--requeues",), {"type": at_least(0), "default": DEFAULT_REQUEUES,
+                       "help": "times a job that reaches its time limit is requeued (default "
+                               f"{DEFAULT_REQUEUES}); a preempted job always is"}),
+)
+
+
+def add_launcher_options(parser: argparse.ArgumentParser, description: str) -> None:
+    """The launcher's options as one group of ``parser``."""
+    group = parser.add_argument_group("cluster (SLURM)", description)
+    for flags, kwargs in OPTIONS:
+        group.add_argument(*flags, **kwargs)
+
+
+def split_argv(argv: Sequence[str], *extra: tuple[tuple[str, ...], dict[str, Any]]
+               ) -> tuple[argparse.Namespace, list[str]]:
+    """The launcher options (and the ``extra`` ones, given as in :data:`OPTIONS`) of a command line, and the rest of
+    it in order: the command a job runs. Abbreviations are matched as the command's own parser matched them (an
+    abbreviation it accepted is unique among all its options, so among these too)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    for flags, kwargs in (*OPTIONS, *extra):
+        parser.add_argument(*flags, **{k: v for k, v in kwargs.items() if k not in ("help", "metavar")})
+    return parser.parse_known_args(list(argv))
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Where and how the jobs run (the values of :data:`OPTIONS`)."""
+
+    launcher: str = "slurm"
+    scripts_dir: Path | None = None  # sbatch-scripts: where they are written (None: OUT/slurm/scripts)
+    dry_run: bool = False
+    nodes: int = 1
+    gpus_per_node: int = 1
+    cpus_per_task: int | None = None
+    partition: str | None = None
+    account: str | None = None
+    time_min: int = DEFAULT_TIME_MIN
+    mem: str | None = None
+    constraint: str | None = None
+    sbatch: tuple[tuple[str, str | None], ...] = ()
+    signal_delay_s: int = DEFAULT_SIGNAL_DELAY_S
+    requeues: int = DEFAULT_REQUEUES
+
+    @property
+    def tasks_per_node(self) -> int:
+        """Tasks of an extraction node: one per GPU (Lightning's DDP rank), one on a CPU node."""
+        return max(self.gpus_per_node, 1)
+
+    @property
+    def task_gpus(self) -> int:
+        """GPUs of a probe or fine-tuning task: one on a GPU cluster."""
+        return 1 if self.gpus_per_node else 0
+
+    def sbatch_parameters(self) -> dict[str, str | bool]:
+        """The sbatch options every job gets besides its own resources (``--key=value``; True: a bare flag)."""
+        given = {"partition": self.partition, "account": self.account, "mem": self.mem,
+                 "constraint": self.constraint, "cpus-per-task": self.cpus_per_task}
+        params: dict[str, str | bool] = {k: str(v) for k, v in given.items() if v is not None}
+        params.update({k: True if v is None else v for k, v in self.sbatch})
+        return params
+
+    def describe(self) -> str:
+        """What every job gets, in two lines."""
+        hours, minutes = divmod(self.time_min, 60)
+        shared = ", ".join(f"{k} {v}" if v is not True else k for k, v in self.sbatch_parameters().items())
+        return (f"every job: time {hours}:{minutes:02d}:00{', ' + shared if shared else ''}\n"
+                f"requeued on SLURM's signal {self.signal_delay_s} s before its time limit (up to {self.requeues} "
+                "times) and on preemption, resuming from what is finished")
+
+
+def cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
+    """The launcher's options of parsed arguments; None without ``--launcher``, where a launcher option given is
+    refused, naming it."""
+    defaults = {dest_of(flags, kwargs): kwargs.get("default") for flags, kwargs in OPTIONS}
+    if args.launcher is None:
+        given = [flags[0] for flags, kwargs in OPTIONS
+                 if getattr(args, dest_of(flags, kwargs)) != defaults[dest_of(flags, kwargs)]]
+        if given:
+            raise ValueError(f"{given[0]}: set without --launcher; add --launcher slurm (or sbatch-scripts DIR)")
+        return None
+    name, *rest = args.launcher
+    if name not in LAUNCHERS:
+        raise ValueError(f"--launcher {name!r}: choose slurm or sbatch-scripts DIR")
+    if name == "slurm" and rest:
+        raise ValueError(f"--launcher slurm takes no folder (got {' '.join(rest)}); sbatch-scripts DIR does")
+    if len(rest) > 1:
+        raise ValueError(f"--launcher sbatch-scripts takes one folder, got {' '.join(rest)}")
+    return ClusterOptions(launcher=name, scripts_dir=Path(rest[0]) if rest else None, dry_run=args.dry_run,
+                          nodes=args.nodes, gpus_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task,
+                          partition=args.partition, account=args.account, time_min=args.time_limit, mem=args.mem,
+                          constraint=args.constraint, sbatch=tuple(args.sbatch_option),
+                          signal_delay_s=args.signal_delay, requeues=args.requeues)
+
+
+def dest_of(flags: tuple[str, ...], kwargs: dict[str, Any]) -> str:
+    """The attribute argparse stores an option in."""
+    return kwargs.get("dest") or flags[0].lstrip("-").replace("-", "_")
