@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from cog_pl.cli.configs import packaged
 from cog_pl.models import EFFICIENTNET_LITE0, PAPER_MODELS, build_backbone, register_architecture, resolve_spec
 
 
@@ -119,14 +120,15 @@ def test_lite0_maps_247_tensors_in_order(lite0):
     np.testing.assert_array_equal(lite0.model.conv_stem.weight.numpy(), first.numpy())
 
 
-EXTRACT_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "extract").glob("*.yaml"))
+EXTRACT_CONFIGS = sorted(packaged("extract").values())  # cog_pl/configs/extract (configs/extract in a clone)
 
 
 @pytest.mark.parametrize("path", EXTRACT_CONFIGS, ids=lambda p: p.stem)
 def test_every_extract_config_builds_its_model(path, monkeypatch):
-    """Each ``configs/extract/*.yaml`` as ``cog-pl extract --config`` reads it: its model section builds the model
-    (on the meta device: no memory, no weights read) and it yields the registry's feature size at the registry's
-    image size; its data section makes the datamodule; its trainer keys are the Trainer's, its precision ours."""
+    """Each packaged ``configs/extract/*.yaml`` as ``cog-pl extract --config NAME`` reads it: its model section
+    builds the model (on the meta device: no memory, no weights read) and it yields the registry's feature size at
+    the registry's image size; its data section makes the datamodule; its trainer keys are the Trainer's, its
+    precision ours."""
     import warnings
 
     import lightning as L
