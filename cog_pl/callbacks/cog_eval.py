@@ -44,6 +44,10 @@ def metric_key(domain: str) -> str:
 
 
 class CoGEvaluationCallback(L.Callback):
+    """Every ``every_n_epochs`` epochs (and at the end of fit), the CoG top-1 of the module's current backbone on a
+    fixed subset of each domain, logged as ``cog/<domain>/top1`` (and ``cog/<domain>/knn_top1`` with ``knn`` among
+    ``methods``); ``history`` keeps every call's numbers. See the module's docstring for the probe and its cost."""
+
     def __init__(self, in1k_root: str | None = None, in21k_root: str | None = None, benchmark: str | None = None,
                  backbone: str | Callable[[torch.Tensor], torch.Tensor] = "backbone",
                  domains: Sequence[str] = DOMAINS, every_n_epochs: int = 1, at_fit_end: bool = True,
