@@ -102,6 +102,12 @@ def cli_markdown() -> str:
             os.environ["COLUMNS"] = old
 
 
+def _anchor(words: tuple[str, ...]) -> str:
+    """The anchor of a command's section; a one-word LightningCLI command with subcommands: its first one's."""
+    subs = LIGHTNING_SUBCOMMANDS.get(words[0], ((), None))[0] if len(words) == 1 else ()
+    return "-".join(("cog-pl", *words, *subs[:1]))
+
+
 def _cli_markdown() -> str:
     lightning = {words for words in LIGHTNING_COMMANDS}
     lines: list[str] = []
@@ -120,7 +126,7 @@ def _cli_markdown() -> str:
             lines += ["| command | what it does |", "|---|---|"]
             helps = {a.dest: a.help for a in parser._actions if isinstance(a, argparse._SubParsersAction)
                      for a in a._choices_actions}
-            lines += [f"| [`{n}`](#{'-'.join(('cog-pl', *words, n))}) | {_md(helps.get(n) or '')} |" for n in subs]
+            lines += [f"| [`{n}`](#{_anchor((*words, n))}) | {_md(helps.get(n) or '')} |" for n in subs]
             lines.append("")
         rows = _option_rows(parser)
         if rows:

@@ -76,7 +76,7 @@ class ExtractionDataModule(L.LightningDataModule):
     Args:
         out: root of the feature stores. model_name: the extractor's name (linked from the model by the CLI).
         in1k_root: IN-1K with ``train/`` and ``val/``. in21k_root: IN-21K, a folder or a tar per synset.
-        domains / splits: what to extract (all six domains, train and test, by default).
+        domains: the domains to extract (all six by default). splits: the splits (train and test by default).
         transform: the backbone's transform settings (linked from the model by the CLI), or ``"protocol"``.
         benchmark: a benchmark file (:mod:`cog_pl.benchmark`) instead of the official concepts and test split.
         on_error: ``"fail"`` stops at the first unreadable image, naming it; ``"skip"`` records it as a missing row
@@ -87,9 +87,9 @@ class ExtractionDataModule(L.LightningDataModule):
             a store was made by other inputs, e.g. another checkpoint).
         dtype: the stores' feature dtype, ``float16`` (the protocol's) or ``float32`` (for features beyond float16's
             range, which are refused rather than stored as inf).
-        in1k_source / in21k_source: how the images are stored (:func:`~cog_pl.data.sources.list_sources`), or
-            ``"auto"``: detected from the root. allow_missing: images a split lists but the source lacks that are
-            tolerated (left out, the split hash then says so); 0 refuses any
+        in1k_source: how IN-1K's images are stored (:func:`~cog_pl.data.sources.list_sources`), or ``"auto"``:
+            detected from the root. in21k_source: the same for IN-21K. allow_missing: images a split lists but the
+            source lacks that are tolerated (left out, the split hash then says so); 0 refuses any
             (:class:`~cog_pl.datamodules.images.ImageDataModule`).
         decode: ``pil`` (the reference), ``cpu``, ``gpu`` or ``auto`` (:mod:`cog_pl.extract.decode`).
         num_workers: loader worker processes, or ``"auto"`` (:func:`loader_workers`).
