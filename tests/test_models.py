@@ -74,6 +74,7 @@ def test_external_architectures_need_a_registered_builder():
     assert b.model(torch.zeros(2, 3, 224, 224)).shape == (2, 384) and b.spec.feature_dim == 384
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 65 s (a fresh interpreter); the in-process build stays fast
 def test_the_demo_backbone_builds_by_name_in_a_fresh_process():
     """``external:demo_cnn`` is this package's own: configs name it without importing ``cog_pl.demo`` first."""
     code = ("from cog_pl.models import build_backbone; b = build_backbone('external:demo_cnn'); "
