@@ -1,9 +1,21 @@
 #!/usr/bin/env bash
 # The test suite: sets up .venv and WordNet first when they are missing, then runs pytest.
+#   bash scripts/test.sh          the fast tier: every test not marked slow (under 10 minutes on 2 cores)
+#   bash scripts/test.sh --all    every test, the slow ones too (whole demos, kill loops, a PostgreSQL server): CI
+# Other arguments go to pytest; with a -m of their own they replace the fast tier's `-m "not slow"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/cog-pl ] || bash scripts/setup.sh
 export NLTK_DATA="${NLTK_DATA:-$PWD/.venv/nltk_data}"
 export HF_HUB_OFFLINE=1
 .venv/bin/cog-pl wordnet install >/dev/null
-.venv/bin/python -m pytest -q "$@"
+tier=(-m "not slow")
+args=()
+for arg in "$@"; do
+    case "$arg" in
+        --all) tier=() ;;
+        -m|-m*) tier=(); args+=("$arg") ;;
+        *) args+=("$arg") ;;
+    esac
+done
+.venv/bin/python -m pytest -q "${tier[@]}" "${args[@]}"

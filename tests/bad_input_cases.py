@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-#: The console script installed beside this Python (as tests/test_readme_commands.py finds it).
+#: The console script installed beside this Python (as tests/test_docs_commands.py finds it).
 COG_PL = Path(sys.executable).with_name("cog-pl")
 ERROR_LINE = re.compile(r"^cog-pl( [\w-]+)*: error: ")
 #: Real synsets: an official L1 concept, IN-1K's first class, a wnid that is no synset; the first two L1 concepts.

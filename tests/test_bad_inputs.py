@@ -87,6 +87,7 @@ def test_errors_of_the_machine_are_one_line_with_status_1(tmp_path, capsys, monk
         main(argv)
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 138 s (4 LightningCLI processes); the catalogue's cases stay fast
 def test_lightning_commands_report_in_one_line_and_verbose_shows_the_traceback(tmp_path):
     argv = [str(COG_PL), "extract", "--model.model", "nosuch", "--data.out", str(tmp_path)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -106,6 +106,7 @@ def test_two_process_ddp_example(tmp_path):
     assert (tmp_path / "cog_curves.png").exists()
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 50 s; the callback's own test stays fast
 def test_configurable_from_a_lightningcli_yaml(bench, tmp_path):
     from lightning.pytorch.cli import LightningCLI
 

@@ -56,6 +56,7 @@ def test_a_built_backbone_and_its_name_get_the_same_transform():
     assert backbone_transform("torchvision:resnet18") == resolve_transform("protocol")
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 39 s (a fresh interpreter)
 def test_data_transforms_does_not_import_the_models():
     import subprocess
     import sys

@@ -96,6 +96,7 @@ def _extract(roots, out, callbacks=(), domains=("in1k", "cog_l1", "cog_l5")):
     return dm
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 243 s; extracting every domain and StoreWriter's resume stay fast
 def test_interrupted_extraction_resumes_and_equals_an_uninterrupted_one(roots, tmp_path):
     ref = _extract(roots, tmp_path / "ref")
     total = sum(t.rows for t in ref.targets)

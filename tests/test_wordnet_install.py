@@ -100,6 +100,7 @@ def test_cli_install_from_folder(corpus_dir, tmp_path, capsys):
     assert "no such file or folder" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 2026-12-01, shared 2 cores: 42 s; the install routes stay fast
 def test_first_use_installs_with_a_message(corpus_dir, tmp_path, monkeypatch, caplog):
     from cog_pl.wordnet import get_wordnet
 

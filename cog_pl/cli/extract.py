@@ -1,6 +1,6 @@
 """``cog-pl extract``: Phase 1 through LightningCLI ``predict``, every domain and split of a model in one command.
 
-    cog-pl extract --config configs/extract/resnet50.yaml --data.in1k_root /data/in1k --data.in21k_root /data/in21k
+    cog-pl extract --config resnet50 --data.in1k_root /data/in1k --data.in21k_root /data/in21k
 
 Stores land in ``<data.out>/<model>/<domain>/<split>/``; complete ones are skipped, interrupted ones resumed, each
 only when made by the same checkpoint, model, precision, transform and data (else refused, naming the difference;

@@ -1,8 +1,8 @@
 """``cog-pl finetune fit|test``: LightningCLI for ``FineTuneClassifier`` on a domain's images.
 
-    cog-pl finetune fit --config configs/finetune/resnet50.yaml --data.init_args.level cog_l3 \\
+    cog-pl finetune fit --config resnet50 --data.init_args.level cog_l3 \\
         --data.init_args.root /data/in21k
-    cog-pl finetune test --config configs/finetune/resnet50.yaml --data.init_args.level cog_l3 \\
+    cog-pl finetune test --config resnet50 --data.init_args.level cog_l3 \\
         --data.init_args.root /data/in21k --ckpt_path last --results results.sqlite
 
 ``data`` is any image DataModule (``CoGLevelDataModule`` or ``ImageNetDataModule``) by ``class_path``. The number of

@@ -4,7 +4,8 @@
 :mod:`cog_pl.cli.main`) and gives the words after it to the command module's ``run(argv, prog)``, which builds
 its :class:`CommandLineCLI`. ``sys.argv`` keeps the whole ``cog-pl`` line, because Lightning relaunches the same
 command line for each DDP process; the LightningCLI parses only the words it is given, under the command's name
-(``cog-pl probe fit --help`` prints ``usage: cog-pl probe fit ...``).
+(``cog-pl probe fit --help`` prints ``usage: cog-pl probe fit ...``). ``--config NAME`` names a config shipped with
+the package (``cog-pl extract --config resnet50``), a path a file.
 """
 
 from __future__ import annotations
@@ -149,6 +150,10 @@ class CommandLineCLI(LightningCLI):
 
 
 def hand_over(cli_class: type[CommandLineCLI], argv: list[str], prog: str, **kwargs: Any) -> CommandLineCLI:
-    """Run ``cli_class`` on ``argv`` (the rest of the command line), its usage and errors under the name ``prog``."""
-    return cli_class(args=list(argv), parser_kwargs={"prog": prog}, **kwargs)
+    """Run ``cli_class`` on ``argv`` (the rest of the command line), its usage and errors under the name ``prog``
+    (``cog-pl extract``); ``--config NAME`` reads the command's packaged config of that name
+    (:mod:`cog_pl.cli.configs`)."""
+    from cog_pl.cli.configs import resolve_config_args
 
+    argv = resolve_config_args(prog.split()[-1], list(argv))
+    return cli_class(args=argv, parser_kwargs={"prog": prog}, **kwargs)

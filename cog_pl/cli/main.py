@@ -12,7 +12,7 @@ from collections.abc import Callable
 from cog_pl import __version__, console
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
-COMMAND_MODULES = ("wordnet", "levels", "data", "features", "models", "probe", "report", "run", "noise")
+COMMAND_MODULES = ("wordnet", "levels", "data", "features", "models", "configs", "probe", "report", "run", "noise")
 #: Commands handed whole to a LightningCLI (their options are Lightning's): the words that name them, and the module
 #: whose ``run(argv, prog)`` takes the rest of the command line (:mod:`cog_pl.cli.lightning`).
 LIGHTNING_COMMANDS = {

@@ -353,7 +353,8 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
 
     for name in ("fit", "validate", "test"):  # listed here, run by cog_pl.cli.probe_lightning (cog_pl.cli.main)
         sub.add_parser(name, add_help=False,
-                       help=f"LightningCLI {name} of LinearProbe (--config configs/probe/*.yaml; see {name} --help)")
+                       help=f"LightningCLI {name} of LinearProbe (--config NAME of a packaged config, or a YAML "
+                            f"file; see {name} --help)")
 
 
 def main(argv: list[str] | None = None) -> int:

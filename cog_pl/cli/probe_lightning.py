@@ -1,6 +1,6 @@
 """``cog-pl probe fit|validate|test``: LightningCLI for ``LinearProbe`` on ``FeatureDataModule``.
 
-    cog-pl probe fit --config configs/probe/linear_probe.yaml --data.features features/resnet50/in1k
+    cog-pl probe fit --config linear_probe --data.features features/resnet50/in1k
 
 The number of classes and the feature dimension are linked from the datamodule into the model; the resolved config
 is saved with the run, and a fit of the final probe (``--data.stage_mode final``) prints the one line that tests it

