@@ -68,16 +68,28 @@ class CoGEvaluationCallback(L.Callback):
     """Probe the module's backbone on small fixed subsets of IN-1K and the CoG levels during training.
 
     Args:
-        in1k_root / in21k_root: the image roots (as for extraction); benchmark: a benchmark file, else the official.
+        in1k_root: IN-1K's image root (as for extraction).
+        in21k_root: IN-21K's image root.
+        benchmark: a benchmark file, else the official levels.
         backbone: the module's attribute mapping normalised images to features, or such a callable.
         domains: the domains to probe, by id (``cog_l5``) or metric key (``l5``).
-        every_n_epochs / at_fit_end: when to evaluate (0 disables the periodic calls).
-        concepts / train_images / test_images: the subset per domain.
+        every_n_epochs: evaluate every this many epochs (0 disables the periodic calls).
+        at_fit_end: evaluate once more at the end of fit.
+        concepts: concepts per domain in the subset.
+        train_images: train images per concept.
+        test_images: test images per concept.
         transform: how images are read: ``"auto"`` (the default: the training datamodule's or the module's
             ``transform_config`` when it has one, else the protocol's 224 px), ``"protocol"``, a zoo model name, an
             image size S (resize = crop = S), a dict of :class:`TransformConfig` fields, a :class:`TransformConfig`,
             or any callable from a PIL image to a normalised tensor (a torchvision ``Compose``).
-        lrs / weight_decay / epochs / batch_size / seed: the probe; methods / knn_ks / knn_precision: the k-NN.
+        lrs: the probe's learning rates (the best on the validation split is kept).
+        weight_decay: the probe's weight decay.
+        epochs: the probe's epochs.
+        batch_size: the probe's batch size.
+        seed: the subset's and the probe's seed.
+        methods: ``linear``, ``knn`` or both.
+        knn_ks: the k-NN's candidate k.
+        knn_precision: the k-NN's similarity precision (``auto``, ``float32``, ...).
     """
 
     def __init__(self, in1k_root: str | None = None, in21k_root: str | None = None, benchmark: str | None = None,

@@ -69,7 +69,8 @@ class ExtractionDataModule(L.LightningDataModule):
     Args:
         out: root of the feature stores. model_name: the extractor's name (linked from the model by the CLI).
         in1k_root: IN-1K with ``train/`` and ``val/``. in21k_root: IN-21K, a folder or a tar per synset.
-        domains / splits: what to extract (all six domains, train and test, by default).
+        domains: the domains to extract (all six by default).
+        splits: the splits to extract (train and test by default).
         transform: ``"auto"`` (the default): the extractor's own (``FeatureExtractor.transform_config``, taken at
             ``setup`` from the Trainer's module; the CLI links it); or anything
             :func:`~cog_pl.models.transform.resolve_transform` takes (``"protocol"``, a model name, a size, a dict).
