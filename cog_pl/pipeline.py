@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cog_pl.errors import CogError
 from cog_pl.protocol import (
     DOMAINS,
     LEVEL_OF_DOMAIN,
@@ -368,7 +369,7 @@ def _check(cfg: RunConfig) -> None:
                         levels=levels, benchmark=cfg.benchmark, in1k_source=cfg.extract.in1k_source,
                         in21k_source=cfg.extract.in21k_source, allow_missing=cfg.extract.allow_missing)
     if not report.ok:
-        raise RuntimeError("the data cannot run the benchmark:\n" + report.format())
+        raise CogError("the data cannot run the benchmark:\n" + report.format())
     logger.info("data check passed")
 
 

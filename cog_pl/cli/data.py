@@ -8,6 +8,7 @@ import shutil
 import sys
 
 from cog_pl.cli.options import add_skip_policy, parse_max_skipped
+from cog_pl.errors import CogError
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,8 @@ def _import(args: argparse.Namespace) -> int:
         if missing:
             for issue in missing[:10]:
                 print(f"  {issue.wnid}: {issue.problem}", file=sys.stderr)
-            raise RuntimeError(f"{len(missing)} concept(s) of {args.file} lack images under {args.in21k_root}; "
-                               "not installed")
+            raise CogError(f"{len(missing)} concept(s) of {args.file} lack images under {args.in21k_root}; "
+                           "not installed")
     dest = installed_split_path(split.level, args.cache_dir)
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.file, dest.with_name(dest.name + ".tmp"))

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from cog_pl.data.tar_index import TarIndex
+from cog_pl.errors import NotFoundError
 from cog_pl.io import printable
 from cog_pl.registry import Registry
 
@@ -156,7 +157,7 @@ class ImageSource(ABC):
             if isinstance(data, OSError):
                 raise data
             return data
-        raise KeyError(f"{wnid}/{printable(filename)} is not in {where}")
+        raise NotFoundError(f"{wnid}/{printable(filename)} is not in {where}")
 
     def stream_units(self, keys: Sequence[tuple[str, str]]) -> list[list[int]]:
         """Positions of ``keys`` grouped by what streams independently (one gzip tar each), so that workers and

@@ -31,6 +31,7 @@ import torch
 
 from cog_pl.data.sampling import final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device
+from cog_pl.errors import CogError
 from cog_pl.features.pair import StorePair, open_pair
 from cog_pl.features.store import FeatureStore
 from cog_pl.protocol import ProbeProtocol
@@ -198,6 +199,6 @@ class FeatureDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> IndexBatches:
         if self.stage_mode != "final":
-            raise RuntimeError("stage_mode='tune' never reads the test set; use stage_mode='final' to test")
+            raise CogError("stage_mode='tune' never reads the test set; use stage_mode='final' to test")
         return self._loader("test", False)
 

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from cog_pl.errors import CogError
 from cog_pl.models import build_backbone
 from cog_pl.models.module import BackboneModule
 from cog_pl.probe.knn import topk_first
@@ -79,7 +80,7 @@ def no_val_split() -> Iterator[None]:
 DIVERGED_FACTOR = 10.0
 
 
-class DivergedError(RuntimeError):
+class DivergedError(CogError, RuntimeError):
     """The training loss stopped being finite: the recipe's learning rate is too high for this backbone."""
 
 

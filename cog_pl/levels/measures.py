@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from cog_pl.errors import MissingDependencyError
 from cog_pl.registry import Registry
 from cog_pl.resources import concept_gloss, concept_name
 from cog_pl.wordnet.similarity import MEASURES as WORDNET_MEASURES
@@ -56,10 +57,12 @@ class Measure:
         return self.package is None or importlib.util.find_spec(self.package) is not None
 
     def require(self, what: str | None = None, alternative: str = "") -> None:
-        """Refuse with a ``RuntimeError`` naming what to install where the measure cannot run."""
+        """Refuse with a :class:`~cog_pl.errors.MissingDependencyError` naming what to install where the measure
+        cannot run."""
         if not self.available():
-            raise RuntimeError(f"{what or f'the similarity {self.name!r}'} needs {self.install or self.package}"
-                               f"{', ' + alternative if alternative else ''}")
+            needs = self.install or self.package
+            raise MissingDependencyError(f"{what or f'the similarity {self.name!r}'} needs {needs}"
+                                         f"{', ' + alternative if alternative else ''}")
 
 
 _MEASURES: Registry[Measure] = Registry("similarity measure")
