@@ -9,16 +9,16 @@ subclasses the builtin error that callers caught before it existed, so ``except 
 
 from __future__ import annotations
 
-__all__ = ["CogError", "MissingDependencyError", "NotFoundError"]
+__all__ = ["CogError", "MissingDependencyError", "NotFoundError", "UnknownNameError"]
 
 
 class CogError(ValueError):
     """What the user gave is wrong (an option, a file, a name): shown as one line, not as a traceback.
 
     Example:
-        >>> raise CogError("--shots 0: must be at least 1")
-        Traceback (most recent call last):
-        cog_pl.errors.CogError: --shots 0: must be at least 1
+        >>> err = CogError("--shots 0: must be at least 1")
+        >>> isinstance(err, ValueError)  # callers that catch ValueError still do
+        True
     """
 
 
@@ -31,3 +31,8 @@ class NotFoundError(CogError, KeyError):
 
 class MissingDependencyError(CogError, ImportError):
     """An optional package that a feature needs is not installed; the message says what to install."""
+
+
+class UnknownNameError(CogError):
+    """A name that no registry holds (a backbone, a similarity measure, an image source, a probe method); the message
+    suggests the closest known name."""
