@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cog_pl.defaults import MAX_SKIPPED, NUM_WORKERS
 from cog_pl.errors import CogError
 from cog_pl.protocol import (
     DOMAINS,
@@ -79,10 +80,10 @@ class ExtractOptions:
     strategy: str = "auto"
     num_nodes: int = 1
     batch_size: int = FeatureProtocol().batch_size
-    num_workers: int | str = 4  # or "auto": the cores this process may run on (device.loader_workers)
+    num_workers: int | str = NUM_WORKERS  # "auto": the cores this process may run on (device.loader_workers)
     decode: str = "pil"  # pil, cpu, gpu or auto (cog_pl.extract.decode); recorded in every store and row
     on_error: str = "fail"  # an unreadable image: "fail" naming it, or "skip" it (recorded in its store's meta.json)
-    max_skipped: float = 0.001  # with "skip": at most this fraction of a split (or, >= 1, this many images)
+    max_skipped: float = MAX_SKIPPED  # with "skip": at most this fraction of a split (or, >= 1, this many images)
     in1k_source: str = "auto"  # how the images are stored (cog_pl.data.sources), "auto": detected from the root
     in21k_source: str = "auto"
     allow_missing: float = 0  # images a split lists but the source lacks that are tolerated (0: refused)

@@ -262,7 +262,7 @@ def make_data(root: Path) -> dict[str, str]:
     return d
 
 
-P = ("--device", "cpu", "--trials", "1", "--epochs", "1", "--workdir", "{root}/w")  # a quick probe's options
+P = ("--probe-device", "cpu", "--trials", "1", "--epochs", "1", "--workdir", "{root}/w")  # a quick probe's options
 RES = ("--model", "m", "--domain", "cog_l2", "--results", "{root}/r.sqlite")
 X = ("--model.model", "timm:resnet10t", "--data.out", "{root}/xout", "--data.num_workers", "0",
      "--trainer.accelerator", "cpu")
@@ -271,7 +271,7 @@ X = ("--model.model", "timm:resnet10t", "--data.out", "{root}/xout", "--data.num
 def _cell(tag: str, knn: bool = False) -> tuple[str, ...]:
     """A quick probe's options with a study folder and a results store of its own (``absent``: :func:`_none`)."""
     study = () if knn else ("--trials", "1", "--epochs", "1", "--workdir", f"{{root}}/w-{tag}")
-    return ("--device", "cpu", *study, "--results", f"{{root}}/r-{tag}.sqlite")
+    return ("--probe-device", "cpu", *study, "--results", f"{{root}}/r-{tag}.sqlite")
 
 
 def _none(tag: str) -> tuple[str, ...]:
@@ -433,7 +433,7 @@ CASES: tuple[Case, ...] = (
     Case("probe protocol: --results is a folder", ("probe", "protocol", "--features", "{feat}", *_cell("rdir"),
                                                    "--seeds", "22", "--shots", "all", "--results", "{resdir}"),
          "results file {resdir} is a folder", absent=(*_none("rdir"), "{resdir}/*"), slow=True),
-    Case("probe knn: --results is a folder", ("probe", "knn", "--features", "{feat}", "--device", "cpu",
+    Case("probe knn: --results is a folder", ("probe", "knn", "--features", "{feat}", "--probe-device", "cpu",
                                               "--results", "{resdir}"),
          "results file {resdir} is a folder", absent=("{resdir}/*",), slow=True),
     Case("run: the results file is a folder", ("run", "--model", "resnet50", "--in1k-root", "{root}", "--in21k-root",

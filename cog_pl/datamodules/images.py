@@ -22,6 +22,7 @@ from cog_pl.data.sources import ImageSource, get_source, open_source, open_split
 from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
 from cog_pl.data.streamed import StreamedImages
 from cog_pl.data.transforms import TransformConfig, build_transform
+from cog_pl.defaults import NUM_WORKERS
 from cog_pl.device import loader_workers
 from cog_pl.models.transform import resolve_transform
 from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, FeatureProtocol
@@ -47,7 +48,7 @@ class ImageDataModule(L.LightningDataModule):
     domain: str = ""
 
     def __init__(self, transform: str | TransformConfig | None = "protocol", batch_size: int = 128,
-                 num_workers: int | str = "auto", on_error: str = "fail", error_log: str | None = None,
+                 num_workers: int | str = NUM_WORKERS, on_error: str = "fail", error_log: str | None = None,
                  shuffle_train: bool = True, predict_split: str = "test", pin_memory: bool | None = None,
                  cache_dir: str | None = None, benchmark: str | None = None, cache_images: bool = False,
                  source: str = "auto", allow_missing: float = 0) -> None:
