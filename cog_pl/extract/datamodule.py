@@ -159,11 +159,11 @@ class ExtractionDataModule(L.LightningDataModule):
         if domain == "in1k":
             if not self.in1k_root and need_root:
                 raise ValueError("extracting in1k needs --data.in1k_root (a folder with train/ and val/)")
-            dm = ImageNetDataModule(root=self.in1k_root or "", source=self.in1k_source, **common)
+            dm = ImageNetDataModule(in1k_root=self.in1k_root or "", source=self.in1k_source, **common)
         else:
             if not self.in21k_root and need_root:
                 raise ValueError(f"extracting {domain} needs --data.in21k_root (a folder or tar per synset)")
-            dm = CoGLevelDataModule(level=domain, root=self.in21k_root or "", split_file=self._split_file(domain),
+            dm = CoGLevelDataModule(level=domain, in21k_root=self.in21k_root or "", split_file=self._split_file(domain),
                                     source=self.in21k_source, **common)
         return dm
 
