@@ -59,3 +59,18 @@ def test_through_the_command_the_line_comes_before_the_work(tmp_path, capsys):
     code = main(["data", "check", "--in21k-root", str(tmp_path / "nowhere"), "--workers", "0"])
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == deprecation_line("--workers", "--num-workers") and code != 0
+
+
+@pytest.mark.parametrize(("cls", "args", "new"), [("CoGLevelDataModule", ("cog_l2",), "in21k_root"),
+                                                  ("ImageNetDataModule", (), "in1k_root")])
+def test_an_image_datamodule_takes_its_former_root_for_one_release(cls, args, new, tmp_path):
+    import cog_pl
+
+    module = getattr(cog_pl, cls)
+    with pytest.warns(FutureWarning, match=f"root=...\\) is deprecated, use {new}= \\(--data.{new}\\)"):
+        old = module(*args, root=str(tmp_path))
+    assert old.root == module(*args, **{new: str(tmp_path)}).root == str(tmp_path)
+    with pytest.raises(ValueError, match=f"give {new} \\(root is its former name\\), not both"):
+        module(*args, root=str(tmp_path), **{new: str(tmp_path)})
+    with pytest.raises(ValueError, match=f"needs {new}"):
+        module(*args)
