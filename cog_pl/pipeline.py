@@ -127,7 +127,12 @@ class ProbeOptions:
 class RunConfig:
     """What ``cog-pl run`` does; every field has the protocol's value by default. One options object per stage:
     ``extract``, ``probe`` and ``finetune`` (keyword arguments of :func:`~cog_pl.finetune.compare.finetune_domains`,
-    its Trainer's ``devices``/``accelerator``/``precision`` among them; None: no fine-tuning)."""
+    its Trainer's ``devices``/``accelerator``/``precision`` among them; None: no fine-tuning).
+
+    Example:
+        >>> cfg = RunConfig(model="dino", in1k_root="/data/in1k", in21k_root="/data/in21k", seeds=(22,),
+        ...                 probe=ProbeOptions(trials=10))  # doctest: +SKIP
+    """
 
     model: str
     in1k_root: str | None
@@ -285,7 +290,20 @@ class RunSummary:
 
 
 def run(cfg: RunConfig) -> RunSummary:
-    """Run every stage (``cfg.stage``: that one alone); returns where everything was written."""
+    """A model's whole evaluation, as ``cog-pl run`` does it: data check, extraction, probes, fine-tuning, report.
+
+    Args:
+        cfg: what to run; ``cfg.stage`` runs that stage alone. Finished stores and result rows are skipped, so a
+            second call resumes.
+
+    Returns:
+        Where everything was written (stores, results, report) and what each stage did.
+
+    Example:
+        >>> from cog_pl import RunConfig, run
+        >>> summary = run(RunConfig(model="resnet50", checkpoint="resnet50-19c8e357.pth", in1k_root="/data/in1k",
+        ...                         in21k_root="/data/in21k", out="runs/resnet50"))  # doctest: +SKIP
+    """
     import optuna
 
     from cog_pl.models import resolve_spec

@@ -60,3 +60,19 @@ def test_the_curated_names_are_documented():
     text = API_INDEX.read_text()
     missing = [name for name in cog_pl.__all__ if name != "__version__" and f"`{name}`" not in text]
     assert not missing, f"docs/reference/api/index.md lacks {missing}"
+
+
+#: Modules whose docstrings hold the public surface's examples (examples that need data are marked to skip).
+EXAMPLE_MODULES = ("cog_pl.registry", "cog_pl.errors", "cog_pl.models.zoo", "cog_pl.models.build",
+                   "cog_pl.levels.measures", "cog_pl.data.sources", "cog_pl.probe.methods", "cog_pl.benchmark",
+                   "cog_pl.cli.options", "cog_pl.extract.module", "cog_pl.datamodules.features",
+                   "cog_pl.datamodules.images", "cog_pl.finetune.module", "cog_pl.pipeline", "cog_pl.features.store",
+                   "cog_pl.probe.callback", "cog_pl.probe.module", "cog_pl.callbacks.cog_eval")
+
+
+@pytest.mark.parametrize("module", EXAMPLE_MODULES)
+def test_the_examples_of_the_docstrings_run(module):
+    import doctest
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS, verbose=False)
+    assert result.failed == 0
