@@ -106,8 +106,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Data check, extraction of IN-1K and L1..L5, every tuned probe, the report. "
                                    "Run it again to resume: finished stores and result rows are skipped.")
     p.add_argument("--model", nargs="+", metavar="MODEL",
-                   help="a paper model, efficientnet_lite0, timm:<name>, torchvision:<name> (required; several with "
-                        "--launcher: a study of many models, one extraction job and probe array each)")
+                   help="a paper model, efficientnet_lite0, a registered backbone (a package's cog_pl.backbones entry "
+                        "point), timm:<name>, torchvision:<name> (required; several with --launcher: a study of many "
+                        "models, one extraction job and probe array each)")
     p.add_argument("--checkpoint", nargs="+", metavar="FILE",
                    help="weights file (the authors' published file for paper models), one per --model; default for a "
                         "paper model: its file in --models-dir when there")
