@@ -50,8 +50,6 @@ def doc_commands(text: str) -> list[str]:
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
             line = re.sub(r"\s#.*$", "", line)  # a trailing comment
             line = re.sub(r"\s*\[[^\]]*\]", "", line)  # optional parts
-            if not line.lstrip().startswith("cog-pl"):  # prose or output in a text block (an apostrophe, no command)
-                continue
             words = [w.split("|")[0] for w in shlex.split(line) if w != "..."]
             cut = next((k for k, w in enumerate(words) if w in SHELL), len(words))
             if words[:1] == ["cog-pl"]:
