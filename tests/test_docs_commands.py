@@ -50,10 +50,11 @@ def doc_commands(text: str) -> list[str]:
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
             line = re.sub(r"\s#.*$", "", line)  # a trailing comment
             line = re.sub(r"\s*\[[^\]]*\]", "", line)  # optional parts
+            if not line.lstrip().startswith("cog-pl "):  # python, YAML or other shell lines: not split
+                continue
             words = [w.split("|")[0] for w in shlex.split(line) if w != "..."]
             cut = next((k for k, w in enumerate(words) if w in SHELL), len(words))
-            if words[:1] == ["cog-pl"]:
-                lines.append(shlex.join(words[:cut]))
+            lines.append(shlex.join(words[:cut]))
     return list(dict.fromkeys(lines))
 
 
