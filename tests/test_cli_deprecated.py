@@ -74,3 +74,17 @@ def test_an_image_datamodule_takes_its_former_root_for_one_release(cls, args, ne
         module(*args, root=str(tmp_path), **{new: str(tmp_path)})
     with pytest.raises(ValueError, match=f"needs {new}"):
         module(*args)
+
+
+def test_the_launcher_drops_the_old_workers_spelling_from_the_tasks_command(tmp_path, capsys):
+    """``probe protocol --launcher ... --workers 3``: an array of 3 tasks whose command has neither spelling."""
+    from test_probe_fixtures import write_features
+
+    features = write_features(tmp_path / "m" / "d", classes=3, dim=8, per_class=10, test_per_class=2)
+    argv = ["probe", "protocol", "--features", str(features), "--results", str(tmp_path / "r.sqlite"), "--launcher",
+            "sbatch-scripts", "--workers", "3", "--dry-run"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert deprecation_line("--workers", "--probe-workers") in captured.err
+    assert "probe/m/d  array of 3 tasks" in captured.out
+    assert "--workers" not in captured.out and "--probe-workers" not in captured.out
