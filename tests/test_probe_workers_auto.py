@@ -1,5 +1,5 @@
-"""``probe protocol --probe-workers N|auto``: worker processes on one storage and one results file, each cell tuned by one
-worker; the grid's rows equal a one-worker run's, and the plan of workers follows the machine."""
+"""``probe protocol --probe-workers N|auto``: worker processes on one storage and one results file, each cell tuned
+by one worker; the grid's rows equal a one-worker run's, and the plan of workers follows the machine."""
 
 from __future__ import annotations
 
