@@ -62,7 +62,7 @@ def main() -> int:
                     "--workdir", str(work)]
             out["cog-pl fast"] = [*ours, "--study-name", "fast"]
             if a.fp32:
-                out["cog-pl fast fp32"] = [*ours, "--precision", "32-true", "--study-name", "fast-fp32"]
+                out["cog-pl fast fp32"] = [*ours, "--probe-precision", "32-true", "--study-name", "fast-fp32"]
             if a.journal:
                 out["cog-pl journal"] = [*ours, "--storage", str(work / "optuna.log"), "--study-name", "journal"]
             if a.exact:

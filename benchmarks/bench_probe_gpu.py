@@ -109,7 +109,7 @@ def main() -> int:
     print(f"features written in {time.perf_counter() - start:.1f}s: {feats}", flush=True)
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     cmd = [sys.executable, "-m", "cog_pl.cli.main", "probe", "tune", "--features", str(feats),
-           "--trials", str(a.trials), "--epochs", str(a.epochs), "--seed", str(a.seed), "--device", a.device,
+           "--trials", str(a.trials), "--epochs", str(a.epochs), "--seed", str(a.seed), "--probe-device", a.device,
            "--workdir", str(a.workdir)]
     start = time.perf_counter()
     out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout

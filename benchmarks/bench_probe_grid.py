@@ -42,9 +42,9 @@ def run(features: Path, work: Path, a: argparse.Namespace, workers: str | None) 
     cmd = [sys.executable, "-m", "cog_pl.cli.main", "probe", "protocol", "--features", str(features),
            "--results", str(work / "results.sqlite"), "--storage", str(work / "optuna.log"), "--trials",
            str(a.trials), "--epochs", str(a.epochs), "--seeds", *map(str, a.seeds), "--shots", *a.shots,
-           "--device", a.device, "--model", "m", "--domain", "d"]
+           "--probe-device", a.device, "--model", "m", "--domain", "d"]
     if workers:
-        cmd += ["--workers", workers]
+        cmd += ["--probe-workers", workers]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     t = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -163,5 +163,16 @@ def validate(bench: Benchmark) -> list[str]:
 
 
 def load_benchmark(path: str | os.PathLike | None = None) -> Benchmark:
-    """The benchmark of a file, or the official one when ``path`` is None."""
+    """The benchmark of a file, or the official one.
+
+    Args:
+        path: a benchmark file (``cog-pl levels build --seen``); None for the official ImageNet-CoG.
+
+    Returns:
+        The :class:`Benchmark`: its levels' concepts and test images.
+
+    Example:
+        >>> [len(load_benchmark().classes(level)) for level in ("L1", "L5")]
+        [1000, 1000]
+    """
     return Benchmark.official() if path is None else Benchmark.load(path)

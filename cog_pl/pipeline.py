@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cog_pl.defaults import MAX_SKIPPED, NUM_WORKERS
+from cog_pl.errors import CogError
 from cog_pl.protocol import (
     DOMAINS,
     LEVEL_OF_DOMAIN,
@@ -78,10 +80,10 @@ class ExtractOptions:
     strategy: str = "auto"
     num_nodes: int = 1
     batch_size: int = FeatureProtocol().batch_size
-    num_workers: int | str = 4  # or "auto": the cores this process may run on (device.loader_workers)
+    num_workers: int | str = NUM_WORKERS  # "auto": the cores this process may run on (device.loader_workers)
     decode: str = "pil"  # pil, cpu, gpu or auto (cog_pl.extract.decode); recorded in every store and row
     on_error: str = "fail"  # an unreadable image: "fail" naming it, or "skip" it (recorded in its store's meta.json)
-    max_skipped: float = 0.001  # with "skip": at most this fraction of a split (or, >= 1, this many images)
+    max_skipped: float = MAX_SKIPPED  # with "skip": at most this fraction of a split (or, >= 1, this many images)
     in1k_source: str = "auto"  # how the images are stored (cog_pl.data.sources), "auto": detected from the root
     in21k_source: str = "auto"
     allow_missing: float = 0  # images a split lists but the source lacks that are tolerated (0: refused)
@@ -125,7 +127,12 @@ class ProbeOptions:
 class RunConfig:
     """What ``cog-pl run`` does; every field has the protocol's value by default. One options object per stage:
     ``extract``, ``probe`` and ``finetune`` (keyword arguments of :func:`~cog_pl.finetune.compare.finetune_domains`,
-    its Trainer's ``devices``/``accelerator``/``precision`` among them; None: no fine-tuning)."""
+    its Trainer's ``devices``/``accelerator``/``precision`` among them; None: no fine-tuning).
+
+    Example:
+        >>> cfg = RunConfig(model="dino", in1k_root="/data/in1k", in21k_root="/data/in21k", seeds=(22,),
+        ...                 probe=ProbeOptions(trials=10))  # doctest: +SKIP
+    """
 
     model: str
     in1k_root: str | None
@@ -283,7 +290,20 @@ class RunSummary:
 
 
 def run(cfg: RunConfig) -> RunSummary:
-    """Run every stage (``cfg.stage``: that one alone); returns where everything was written."""
+    """A model's whole evaluation, as ``cog-pl run`` does it: data check, extraction, probes, fine-tuning, report.
+
+    Args:
+        cfg: what to run; ``cfg.stage`` runs that stage alone. Finished stores and result rows are skipped, so a
+            second call resumes.
+
+    Returns:
+        Where everything was written (stores, results, report) and what each stage did.
+
+    Example:
+        >>> from cog_pl import RunConfig, run
+        >>> summary = run(RunConfig(model="resnet50", checkpoint="resnet50-19c8e357.pth", in1k_root="/data/in1k",
+        ...                         in21k_root="/data/in21k", out="runs/resnet50"))  # doctest: +SKIP
+    """
     import optuna
 
     from cog_pl.models import resolve_spec
@@ -368,7 +388,7 @@ def _check(cfg: RunConfig) -> None:
                         levels=levels, benchmark=cfg.benchmark, in1k_source=cfg.extract.in1k_source,
                         in21k_source=cfg.extract.in21k_source, allow_missing=cfg.extract.allow_missing)
     if not report.ok:
-        raise RuntimeError("the data cannot run the benchmark:\n" + report.format())
+        raise CogError("the data cannot run the benchmark:\n" + report.format())
     logger.info("data check passed")
 
 

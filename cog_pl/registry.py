@@ -2,20 +2,46 @@
 
 Similarity measures (:mod:`cog_pl.levels.measures`), image sources (:mod:`cog_pl.data.sources`) and probe methods
 (:mod:`cog_pl.probe.methods`) each keep one :class:`Registry` and expose timm-style functions over it
-(``register_...``, ``get_...``, ``list_...``). Entries keep their registration order, which is the order of
-choices on the command line and in reports.
+(``register_...``, ``get_...``, ``list_...``), and so do backbones (:mod:`cog_pl.models.zoo`). Entries keep their
+registration order, which is the order of choices on the command line and in reports. An unknown name is a
+:class:`~cog_pl.errors.UnknownNameError` that suggests the closest known one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import difflib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
+
+from cog_pl.errors import UnknownNameError
+
+__all__ = ["Registry", "did_you_mean"]
 
 T = TypeVar("T")
 
 
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"did you mean 'x'? "`` for the known name closest to ``name`` (difflib's), or ``""`` when none is close.
+
+    Example:
+        >>> did_you_mean("resnet51", ["resnet50", "vgg19"])
+        "did you mean 'resnet50'? "
+    """
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 class Registry(Generic[T]):
-    """Entries of one kind by name; ``kind`` names them in errors (``"similarity measure"``)."""
+    """Entries of one kind by name; ``kind`` names them in errors (``"similarity measure"``).
+
+    Example:
+        >>> colours = Registry("colour")
+        >>> colours.add("red", (255, 0, 0))
+        (255, 0, 0)
+        >>> colours.get("rde")
+        Traceback (most recent call last):
+        cog_pl.errors.UnknownNameError: unknown colour 'rde'; did you mean 'red'? known: red
+    """
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -39,7 +65,8 @@ class Registry(Generic[T]):
         return self._entries.pop(self._known(name))
 
     def get(self, name: str) -> T:
-        """The entry of ``name``; an unknown name is a ``ValueError`` listing the known ones."""
+        """The entry of ``name``; an unknown name is an :class:`~cog_pl.errors.UnknownNameError` (a ``ValueError``)
+        suggesting the closest known name and listing them all."""
         return self._entries[self._known(name)]
 
     def names(self) -> tuple[str, ...]:
@@ -52,7 +79,14 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 
+    def unknown(self, name: str, also: str = "") -> UnknownNameError:
+        """The error for an unknown ``name``: the closest known name, then all of them (``also``: what else is
+        accepted, e.g. ``"or timm:<name>"``)."""
+        known = ", ".join(self._entries) or "none"
+        return UnknownNameError(f"unknown {self.kind} {name!r}; {did_you_mean(name, self._entries)}known: {known}"
+                                f"{f'; {also}' if also else ''}")
+
     def _known(self, name: str) -> str:
         if name not in self._entries:
-            raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self._entries) or 'none'}")
+            raise self.unknown(name)
         return name

@@ -59,7 +59,7 @@ def main() -> None:
     bench = make_demo(a.out / "data", n_seen=a.seen, n_per_level=a.per_level, train_per_concept=60,
                       test_per_concept=20, image_size=32)
     transform = TransformConfig(crop=32, resize=32)
-    data = ImageNetDataModule(root=str(a.out / "data" / "in1k"), benchmark=str(bench), transform=transform,
+    data = ImageNetDataModule(in1k_root=str(a.out / "data" / "in1k"), benchmark=str(bench), transform=transform,
                               batch_size=64, num_workers=0)
     cog = CoGEvaluationCallback(in1k_root=str(a.out / "data" / "in1k"), in21k_root=str(a.out / "data" / "in21k"),
                                 benchmark=str(bench), transform=transform, concepts=a.per_level, train_images=30,

@@ -9,7 +9,7 @@
 #   2. benchmarks/bench_probe_gpu.py: one probe at the protocol's full scale (1.1M x 2048, 30 x 100) -- CUDA only
 #   3. benchmarks/bench_extract.py: extraction images/s for ResNet-50 and ViT-B/16, per decode path, on JPEGs of
 #      ImageNet's size distribution (bf16 autocast, channels-last)
-#   4. one domain's whole probe protocol (5 seeds x all data and 1..128 shots) at reduced scale, --workers auto
+#   4. one domain's whole probe protocol (5 seeds x all data and 1..128 shots) at reduced scale, --probe-workers auto
 # and prints one summary table (step, status, seconds, the figure lines of its log).
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -262,7 +262,7 @@ def make_data(root: Path) -> dict[str, str]:
     return d
 
 
-P = ("--device", "cpu", "--trials", "1", "--epochs", "1", "--workdir", "{root}/w")  # a quick probe's options
+P = ("--probe-device", "cpu", "--trials", "1", "--epochs", "1", "--workdir", "{root}/w")  # a quick probe's options
 RES = ("--model", "m", "--domain", "cog_l2", "--results", "{root}/r.sqlite")
 X = ("--model.model", "timm:resnet10t", "--data.out", "{root}/xout", "--data.num_workers", "0",
      "--trainer.accelerator", "cpu")
@@ -271,7 +271,7 @@ X = ("--model.model", "timm:resnet10t", "--data.out", "{root}/xout", "--data.num
 def _cell(tag: str, knn: bool = False) -> tuple[str, ...]:
     """A quick probe's options with a study folder and a results store of its own (``absent``: :func:`_none`)."""
     study = () if knn else ("--trials", "1", "--epochs", "1", "--workdir", f"{{root}}/w-{tag}")
-    return ("--device", "cpu", *study, "--results", f"{{root}}/r-{tag}.sqlite")
+    return ("--probe-device", "cpu", *study, "--results", f"{{root}}/r-{tag}.sqlite")
 
 
 def _none(tag: str) -> tuple[str, ...]:
@@ -404,7 +404,7 @@ CASES: tuple[Case, ...] = (
     Case("finetune: missing config", ("finetune", "fit", "--config", "{missing}.yaml"), "{missing}.yaml", slow=True),
     Case("finetune: config not YAML", ("finetune", "fit", "--config", "{yaml}"), "{yaml}", slow=True),
     Case("finetune: missing image root", ("finetune", "fit", "--config", "configs/finetune/demo.yaml",
-                                          "--data.init_args.root", "{missing}", "--data.init_args.benchmark",
+                                          "--data.in21k_root", "{missing}", "--data.benchmark",
                                           "{root}/bench.json", "--model.model", "timm:resnet10t",
                                           "--model.checkpoint", "null", "--trainer.accelerator", "cpu",
                                           "--trainer.precision", "32-true"),
@@ -433,7 +433,7 @@ CASES: tuple[Case, ...] = (
     Case("probe protocol: --results is a folder", ("probe", "protocol", "--features", "{feat}", *_cell("rdir"),
                                                    "--seeds", "22", "--shots", "all", "--results", "{resdir}"),
          "results file {resdir} is a folder", absent=(*_none("rdir"), "{resdir}/*"), slow=True),
-    Case("probe knn: --results is a folder", ("probe", "knn", "--features", "{feat}", "--device", "cpu",
+    Case("probe knn: --results is a folder", ("probe", "knn", "--features", "{feat}", "--probe-device", "cpu",
                                               "--results", "{resdir}"),
          "results file {resdir} is a folder", absent=("{resdir}/*",), slow=True),
     Case("run: the results file is a folder", ("run", "--model", "resnet50", "--in1k-root", "{root}", "--in21k-root",
@@ -448,8 +448,8 @@ CASES: tuple[Case, ...] = (
                                                                    *_cell("nonutf")),
          "(the name of folder {nonutf_shown}) is not UTF-8 text", absent=_none("nonutf"), slow=True),
     Case("finetune test: a malicious pickle as --ckpt_path", ("finetune", "test", "--config",
-                                                              "configs/finetune/demo.yaml", "--data.init_args.root",
-                                                              "{in21k}", "--data.init_args.benchmark",
+                                                              "configs/finetune/demo.yaml", "--data.in21k_root",
+                                                              "{in21k}", "--data.benchmark",
                                                               "{root}/bench.json", "--model.model", "timm:resnet10t",
                                                               "--model.checkpoint", "null", "--trainer.accelerator",
                                                               "cpu", "--trainer.default_root_dir", "{root}/ft",

@@ -91,7 +91,7 @@ def main() -> None:
 
 def run(pl, a: argparse.Namespace) -> dict:
     bench = a.bench
-    data = ImageNetDataModule(root=str(bench / "in1k"), benchmark=str(bench / "benchmark.json"), transform=32,
+    data = ImageNetDataModule(in1k_root=str(bench / "in1k"), benchmark=str(bench / "benchmark.json"), transform=32,
                               batch_size=8, num_workers=0)
 
     def callback() -> CoGEvaluationCallback:

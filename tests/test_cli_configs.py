@@ -61,7 +61,8 @@ def test_configs_list_and_show(capsys):
     assert len(out) == len(packaged()) and out[0].startswith("extract/adv_robust ")
     assert any(line.startswith("probe/linear_probe") and "LinearProbe" in line for line in out)
     assert main(["configs", "list", "finetune"]) == 0
-    assert [w.split()[0] for w in capsys.readouterr().out.splitlines()] == ["finetune/demo", "finetune/resnet50", "finetune/resnet50_small"]
+    assert [w.split()[0] for w in capsys.readouterr().out.splitlines()] == ["finetune/demo", "finetune/resnet50",
+                                                                             "finetune/resnet50_small"]
     assert main(["configs", "show", "linear_probe"]) == 0
     assert capsys.readouterr().out == (configs_root() / "probe" / "linear_probe.yaml").read_text()
     assert main(["configs", "show", "--path", "extract/dino"]) == 0

@@ -261,7 +261,7 @@ def test_extract_and_probe_protocol_take_the_launcher_too(tmp_path, capsys):
 
     features = write_features(tmp_path / "m" / "d", classes=3, dim=8, per_class=10, test_per_class=2)
     argv = ["probe", "protocol", "--features", str(features), "--results", str(tmp_path / "r.sqlite"), "--seeds",
-            "22", "37", "--shots", "all", "2", "--launcher", "sbatch-scripts", "--workers", "3", "--dry-run"]
+            "22", "37", "--shots", "all", "2", "--launcher", "sbatch-scripts", "--probe-workers", "3", "--dry-run"]
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "probe/m/d  array of 3 tasks" in out and "4 rows: linear on 2 seeds x 2 shot settings" in out

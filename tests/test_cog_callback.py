@@ -52,8 +52,8 @@ class Net(L.LightningModule):
 def _fit(bench, tmp_path, callbacks, epochs=3, model=None, ckpt_path=None):
     root, path = bench
     torch.manual_seed(0)
-    dm = ImageNetDataModule(root=str(root / "in1k"), benchmark=str(path), transform=TF, batch_size=8, num_workers=0,
-                            shuffle_train=False)
+    dm = ImageNetDataModule(in1k_root=str(root / "in1k"), benchmark=str(path), transform=TF, batch_size=8,
+                            num_workers=0, shuffle_train=False)
     model = model or Net()
     checkpointing = any(isinstance(c, L.pytorch.callbacks.ModelCheckpoint) for c in callbacks)
     trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", callbacks=callbacks, enable_checkpointing=checkpointing,

@@ -20,7 +20,7 @@ def _run(capsys, *args):
 def test_healthy_data_passes(tiny, tmp_path, capsys):  # noqa: F811
     in1k = tiny.make_in1k(tmp_path / "in1k")
     in21k = tiny.make_in21k(tmp_path / "in21k", "tar")
-    code, out = _run(capsys, "--in1k-root", str(in1k), "--in21k-root", str(in21k), "--decode", "--workers", "0",
+    code, out = _run(capsys, "--in1k-root", str(in1k), "--in21k-root", str(in21k), "--decode", "--num-workers", "0",
                      "--cache-dir", str(tmp_path / "cache"))
     assert code == 0, out
     assert "cog_l3      3/3            18        9" in out and "in1k        3/3            12      150" in out
@@ -34,7 +34,7 @@ def test_problems_are_named_counted_and_fail_the_check(tiny, tmp_path, capsys): 
     in21k = tiny.make_in21k(tmp_path / "in21k", "folder", skip=(w_missing, gone), n_train={w_few: 1},
                             bad={corrupt: "corrupt", cut: "truncated"})
     bad_list = tmp_path / "bad.tsv"
-    code, out = _run(capsys, "--in21k-root", str(in21k), "--decode", "--workers", "2", "--bad-list", str(bad_list))
+    code, out = _run(capsys, "--in21k-root", str(in21k), "--decode", "--num-workers", "2", "--bad-list", str(bad_list))
     assert code == 1
     assert f"[cog_l1] missing synset: 1\n    {w_missing} (" in out
     assert "[cog_l2] missing test images: 1" in out and gone.split("/")[1] in out
@@ -45,11 +45,11 @@ def test_problems_are_named_counted_and_fail_the_check(tiny, tmp_path, capsys): 
     assert "cog_l2      3/3            18        8" in out and "decoded 120 images: 2 unreadable" in out
     assert sorted(line.split("\t")[0] for line in bad_list.read_text().splitlines()) == sorted([corrupt, cut])
     # under the skip policy, as extraction does, they are skipped within the cap (warnings) and errors past it
-    code, out = _run(capsys, "--in21k-root", str(in21k), "--decode", "--workers", "0", "--on-error", "skip")
+    code, out = _run(capsys, "--in21k-root", str(in21k), "--decode", "--num-workers", "0", "--on-error", "skip")
     assert code == 1 and "FAILED: 3 error(s)" in out, out
     assert "warnings (2):" in out and "[cog_l3] unreadable test images (skipped): 1" in out
     assert "[cog_l4] unreadable train images (skipped): 1" in out
-    code, out = _run(capsys, "--in21k-root", str(in21k), "--decode", "--workers", "0", "--on-error", "skip",
+    code, out = _run(capsys, "--in21k-root", str(in21k), "--decode", "--num-workers", "0", "--on-error", "skip",
                      "--max-skipped", "0")
     assert "FAILED: 5 error(s)" in out and "unreadable train images (more than --max-skipped allows: 0): 1" in out
 

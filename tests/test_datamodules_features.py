@@ -9,6 +9,7 @@ from conftest_data import TINY_PROTOCOL, tiny  # noqa: F401 - fixture
 from cog_pl.data.transforms import TransformConfig
 from cog_pl.datamodules import CoGLevelDataModule, FeatureDataModule
 from cog_pl.datamodules.features import IndexBatches
+from cog_pl.errors import CogError
 from cog_pl.features.store import StoreError, make_meta, write_store
 
 
@@ -38,7 +39,7 @@ def test_tune_mode_cuts_val_first_and_never_reads_test_rows(tmp_path):
     full.setup()
     assert np.array_equal(full.val_idx, dm.val_idx) and set(dm.train_idx) <= set(full.train_idx)
     assert "test" not in dm._tensors and dm.test_idx is None  # the test store's header and labels checked, no row read
-    with pytest.raises(RuntimeError, match="never reads the test set"):
+    with pytest.raises(CogError, match="never reads the test set"):
         dm.test_dataloader()
     x, _ = next(iter(dm.train_dataloader()))
     assert x.dtype == torch.float32 and torch.allclose(x.norm(dim=1), torch.ones(len(x)), atol=2e-3)

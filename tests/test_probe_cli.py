@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_tune_prints_a_json_result_last(tmp_path, capsys):
     features = write_features(tmp_path / "m" / "cog_l2")
     args = ["tune", "--features", str(features), "--trials", "4", "--epochs", "3", "--shots", "8",
-            "--workdir", str(tmp_path / "w"), "--device", "cpu"]
+            "--workdir", str(tmp_path / "w"), "--probe-device", "cpu"]
     assert main(args) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"test_top1", "test_top5", "lr", "wd", "seconds"} <= set(row)
@@ -63,7 +63,7 @@ def test_search_options_default_to_the_search_plan():
     assert _plan(parser.parse_args(["tune", "--features", "f"])) == SearchPlan()
     assert _plan(parser.parse_args(["tune", "--features", "f", "--exact"])) == SearchPlan(mode="exact")
     given = _plan(parser.parse_args(["protocol", "--features", "f", "--model", "m", "--domain", "d", "--results",
-                                     "r", "--trial-batch", "3", "--stale-after", "9", "--precision", "32-true"]))
+                                     "r", "--trial-batch", "3", "--stale-after", "9", "--probe-precision", "32-true"]))
     assert given == SearchPlan(trial_batch=3, stale_after=9.0, precision="32-true")
     help_text = " ".join(parser._subparsers._group_actions[0].choices["tune"].format_help().split())
     assert f"default {SearchPlan().trial_batch})" in help_text and f"default {SearchPlan().stale_after:g})" in help_text

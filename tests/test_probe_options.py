@@ -53,8 +53,9 @@ def test_trial_batch_zero_ends_at_once_instead_of_hanging(tmp_path):
 
     features = write_features(tmp_path / "m" / "cog_l1", classes=3, dim=4, per_class=10, test_per_class=2)
     out = subprocess.run([sys.executable, "-m", "cog_pl.cli.main", "probe", "protocol", "--features", str(features),
-                          "--results", str(tmp_path / "r.sqlite"), "--workdir", str(tmp_path / "w"), "--device", "cpu",
-                          "--trials", "3", "--epochs", "1", "--seeds", "1", "--shots", "all", "--trial-batch", "0"],
+                          "--results", str(tmp_path / "r.sqlite"), "--workdir", str(tmp_path / "w"),
+                          "--probe-device", "cpu", "--trials", "3", "--epochs", "1", "--seeds", "1", "--shots", "all",
+                          "--trial-batch", "0"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [

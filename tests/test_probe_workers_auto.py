@@ -1,5 +1,5 @@
-"""``probe protocol --workers N|auto``: worker processes on one storage and one results file, each cell tuned by one
-worker; the grid's rows equal a one-worker run's, and the plan of workers follows the machine."""
+"""``probe protocol --probe-workers N|auto``: worker processes on one storage and one results file, each cell tuned
+by one worker; the grid's rows equal a one-worker run's, and the plan of workers follows the machine."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ SAME = ("lr", "wd", "best_trial", "val_top1", "test_top1", "test_top5", "train_r
 def grid(features, results, storage, *extra):
     return ["probe", "protocol", "--features", str(features), "--results", str(results), "--storage", str(storage),
             "--trials", "6", "--epochs", "4", "--batch-size", "64", "--seeds", "22", "37", "--shots", "all", "2",
-            "--device", "cpu", "--model", "m", "--domain", "d", *extra]
+            "--probe-device", "cpu", "--model", "m", "--domain", "d", *extra]
 
 
 @pytest.mark.slow
@@ -24,7 +24,7 @@ def grid(features, results, storage, *extra):
 def test_the_rows_of_n_workers_equal_a_one_worker_run(tmp_path, workers, capsys):
     features = write_features(tmp_path / "feats", classes=8, dim=24, per_class=40)
     assert main(grid(features, tmp_path / "one.sqlite", tmp_path / "one.db")) == 0
-    assert main(grid(features, tmp_path / "many.sqlite", tmp_path / "many.log", "--workers", workers)) == 0
+    assert main(grid(features, tmp_path / "many.sqlite", tmp_path / "many.log", "--probe-workers", workers)) == 0
     err = capsys.readouterr().err
     one = {(r["shots"], r["seed"]): r for r in read_rows(tmp_path / "one.sqlite")}
     many = {(r["shots"], r["seed"]): r for r in read_rows(tmp_path / "many.sqlite")}
@@ -34,7 +34,7 @@ def test_the_rows_of_n_workers_equal_a_one_worker_run(tmp_path, workers, capsys)
     if workers == "2":
         assert "4 cells on 2 workers" in err and "[4/4] worker" in err  # the merged display
     # resumed: every row exists, nothing is made again
-    assert main(grid(features, tmp_path / "many.sqlite", tmp_path / "many.log", "--workers", workers)) == 0
+    assert main(grid(features, tmp_path / "many.sqlite", tmp_path / "many.log", "--probe-workers", workers)) == 0
     assert [r["worker"] for r in read_rows(tmp_path / "many.sqlite")] == [r["worker"] for r in many.values()]
 
 
@@ -64,10 +64,10 @@ def test_the_plan_splits_the_cores_and_never_exceeds_the_cells(monkeypatch):
 def test_a_bad_workers_value_is_one_line_naming_it(tmp_path, capsys):
     features = write_features(tmp_path / "feats", classes=4, dim=8, per_class=10)
     with pytest.raises(SystemExit) as exit:
-        main(grid(features, tmp_path / "r.sqlite", tmp_path / "s.db", "--workers", "0"))
+        main(grid(features, tmp_path / "r.sqlite", tmp_path / "s.db", "--probe-workers", "0"))
     assert exit.value.code == 2
     [line] = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
-    assert "argument --workers: workers value '0'" in line
+    assert "argument --probe-workers: workers value '0'" in line
 
 
 @pytest.mark.slow

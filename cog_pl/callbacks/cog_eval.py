@@ -90,6 +90,15 @@ class CoGEvaluationCallback(L.Callback):
         methods: ``linear``, ``knn`` or both.
         knn_ks: the k-NN's candidate k.
         knn_precision: the k-NN's similarity precision (``auto``, ``float32``, ...).
+
+    Example:
+        >>> import lightning as L
+        >>> cog = CoGEvaluationCallback(in1k_root="/data/in1k", in21k_root="/data/in21k", backbone="encoder",
+        ...                             every_n_epochs=5)  # doctest: +SKIP
+        >>> L.Trainer(max_epochs=100, callbacks=[cog]).fit(my_module, my_data)  # doctest: +SKIP
+
+    The accuracies are logged as ``cog/{key}/top1`` and ``cog/{key}/knn_top1``, ``key`` being ``in1k``, ``l1`` ..
+    ``l5`` (:func:`metric_key`).
     """
 
     def __init__(self, in1k_root: str | None = None, in21k_root: str | None = None, benchmark: str | None = None,

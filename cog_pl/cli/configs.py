@@ -13,6 +13,8 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from cog_pl.errors import NotFoundError
+
 #: The LightningCLI commands and the folder of packaged configs each one reads names from.
 GROUPS = ("extract", "finetune", "probe")
 SUFFIX = ".yaml"
@@ -42,10 +44,10 @@ def find(name: str, group: str | None = None) -> Path:
         return hits[0]
     where = f"{group} " if group else ""
     if hits:
-        raise KeyError(f"{name}: the name of {len(hits)} packaged configs ("
-                       f"{', '.join(k for k in table if k.endswith('/' + stem))}): give the group too")
-    raise KeyError(f"{name}: no packaged {where}config of that name; there are: "
-                   f"{', '.join(k.split('/', 1)[1] if group else k for k in table)} (cog-pl configs list)")
+        raise NotFoundError(f"{name}: the name of {len(hits)} packaged configs ("
+                            f"{', '.join(k for k in table if k.endswith('/' + stem))}): give the group too")
+    raise NotFoundError(f"{name}: no packaged {where}config of that name; there are: "
+                        f"{', '.join(k.split('/', 1)[1] if group else k for k in table)} (cog-pl configs list)")
 
 
 def resolve_config(group: str, value: str) -> str:

@@ -7,7 +7,14 @@ import logging
 import shutil
 import sys
 
-from cog_pl.cli.options import add_skip_policy, parse_max_skipped
+from cog_pl.cli.options import (
+    NUM_WORKERS,
+    add_deprecated_alias,
+    add_skip_policy,
+    loader_workers_value,
+    parse_max_skipped,
+)
+from cog_pl.errors import CogError
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                           "timm's imagenet-w21-wds shards")
     add_source_options(chk)
     chk.add_argument("--decode", action="store_true", help="also fully decode every image (slow; with progress)")
-    chk.add_argument("--workers", type=int, default=4, help="decoding processes (default 4)")
+    add_deprecated_alias(chk, "--workers", chk.add_argument(
+        "--num-workers", type=loader_workers_value, default=NUM_WORKERS,
+        help=f"decoding processes with --decode, or auto: the cores this process may run on, less one (default "
+             f"{NUM_WORKERS})"))
     chk.add_argument("--bad-list", help="save the unreadable images here (wnid/filename<TAB>reason)")
     chk.add_argument("--cache-dir", help="where tar indexes and installed splits live (default ~/.cache/cog_pl)")
     chk.add_argument("--benchmark", help="a benchmark file (cog-pl levels build --seen) to check against instead of "
@@ -74,8 +84,10 @@ def add_source_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
 
 def _check(args: argparse.Namespace) -> int:
     from cog_pl.data.check import check_data, write_unreadable
+    from cog_pl.device import loader_workers
 
-    report = check_data(args.in1k_root, args.in21k_root, decode=args.decode, workers=args.workers,
+    workers = loader_workers() if args.num_workers == "auto" else args.num_workers
+    report = check_data(args.in1k_root, args.in21k_root, decode=args.decode, workers=workers,
                         progress=args.decode and sys.stderr.isatty(), cache_dir=args.cache_dir,
                         on_error=args.on_error, max_skipped=args.max_skipped, in1k_source=args.in1k_source,
                         in21k_source=args.in21k_source, allow_missing=args.allow_missing, benchmark=args.benchmark)
@@ -112,8 +124,8 @@ def _import(args: argparse.Namespace) -> int:
         if missing:
             for issue in missing[:10]:
                 print(f"  {issue.wnid}: {issue.problem}", file=sys.stderr)
-            raise RuntimeError(f"{len(missing)} concept(s) of {args.file} lack images under {args.in21k_root}; "
-                               "not installed")
+            raise CogError(f"{len(missing)} concept(s) of {args.file} lack images under {args.in21k_root}; "
+                           "not installed")
     dest = installed_split_path(split.level, args.cache_dir)
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.file, dest.with_name(dest.name + ".tmp"))

@@ -1,9 +1,9 @@
 """``cog-pl finetune fit|test``: LightningCLI for ``FineTuneClassifier`` on a domain's images.
 
-    cog-pl finetune fit --config resnet50 --data.init_args.level cog_l3 \\
-        --data.init_args.root /data/in21k
-    cog-pl finetune test --config resnet50 --data.init_args.level cog_l3 \\
-        --data.init_args.root /data/in21k --ckpt_path last --results results.sqlite
+    cog-pl finetune fit --config resnet50 --data.level cog_l3 \\
+        --data.in21k_root /data/in21k
+    cog-pl finetune test --config resnet50 --data.level cog_l3 \\
+        --data.in21k_root /data/in21k --ckpt_path last --results results.sqlite
 
 ``data`` is any image DataModule (``CoGLevelDataModule`` or ``ImageNetDataModule``) by ``class_path``. The number of
 classes is linked from the datamodule; ``test`` with ``--results`` adds a result row (method ``finetune``) that

@@ -7,9 +7,11 @@ import errno
 import importlib
 import os
 import sys
+import traceback
 from collections.abc import Callable
 
 from cog_pl import __version__, console
+from cog_pl.errors import CogError
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
 COMMAND_MODULES = ("wordnet", "levels", "data", "features", "models", "configs", "probe", "report", "run", "noise")
@@ -65,27 +67,39 @@ def lightning_command(argv: list[str]) -> tuple[str, str, list[str]] | None:
     return None
 
 
-class CommandError(Exception):
-    """A user-facing error: printed without a traceback, exit status 2."""
+class CommandError(CogError):
+    """A user-facing error of the command line itself: printed without a traceback, exit status 2."""
 
 
-#: Errors in what the user gave (an option, a file, a URL, a synset): one line, exit status 2.
-USAGE_ERRORS = (CommandError, ValueError, KeyError, FileNotFoundError, RuntimeError)
-#: The base error classes of the database libraries (module, class): failures of the machine, not of the input.
-LIBRARY_ERRORS = (("sqlite3", "Error"), ("sqlalchemy.exc", "SQLAlchemyError"), ("optuna.exceptions", "OptunaError"))
+#: Errors in what the user gave (an option, a file, a URL, a synset): one line, exit status 2. A ``ValueError`` counts
+#: (library code validates its arguments with it); a ``KeyError`` or ``RuntimeError`` does not: it is a defect.
+USAGE_ERRORS = (CogError, ValueError, FileNotFoundError)
+#: The base error classes of libraries (module, class) whose errors say the user's configuration is wrong.
+LIBRARY_USAGE_ERRORS = (("lightning.fabric.utilities.exceptions", "MisconfigurationException"),)
+#: The base error classes of the database libraries and torch's out-of-memory (module, class): failures of the
+#: machine, not of the input.
+LIBRARY_ERRORS = (("sqlite3", "Error"), ("sqlalchemy.exc", "SQLAlchemyError"), ("optuna.exceptions", "OptunaError"),
+                  ("torch.cuda", "OutOfMemoryError"))
 #: Set to 1 to see the traceback of an error that is otherwise printed in one line (as ``--verbose`` does).
 DEBUG_ENV = "COG_PL_DEBUG"
 
 
+def _loaded(pairs: tuple[tuple[str, str], ...]) -> list[type[BaseException]]:
+    """The classes of ``pairs`` whose module is already imported (this module imports none of them)."""
+    return [getattr(sys.modules[module], name) for module, name in pairs
+            if module in sys.modules and hasattr(sys.modules[module], name)]
+
+
+def usage_errors() -> tuple[type[BaseException], ...]:
+    """Errors of what the user gave: :data:`USAGE_ERRORS` and the loaded libraries' configuration errors."""
+    return USAGE_ERRORS + tuple(_loaded(LIBRARY_USAGE_ERRORS))
+
+
 def runtime_errors() -> tuple[type[BaseException], ...]:
     """Failures of the machine, the files or a database (permissions, a full disk, an unreadable image, SQLite,
-    SQLAlchemy, Optuna's storage): one line, exit status 1. A library's errors count only once it is loaded: this
-    module imports none of them."""
-    types: list[type[BaseException]] = [OSError]
-    for module, name in LIBRARY_ERRORS:
-        if module in sys.modules:
-            types.append(getattr(sys.modules[module], name))
-    return tuple(types)
+    SQLAlchemy, Optuna's storage, a GPU out of memory): one line, exit status 1. A library's errors count only once
+    it is loaded: this module imports none of them."""
+    return (OSError, *_loaded(LIBRARY_ERRORS))
 
 
 def error_message(err: BaseException) -> str:
@@ -114,14 +128,22 @@ def _debugging(verbose: bool) -> bool:
 
 def report_errors(command: str, verbose: bool, run: Callable[[], int]) -> int:
     """Run a command; an error of what the user gave (status 2) or of the machine (status 1) is printed as one line
-    ``cog-pl COMMAND: error: ...``, its traceback only with ``--verbose`` or ``COG_PL_DEBUG=1``."""
+    ``cog-pl COMMAND: error: ...``, its traceback only with ``--verbose`` or ``COG_PL_DEBUG=1``. Any other exception
+    is a defect of cog_pl: its traceback, then a line saying so (status 1)."""
     try:
         return run()
-    except USAGE_ERRORS + runtime_errors() as err:
+    except (*usage_errors(), *runtime_errors()) as err:
         if _debugging(verbose):
             raise
         print(f"cog-pl {command}: error: {error_message(err)}", file=sys.stderr)
-        return 2 if isinstance(err, USAGE_ERRORS) else 1
+        return 2 if isinstance(err, usage_errors()) else 1
+    except Exception as err:  # a defect: show where it happened
+        if _debugging(verbose):
+            raise
+        traceback.print_exc(file=sys.stderr)
+        print(f"cog-pl {command}: internal error ({type(err).__name__}): this is a bug in cog_pl, not in what you "
+              "gave; please report it with the traceback above", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:

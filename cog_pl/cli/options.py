@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
-#: ``--max-skipped``'s default; equal to :data:`cog_pl.data.imagenet.MAX_SKIPPED` (a test keeps them equal).
-MAX_SKIPPED = 0.001
+from cog_pl.defaults import MAX_SKIPPED, NUM_WORKERS
+
+__all__ = ["MAX_SKIPPED", "NUM_WORKERS", "add_deprecated_alias", "add_skip_policy", "at_least", "deprecation_line",
+           "loader_workers_value", "parse_max_skipped"]
+
+#: The release that removes the old spellings :func:`add_deprecated_alias` accepts.
+REMOVED_IN = "0.2"
 
 
 def at_least(low: int) -> Callable[[str], int]:
@@ -20,6 +26,13 @@ def at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{value} is below the minimum, {low}")
         return value
     return parse
+
+
+def loader_workers_value(text: str) -> int | str:
+    """``--num-workers``: ``auto`` or a count of at least 0 (:data:`cog_pl.defaults.NUM_WORKERS`)."""
+    if text != "auto" and not text.isdigit():
+        raise argparse.ArgumentTypeError(f"loader workers {text!r}: use 'auto' or a count of at least 0")
+    return text if text == "auto" else int(text)
 
 
 def parse_max_skipped(text: str) -> float:
@@ -39,3 +52,44 @@ def add_skip_policy(parser: argparse.ArgumentParser | argparse._ArgumentGroup, o
     parser.add_argument("--max-skipped", type=parse_max_skipped, default=MAX_SKIPPED,
                         help=f"with --on-error skip, a split fails past this many unreadable images: below 1 a "
                              f"fraction of the split (default {MAX_SKIPPED}, rounded up), else a count")
+
+
+def deprecation_line(old: str, new: str) -> str:
+    """The one line an old spelling prints: which option replaces it, and when the old one goes."""
+    return f"cog-pl: warning: {old} is deprecated, use {new} ({old} goes in cog_pl {REMOVED_IN})"
+
+
+class _DeprecatedSpelling(argparse.Action):
+    """An old spelling of an option: sets the new option's value and prints :func:`deprecation_line` once."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, nargs: int | str | None = None,
+                 const: object = None, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=nargs, const=const, **kwargs)
+        self.new = new
+        self.warned = False
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        if not self.warned:
+            print(deprecation_line(option_string or self.option_strings[0], self.new), file=sys.stderr)
+            self.warned = True
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def add_deprecated_alias(parser: argparse.ArgumentParser | argparse._ArgumentGroup, old: str,
+                         new: argparse.Action) -> argparse.Action:
+    """Accept ``old``, an option's former spelling, for one release: it takes the values ``new`` (the action
+    ``add_argument`` returned) takes, sets the same destination and prints one line naming ``new``; hidden from
+    ``--help`` and the CLI reference.
+
+    Example:
+        >>> p = argparse.ArgumentParser()
+        >>> add_deprecated_alias(p, "--device", p.add_argument("--probe-device", default="auto")) and None
+        >>> p.parse_args(["--device", "cpu"]).probe_device  # prints the deprecation line to stderr
+        'cpu'
+    """
+    kwargs: dict = {"dest": new.dest, "help": argparse.SUPPRESS, "default": argparse.SUPPRESS, "nargs": new.nargs,
+                    "const": new.const}
+    if new.nargs != 0:
+        kwargs.update(type=new.type, choices=new.choices, metavar=new.metavar)
+    return parser.add_argument(old, action=_DeprecatedSpelling, new=new.option_strings[0], **kwargs)

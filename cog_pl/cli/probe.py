@@ -16,6 +16,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+from cog_pl.cli.options import add_deprecated_alias
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def _shots(text: str) -> int | None:
 
 
 def workers_value(text: str) -> int | str:
-    """A ``--workers``/``--probe-workers`` value: ``auto`` or a count of at least 1."""
+    """A ``--probe-workers`` value: ``auto`` or a count of at least 1."""
     if text == "auto":
         return text
     if not text.isdigit() or int(text) < 1:
@@ -164,7 +165,7 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
             "allow_class_mismatch": args.allow_class_mismatch}
     if args.claim_cells:
         if args.workers is not None:
-            raise ValueError("--claim-cells: the --workers processes claim each cell already; drop one of them")
+            raise ValueError("--claim-cells: the --probe-workers processes claim each cell already; drop one of them")
         grid["claim_cells"] = True
     if args.workers is not None:  # N processes on this machine (cog_pl.probe.workers)
         import sys
@@ -180,7 +181,7 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
 
 
 def _launch_protocol(args: argparse.Namespace, cluster) -> int:
-    """``probe protocol --launcher``: the grid as a SLURM job array of ``--workers`` tasks, each one worker that
+    """``probe protocol --launcher``: the grid as a SLURM job array of ``--probe-workers`` tasks, each one worker that
     claims a cell before tuning it, all on one storage and one results file."""
     from cog_pl.cluster.jobs import Job
     from cog_pl.cluster.launch import launch
@@ -190,8 +191,8 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
     from cog_pl.probe.storage import storage_kind
 
     if args.workers == "auto":
-        raise ValueError("--workers auto: under --launcher give the number of tasks of the job array (e.g. "
-                         "--workers 8)")
+        raise ValueError("--probe-workers auto: under --launcher give the number of tasks of the job array (e.g. "
+                         "--probe-workers 8)")
     tasks = args.workers or 1
     storage = args.storage or str(Path(args.workdir) / "optuna.journal")
     if tasks > 1 and storage_kind(storage) == "sqlite":
@@ -203,7 +204,7 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
     shots = tuple(args.shots) if args.shots is not None else (None, *ProbeProtocol().shots)
     rows = tuple((model, METHOD, domain, n, seed) for seed in seeds for n in shots)
     words = args.command_line[args.command_line.index("protocol") + 1:]
-    _, rest = split_argv(words, (("--workers",), {}), (("--storage",), {}))
+    _, rest = split_argv(words, (("--probe-workers", "--workers"), {}), (("--storage",), {}))
     job = Job(f"probe/{model}/{domain}", "probe",
               ("probe", "protocol", *rest, "--claim-cells", "--storage", storage),
               what=f"{len(rows)} rows: linear on {len(seeds)} seeds x {len(shots)} shot settings",
@@ -276,10 +277,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage", help="Optuna storage: database URL, journal file (*.log) or SQLite file path")
     p.add_argument("--workdir", default="cog_probe_runs", help="where the default SQLite storage lives")
     p.add_argument("--stale-after", type=float, help="seconds before a silent trial counts as dead (default 600)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    p.add_argument("--precision", choices=("auto", "32-true", "bf16-mixed"),
-                   help="matrix products in bfloat16 (bf16-mixed) or float32; auto: bfloat16 in fast mode where the "
-                        "device runs it fast (GPUs, CPUs with AMX/AVX512-BF16), float32 in exact mode")
+    add_deprecated_alias(p, "--device", p.add_argument("--probe-device", dest="device", default="auto",
+                                                       help="auto, cpu, cuda, cuda:1, ..."))
+    add_deprecated_alias(p, "--precision", p.add_argument(
+        "--probe-precision", dest="precision", choices=("auto", "32-true", "bf16-mixed"),
+        help="matrix products in bfloat16 (bf16-mixed) or float32; auto: bfloat16 in fast mode where the device runs "
+             "it fast (GPUs, CPUs with AMX/AVX512-BF16), float32 in exact mode"))
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--keep-denormals", action="store_true", help="do not flush subnormal floats on the CPU")
 
@@ -318,18 +321,19 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
                            "or feature store), which are otherwise refused")
     grid.add_argument("--seeds", type=int, nargs="*", help="default: the protocol's five seeds")
     grid.add_argument("--shots", nargs="*", type=_shots, help="N values and/or 'all' (default: all, 1, 2, ..., 128)")
-    grid.add_argument("--workers", type=workers_value, metavar="N|auto",
-                      help="run the grid with N worker processes on this machine (auto: one per GPU, else one per "
-                           "few cores), each cell tuned by one worker, --threads per worker (default: the cores "
-                           "split); with --launcher: N tasks of a SLURM job array; default: this process alone")
+    add_deprecated_alias(grid, "--workers", grid.add_argument(
+        "--probe-workers", dest="workers", type=workers_value, metavar="N|auto",
+        help="run the grid with N worker processes on this machine (auto: one per GPU, else one per few cores), each "
+             "cell tuned by one worker, --threads per worker (default: the cores split); with --launcher: N tasks of "
+             "a SLURM job array; default: this process alone"))
     grid.add_argument("--claim-cells", action="store_true",
                       help="claim each cell before tuning it, so that one worker alone tunes it and the rows equal a "
                            "one-worker run's however many workers (on however many machines) share the grid; "
                            "default: workers sharing a grid tune its studies together")
     from cog_pl.cluster.options import add_launcher_options
 
-    add_launcher_options(grid, "the grid as a SLURM job array of --workers tasks (docs/cluster.md), sharing --storage "
-                               "(default with --launcher: WORKDIR/optuna.journal) and --results")
+    add_launcher_options(grid, "the grid as a SLURM job array of --probe-workers tasks (docs/cluster.md), sharing "
+                               "--storage (default with --launcher: WORKDIR/optuna.journal) and --results")
     grid.set_defaults(func=_protocol_cmd)
 
     knn = sub.add_parser("knn", help="one weighted k-NN classifier: k chosen on validation, tested (no training)")
@@ -339,10 +343,12 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     knn.add_argument("--shots", type=int, help="N images per concept (default: all)")
     knn.add_argument("--ks", type=int, nargs="+", default=[10, 20, 100, 200], help="k values tried on validation")
     knn.add_argument("--temperature", type=float, default=0.07, help="votes weigh exp(similarity / T)")
-    knn.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (under torchrun: a GPU a rank, "
-                                                      "the train features sharded over the ranks)")
-    knn.add_argument("--precision", choices=("auto", "32-true", "bf16-mixed", "64-true"), default="auto",
-                     help="the similarity product's inputs; auto: bfloat16 where the device does it fast")
+    add_deprecated_alias(knn, "--device", knn.add_argument(
+        "--probe-device", dest="device", default="auto",
+        help="auto, cpu, cuda, cuda:1, ... (under torchrun: a GPU a rank, the train features sharded over the ranks)"))
+    add_deprecated_alias(knn, "--precision", knn.add_argument(
+        "--probe-precision", dest="precision", choices=("auto", "32-true", "bf16-mixed", "64-true"), default="auto",
+        help="the similarity product's inputs; auto: bfloat16 where the device does it fast"))
     knn.add_argument("--model", help="model name in the result (default: the store's meta, else the parent "
                                       "directory's name)")
     knn.add_argument("--domain", help="domain name in the result (default: the store's meta, else the directory's "

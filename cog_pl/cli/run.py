@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cog_pl.cli.data import add_source_options
-from cog_pl.cli.options import add_skip_policy, at_least
+from cog_pl.cli.options import NUM_WORKERS, add_skip_policy, at_least, loader_workers_value
 from cog_pl.cli.probe import workers_value
 from cog_pl.cluster.options import add_launcher_options, cluster_options, split_argv
 from cog_pl.levels.measures import get_measure, list_measures
@@ -32,13 +32,6 @@ def _shots(text: str) -> int | None:
     if n < 1:
         raise argparse.ArgumentTypeError(f"shot value {n}: must be at least 1")
     return n
-
-
-def _loader_workers(text: str) -> int | str:
-    """``--num-workers``: ``auto`` or a count of at least 0."""
-    if text != "auto" and not text.isdigit():
-        raise argparse.ArgumentTypeError(f"loader workers {text!r}: use 'auto' or a count of at least 0")
-    return text if text == "auto" else int(text)
 
 
 def _devices(text: str) -> int | str:
@@ -113,8 +106,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Data check, extraction of IN-1K and L1..L5, every tuned probe, the report. "
                                    "Run it again to resume: finished stores and result rows are skipped.")
     p.add_argument("--model", nargs="+", metavar="MODEL",
-                   help="a paper model, efficientnet_lite0, timm:<name>, torchvision:<name> (required; several with "
-                        "--launcher: a study of many models, one extraction job and probe array each)")
+                   help="a paper model, efficientnet_lite0, a registered backbone (a package's cog_pl.backbones entry "
+                        "point), timm:<name>, torchvision:<name> (required; several with --launcher: a study of many "
+                        "models, one extraction job and probe array each)")
     p.add_argument("--checkpoint", nargs="+", metavar="FILE",
                    help="weights file (the authors' published file for paper models), one per --model; default for a "
                         "paper model: its file in --models-dir when there")
@@ -144,8 +138,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "which is otherwise refused: feature stores are extracted again, result rows made again")
     g = p.add_argument_group("extraction", "the Lightning Trainer and loaders of the feature extraction")
     g.add_argument("--batch-size", type=int, default=_F.batch_size)
-    g.add_argument("--num-workers", type=_loader_workers, default="auto",
-                   help="loader worker processes, or auto (default): the cores this process may run on, less one")
+    g.add_argument("--num-workers", type=loader_workers_value, default=NUM_WORKERS,
+                   help=f"loader worker processes, or auto: the cores this process may run on, less one (default "
+                        f"{NUM_WORKERS})")
     g.add_argument("--decode", choices=("pil", "cpu", "gpu", "auto"), default="pil",
                    help="how images are decoded and resized: pil (default, the protocol's reference), cpu "
                         "(libjpeg-turbo and torch's resize in the loader workers), gpu (batches decoded on the "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cog_pl.errors import CogError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("wordnet", help="provide WordNet 3.0 to NLTK",
@@ -28,5 +30,5 @@ def _install(args: argparse.Namespace) -> int:
     try:
         print(install(args.data_dir, args.source))
     except WordNetUnavailable as err:
-        raise RuntimeError(str(err)) from err
+        raise CogError(str(err)) from err
     return 0

@@ -24,6 +24,7 @@ from typing import Any
 
 from cog_pl.data.index_cache import cached_index
 from cog_pl.data.sources import ImageSource, is_image_name, printable, register_source
+from cog_pl.errors import MissingDependencyError
 
 GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
 KAGGLE = "LOC_val_solution.csv"
@@ -63,8 +64,8 @@ def devkit_ids(meta: Path) -> dict[int, str]:
     try:
         from scipy.io import loadmat
     except ImportError:
-        raise ImportError(f"reading {meta} needs scipy (pip install 'cog_pl[devkit]'), or use Kaggle's "
-                          f"{KAGGLE}") from None
+        raise MissingDependencyError(f"reading {meta} needs scipy (pip install 'cog_pl[devkit]'), or use Kaggle's "
+                                     f"{KAGGLE}") from None
     try:
         synsets = loadmat(str(meta), squeeze_me=True)["synsets"]
         return {int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in synsets}

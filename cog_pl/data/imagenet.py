@@ -23,13 +23,12 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from cog_pl.data.sources import ImageSource, printable
+from cog_pl.defaults import MAX_SKIPPED
 
 log = logging.getLogger(__name__)
 
 #: What extraction (and ``cog-pl data check``) does with an unreadable image: stop naming it, or skip and record it.
 ERROR_POLICIES = ("fail", "skip")
-#: The default cap of ``on_error="skip"``: at most this fraction of a split's images (:func:`skip_budget`).
-MAX_SKIPPED = 0.001
 
 
 def check_policy(on_error: str, max_skipped: float = MAX_SKIPPED) -> None:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from cog_pl.data.tar_index import TarIndex
+from cog_pl.errors import NotFoundError
 from cog_pl.io import printable
 from cog_pl.registry import Registry
 
@@ -156,7 +157,7 @@ class ImageSource(ABC):
             if isinstance(data, OSError):
                 raise data
             return data
-        raise KeyError(f"{wnid}/{printable(filename)} is not in {where}")
+        raise NotFoundError(f"{wnid}/{printable(filename)} is not in {where}")
 
     def stream_units(self, keys: Sequence[tuple[str, str]]) -> list[list[int]]:
         """Positions of ``keys`` grouped by what streams independently (one gzip tar each), so that workers and
@@ -169,7 +170,20 @@ _SOURCES: Registry[type[ImageSource]] = Registry("image source")
 
 
 def register_source(name: str, *, replace: bool = False) -> Callable[[S], S]:
-    """Class decorator registering an :class:`ImageSource` subclass as ``name`` (its ``name`` attribute is set)."""
+    """Class decorator registering an :class:`ImageSource` subclass as ``name`` (its ``name`` attribute is set).
+
+    Args:
+        name: the source's name (``--in1k-source``, ``--in21k-source``, ``source=`` of the datamodules).
+        replace: replace a source already registered as ``name``.
+
+    Returns:
+        The decorator; it returns the class.
+
+    Example:
+        >>> @register_source("my_store")  # doctest: +SKIP
+        ... class MyStore(ImageSource):
+        ...     ...  # list(wnid), read(wnid, filename), has(wnid), ...
+    """
     def add(cls: S) -> S:
         if not (isinstance(cls, type) and issubclass(cls, ImageSource)):
             raise TypeError(f"image source {name!r}: {cls!r} is not an ImageSource subclass")
@@ -180,12 +194,21 @@ def register_source(name: str, *, replace: bool = False) -> Callable[[S], S]:
 
 
 def get_source(name: str) -> type[ImageSource]:
-    """The source class registered as ``name``; an unknown name is a ``ValueError`` listing the known ones."""
+    """The source class registered as ``name``; an unknown name is an :class:`~cog_pl.errors.UnknownNameError`
+    suggesting the closest and listing the known ones."""
     return _SOURCES.get(name)
 
 
 def list_sources() -> tuple[str, ...]:
-    """Registered source names in registration order."""
+    """Registered source names in registration order.
+
+    Returns:
+        The names, the built-ins first.
+
+    Example:
+        >>> list_sources()[:2]
+        ('synsets', 'flat_val')
+    """
     return _SOURCES.names()
 
 

@@ -30,6 +30,7 @@ import tarfile
 from pathlib import Path
 from typing import BinaryIO
 
+from cog_pl.errors import NotFoundError
 from cog_pl.io import printable, write_json
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ class TarIndex:
         try:
             offset, size = self.members[name]
         except KeyError:
-            raise KeyError(f"{name} is not in {self.path}") from None
+            raise NotFoundError(f"{name} is not in {self.path}") from None
         return read_range(self.path, offset, size, what=f"{self.path} member {name}")
 
 

@@ -34,6 +34,7 @@ from cog_pl.data.image_table import ImageTable
 from cog_pl.data.index_cache import cached_index, cached_table
 from cog_pl.data.sources import ImageSource, printable, register_source
 from cog_pl.data.tar_index import BLOCK, check_complete, read_range
+from cog_pl.errors import NotFoundError
 
 _SHARD = re.compile(r"(?P<prefix>.+?)(?:-(?P<split>train|validation|val|test))?-(?P<num>\d+)\.tar")
 _WNID = re.compile(r"n\d{8}")
@@ -152,7 +153,7 @@ class WebDatasetSource(ImageSource):
         """``(shard number, offset, size, image extension)`` of an image; ``KeyError`` naming it when absent."""
         row = self.table.find(wnid, filename)
         if row < 0:
-            raise KeyError(f"{wnid}/{printable(filename)} is in no shard under {self.root}")
+            raise NotFoundError(f"{wnid}/{printable(filename)} is in no shard under {self.root}")
         c = self.table.columns
         return int(c["shard"][row]), int(c["offset"][row]), int(c["size"][row]), self.exts[int(c["ext"][row])]
 

@@ -31,6 +31,7 @@ from cog_pl.data.image_table import ImageTable
 from cog_pl.data.index_cache import cached_table
 from cog_pl.data.sources import ImageSource, is_image_name, printable, register_source
 from cog_pl.data.tar_index import BLOCK, check_complete, leave_out, member_key, outside, read_range, scan_tar
+from cog_pl.errors import NotFoundError
 
 WHOLE = re.compile(r".+_whole\.tar(\.gz)?")
 INNER = re.compile(r"(?:.*/)?(n\d{8})\.tar")
@@ -237,7 +238,7 @@ class WholeTarSource(ImageSource):
     def _row(self, wnid: str, filename: str) -> int:
         row = self.table.find(wnid, filename)
         if row < 0:
-            raise KeyError(f"{wnid}/{printable(filename)} is not in {self.tar}")
+            raise NotFoundError(f"{wnid}/{printable(filename)} is not in {self.tar}")
         return row
 
     def where(self, wnid: str, filename: str) -> str:

@@ -31,6 +31,7 @@ import torch
 
 from cog_pl.data.sampling import final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device
+from cog_pl.errors import CogError
 from cog_pl.features.pair import StorePair, open_pair
 from cog_pl.features.store import FeatureStore
 from cog_pl.protocol import ProbeProtocol
@@ -92,8 +93,27 @@ def _normalized(store: FeatureStore, rows: np.ndarray, chunk: int = 65536) -> to
 
 
 class FeatureDataModule(L.LightningDataModule):
-    """Features of one (model, domain) from a store root holding ``train/`` and ``test/`` (v1 or plain);
-    ``allow_class_mismatch``: probe plain stores whose class counts differ (:func:`~cog_pl.features.pair.open_pair`)."""
+    """Features of one (model, domain) from a store root holding ``train/`` and ``test/`` (v1 or plain stores).
+
+    Args:
+        features: the store root, e.g. ``features/resnet50/cog_l3``.
+        seed: the seed of the validation split and of the N-shot sample (:mod:`cog_pl.data.sampling`).
+        shots: N images per concept, or None for all of them.
+        stage_mode: ``"tune"`` (train on the tuning split, validate on the held-out part) or ``"final"`` (all of
+            train, then test); see the module docstring.
+        batch_size: rows per batch.
+        device: where the features are held: ``"auto"`` (the Trainer's device where they fit, else the host),
+            ``"cpu"``, ``"cuda"``...
+        val_fraction: the held-out part of each concept in tune mode; default: the protocol's.
+        normalize: L2-normalise the features once, when they are loaded.
+        expect: meta values each store must hold (:func:`~cog_pl.features.pair.open_pair`).
+        allow_class_mismatch: probe plain stores whose class counts differ (:func:`~cog_pl.features.pair.open_pair`).
+
+    Example:
+        >>> data = FeatureDataModule("features/resnet50/cog_l3", shots=4, stage_mode="tune")  # doctest: +SKIP
+        >>> data.num_classes, data.feature_dim  # doctest: +SKIP
+        (1000, 2048)
+    """
 
     def __init__(self, features: str, seed: int = 22, shots: int | None = None, stage_mode: str = "final",
                  batch_size: int = 1024, device: str = "auto", val_fraction: float | None = None,
@@ -198,6 +218,6 @@ class FeatureDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> IndexBatches:
         if self.stage_mode != "final":
-            raise RuntimeError("stage_mode='tune' never reads the test set; use stage_mode='final' to test")
+            raise CogError("stage_mode='tune' never reads the test set; use stage_mode='final' to test")
         return self._loader("test", False)
 

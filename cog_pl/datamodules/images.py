@@ -10,6 +10,7 @@ memory (:class:`DecodedImages`).
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import lightning as L
@@ -22,6 +23,7 @@ from cog_pl.data.sources import ImageSource, get_source, open_source, open_split
 from cog_pl.data.splits import LevelSplit, build_split, check_split, installed_split_path, load_split
 from cog_pl.data.streamed import StreamedImages
 from cog_pl.data.transforms import TransformConfig, build_transform
+from cog_pl.defaults import NUM_WORKERS
 from cog_pl.device import loader_workers
 from cog_pl.models.transform import resolve_transform
 from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, FeatureProtocol
@@ -47,7 +49,7 @@ class ImageDataModule(L.LightningDataModule):
     domain: str = ""
 
     def __init__(self, transform: str | TransformConfig | None = "protocol", batch_size: int = 128,
-                 num_workers: int | str = "auto", on_error: str = "fail", error_log: str | None = None,
+                 num_workers: int | str = NUM_WORKERS, on_error: str = "fail", error_log: str | None = None,
                  shuffle_train: bool = True, predict_split: str = "test", pin_memory: bool | None = None,
                  cache_dir: str | None = None, benchmark: str | None = None, cache_images: bool = False,
                  source: str = "auto", allow_missing: float = 0) -> None:
@@ -177,6 +179,20 @@ def _tolerate(what: str, missing: list[str], rows: int, allow: float) -> None:
                 len(missing), allow, names)
 
 
+def _renamed_root(given: str | None, root: str | None, new: str, cls: str) -> str:
+    """The image root of a datamodule given as ``new`` (``in1k_root``, ``in21k_root``), or as ``root``, its former
+    name, accepted for one release with one warning naming the new one."""
+    if root is not None:
+        if given is not None:
+            raise ValueError(f"{cls}: give {new} (root is its former name), not both")
+        warnings.warn(f"{cls}(root=...) is deprecated, use {new}= (--data.{new}); root goes in cog_pl 0.2",
+                      FutureWarning, stacklevel=3)
+        given = root
+    if given is None:
+        raise ValueError(f"{cls} needs {new}")
+    return given
+
+
 def _require(source: ImageSource, wnids: list[str] | tuple[str, ...], what: str) -> None:
     missing = [w for w in wnids if not source.has(w)]
     if missing:
@@ -185,14 +201,24 @@ def _require(source: ImageSource, wnids: list[str] | tuple[str, ...], what: str)
 
 
 class ImageNetDataModule(ImageDataModule):
-    """IN-1K: ``<root>/train/<wnid>/`` (or ``<wnid>.tar``) for train, ``<root>/val/<wnid>/`` as test."""
+    """IN-1K: ``<in1k_root>/train/<wnid>/`` (or ``<wnid>.tar``) for train, ``<in1k_root>/val/<wnid>/`` as test.
+
+    Args:
+        in1k_root: IN-1K's image root, in any layout :func:`~cog_pl.data.sources.open_split_source` reads.
+        root: the former name of ``in1k_root``, accepted until cog_pl 0.2 (a ``FutureWarning``).
+        **kwargs: the loaders' options of :class:`ImageDataModule` (``transform``, ``batch_size``, ...).
+
+    Example:
+        >>> data = ImageNetDataModule("/data/in1k", transform="resnet50", batch_size=128)  # doctest: +SKIP
+        >>> data.setup("fit")  # doctest: +SKIP
+    """
 
     domain = "in1k"
 
-    def __init__(self, root: str, **kwargs: Any) -> None:
+    def __init__(self, in1k_root: str | None = None, root: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.save_hyperparameters()
-        self.root = root
+        self.root = _renamed_root(in1k_root, root, "in1k_root", "ImageNetDataModule")
         self._sources: dict[str, ImageSource] = {}
 
     @property
@@ -225,19 +251,35 @@ class CoGLevelDataModule(ImageDataModule):
     """One CoG level over an IN-21K root (tars or folders): the official test split and the documented train split.
 
     The split comes from ``split_file`` when given, else from the one installed by ``cog-pl data split import``
-    (official benchmark only), else it is built from the images under ``root`` (:mod:`cog_pl.data.splits`).
+    (official benchmark only), else it is built from the images under ``in21k_root`` (:mod:`cog_pl.data.splits`).
     A custom ``benchmark`` gives the concepts, the test images and, unless ``protocol`` is given, the image counts.
+
+    Args:
+        level: ``L1`` .. ``L5`` or ``cog_l1`` .. ``cog_l5``.
+        in21k_root: IN-21K's image root (a folder or a tar per synset, webdataset shards, whole tars).
+        split_file: a split file (``cog-pl data split export``) instead of the installed or built split.
+        split_seed: the seed of the train selection rule when the split is built.
+        protocol: the image counts of a built split; default: the benchmark's.
+        root: the former name of ``in21k_root``, accepted until cog_pl 0.2 (a ``FutureWarning``).
+        **kwargs: the loaders' options of :class:`ImageDataModule` (``transform``, ``batch_size``, ...).
+
+    Example:
+        >>> data = CoGLevelDataModule("cog_l3", "/data/in21k", transform="resnet50")  # doctest: +SKIP
+        >>> len(data.classes)  # doctest: +SKIP
+        1000
     """
 
-    def __init__(self, level: str, root: str, split_file: str | None = None, split_seed: int = 0,
-                 protocol: FeatureProtocol | None = None, **kwargs: Any) -> None:
+    def __init__(self, level: str, in21k_root: str | None = None, split_file: str | None = None,
+                 split_seed: int = 0, protocol: FeatureProtocol | None = None, root: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.save_hyperparameters(ignore=["protocol"])
         self.level = LEVEL_OF_DOMAIN.get(level, level)
         if self.level not in resources.LEVELS:
             raise ValueError(f"unknown level {level!r}; expected L1..L5 or cog_l1..cog_l5")
         self.domain = DOMAIN_OF_LEVEL[self.level]
-        self.root, self.split_file, self.split_seed = root, split_file, split_seed
+        self.root = _renamed_root(in21k_root, root, "in21k_root", "CoGLevelDataModule")
+        self.split_file, self.split_seed = split_file, split_seed
         self.protocol = protocol or (self.custom.feature_protocol() if self.custom else FeatureProtocol())
         self._source: ImageSource | None = None
         self._split: LevelSplit | None = None

@@ -80,7 +80,7 @@ def fit_backbone(root: Path, module: L.LightningModule, work: str, epochs: int, 
     ``<root>/<work>/last.ckpt``; returns the trainer, the data and the seconds it took."""
     bench = Benchmark.load(root / BENCHMARK_FILE)
     size = int(bench.meta.get("settings", {}).get("image_size", 32))
-    dm = ImageNetDataModule(root=str(root / "in1k"), benchmark=str(root / BENCHMARK_FILE),
+    dm = ImageNetDataModule(in1k_root=str(root / "in1k"), benchmark=str(root / BENCHMARK_FILE),
                             transform=demo_transform(size), batch_size=batch_size, num_workers=num_workers,
                             pin_memory=False, cache_images=True)
     last = root / work / "last.ckpt"

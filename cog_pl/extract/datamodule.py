@@ -27,9 +27,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, check_tolerance, skip_budget
+from cog_pl.data.imagenet import check_policy, check_tolerance, skip_budget
 from cog_pl.data.streamed import StreamedImages
 from cog_pl.data.transforms import TransformConfig
+from cog_pl.defaults import MAX_SKIPPED, NUM_WORKERS
 from cog_pl.device import loader_workers
 from cog_pl.extract.decode import check_decode, resolve_decode
 from cog_pl.extract.decode_data import PixelImages, collate_pixels
@@ -88,7 +89,8 @@ class ExtractionDataModule(L.LightningDataModule):
             source lacks that are tolerated (left out, the split hash then says so); 0 refuses any
             (:class:`~cog_pl.datamodules.images.ImageDataModule`).
         decode: ``pil`` (the reference), ``cpu``, ``gpu`` or ``auto`` (:mod:`cog_pl.extract.decode`).
-        num_workers: loader worker processes, or ``"auto"`` (:func:`loader_workers`).
+        num_workers: loader worker processes, or ``"auto"`` (:func:`loader_workers`); default
+            :data:`cog_pl.defaults.NUM_WORKERS`.
 
     ``device`` (set by the caller, else the Trainer's root device, else the CPU) is where batches are decoded and what
     ``decode="auto"`` is resolved for.
@@ -100,7 +102,7 @@ class ExtractionDataModule(L.LightningDataModule):
     def __init__(self, out: str = "features", model_name: str = "model", in1k_root: str | None = None,
                  in21k_root: str | None = None, domains: Sequence[str] = DOMAINS, splits: Sequence[str] = SPLITS,
                  transform: Any = "auto", batch_size: int = FeatureProtocol().batch_size,
-                 num_workers: int | str = 4, on_error: str = "fail", max_skipped: float = MAX_SKIPPED,
+                 num_workers: int | str = NUM_WORKERS, on_error: str = "fail", max_skipped: float = MAX_SKIPPED,
                  cache_dir: str | None = None, split_file_dir: str | None = None,
                  benchmark: str | None = None, overwrite: bool = False, dtype: str = "float16",
                  in1k_source: str = "auto", in21k_source: str = "auto", allow_missing: float = 0,
@@ -157,11 +159,11 @@ class ExtractionDataModule(L.LightningDataModule):
         if domain == "in1k":
             if not self.in1k_root and need_root:
                 raise ValueError("extracting in1k needs --data.in1k_root (a folder with train/ and val/)")
-            dm = ImageNetDataModule(root=self.in1k_root or "", source=self.in1k_source, **common)
+            dm = ImageNetDataModule(in1k_root=self.in1k_root or "", source=self.in1k_source, **common)
         else:
             if not self.in21k_root and need_root:
                 raise ValueError(f"extracting {domain} needs --data.in21k_root (a folder or tar per synset)")
-            dm = CoGLevelDataModule(level=domain, root=self.in21k_root or "", split_file=self._split_file(domain),
+            dm = CoGLevelDataModule(level=domain, in21k_root=self.in21k_root or "", split_file=self._split_file(domain),
                                     source=self.in21k_source, **common)
         return dm
 

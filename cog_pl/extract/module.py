@@ -19,24 +19,37 @@ class FeatureExtractor(BackboneModule):
     """Penultimate-layer features (or the layer the registry names) of a frozen backbone.
 
     Args:
-        model: a paper model (``resnet50``, ``dino``, ...), ``efficientnet_lite0``, ``timm:<name>``,
+        model: a backbone name of :func:`~cog_pl.models.list_backbones` (a paper model such as ``resnet50`` or
+            ``dino``, ``efficientnet_lite0``, one of :func:`~cog_pl.models.register_backbone`), ``timm:<name>``,
             ``torchvision:<name>``, ``external:<registered name>`` or ``external:<module>:<function>`` (a builder
             imported by its path); or your own ``nn.Module`` (or a callable) mapping normalised images to features,
             used with its weights as they are (from a config: ``class_path`` of the module). Frozen and put in eval
             mode for extraction.
         checkpoint: the weights file (the authors' layout for paper models); random weights when omitted.
         prefix: override the checkpoint's key prefix (a Lightning checkpoint of your LightningModule: the attribute
-            holding the backbone, e.g. ``"backbone."``). key_map: regex -> replacement applied to checkpoint keys.
+            holding the backbone, e.g. ``"backbone."``).
+        key_map: regex -> replacement applied to the checkpoint's keys.
         in_order: map checkpoint tensors by position instead of by name.
         trust_checkpoint: read a checkpoint that safe loading refuses (a TorchScript archive, a ``dill`` pickle):
             its code runs. Recorded in every store made.
         channels_last: run convolutions in NHWC memory format (faster on GPUs with tensor cores).
+        write_stores: add the :class:`FeatureStoreWriter` callback to the Trainer (``trainer.predict`` writes the
+            stores); False to use ``predict_step``'s features yourself.
         name: what stores of your own module are filed under (default: its class name in lower case).
         transform: the input pipeline (anything :func:`~cog_pl.models.transform.resolve_transform` takes: an image
             size, a dict, a :class:`~cog_pl.data.transforms.TransformConfig`); default: the model's own (the
             protocol's 224 px for a module of yours). The :class:`ExtractionDataModule` takes it from here.
+
     Mixed precision comes from the Trainer (``precision="bf16-mixed"`` or ``"16-mixed"``). ``trainer.predict``
     returns nothing: the features go into the stores (:class:`FeatureStoreWriter`), not into memory.
+
+    Example:
+        >>> import lightning as L
+        >>> from cog_pl import ExtractionDataModule, FeatureExtractor
+        >>> model = FeatureExtractor("resnet50", checkpoint="resnet50-19c8e357.pth")  # doctest: +SKIP
+        >>> data = ExtractionDataModule(out="features", in1k_root="/data/in1k",
+        ...                             in21k_root="/data/in21k")  # doctest: +SKIP
+        >>> L.Trainer(precision="bf16-mixed").predict(model, data)  # doctest: +SKIP
     """
 
     def __init__(self, model: str | nn.Module = "resnet50", checkpoint: str | None = None, prefix: str | None = None,

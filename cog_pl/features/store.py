@@ -187,7 +187,24 @@ def _load(path: Path, name: str) -> np.ndarray:
 
 def open_store(path: str | os.PathLike, expect: dict[str, Any] | None = None) -> FeatureStore:
     """Open a store (v1 or plain) memory-mapped; refuse with the reason when it is incomplete or differs from
-    ``expect`` (keys of :data:`CHECKED_KEYS`; a plain store cannot be verified and only logs a warning)."""
+    ``expect``.
+
+    Args:
+        path: the store's folder (``features/<model>/<domain>/<split>``).
+        expect: meta values the store must hold (keys of :data:`CHECKED_KEYS`); a plain store cannot be verified
+            and only logs a warning.
+
+    Returns:
+        The :class:`FeatureStore`, its features and labels memory-mapped.
+
+    Raises:
+        StoreError: no store there, an incomplete one, or one that differs from ``expect``.
+
+    Example:
+        >>> store = open_store("features/resnet50/cog_l3/train")  # doctest: +SKIP
+        >>> store.features.shape, store.meta["model"]  # doctest: +SKIP
+        ((1000000, 2048), 'resnet50')
+    """
     path = Path(path)
     if not path.is_dir():
         raise StoreError(f"no feature store at {path}")

@@ -1,1 +1,16 @@
-"""Fine-tuning comparison runs (paper App. C.2)."""
+"""Fine-tuning comparison runs (paper App. C.2): a backbone fine-tuned on each domain, beside the probes.
+
+- :mod:`~cog_pl.finetune.module`: :class:`FineTuneClassifier`, the LightningModule.
+- :mod:`~cog_pl.finetune.compare`: fine-tuning every domain of a run; :mod:`~cog_pl.finetune.rows`: its result rows.
+"""
+
+from cog_pl._lazy import lazy_exports
+
+_EXPORTS = {
+    "FineTuneClassifier": ".module",
+    "DivergedError": ".module",
+    "finetune_domains": ".compare",
+    "result_row": ".rows"
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -115,8 +115,8 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
     for domain in todo:
         common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers, "benchmark": benchmark,
                   "cache_images": cache_images, "pin_memory": trainer_kw["accelerator"] == "cuda"}
-        dm = (ImageNetDataModule(root=in1k_root, **common) if domain == "in1k"
-              else CoGLevelDataModule(level=domain, root=in21k_root, **common))
+        dm = (ImageNetDataModule(in1k_root=in1k_root, **common) if domain == "in1k"
+              else CoGLevelDataModule(level=domain, in21k_root=in21k_root, **common))
         L.seed_everything(seed, verbose=False)
         net = FineTuneClassifier(model, dm.num_classes, checkpoint, **(recipe or {}))
         start = time.perf_counter()

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from cog_pl.errors import CogError
 from cog_pl.models import build_backbone
 from cog_pl.models.module import BackboneModule
 from cog_pl.probe.knn import topk_first
@@ -79,12 +80,37 @@ def no_val_split() -> Iterator[None]:
 DIVERGED_FACTOR = 10.0
 
 
-class DivergedError(RuntimeError):
+class DivergedError(CogError, RuntimeError):
     """The training loss stopped being finite: the recipe's learning rate is too high for this backbone."""
 
 
 class FineTuneClassifier(BackboneModule):
-    """Fine-tune a registry backbone (``model``, optionally from ``checkpoint``) with a new head of ``num_classes``."""
+    """Fine-tune a registry backbone (``model``, optionally from ``checkpoint``) with a new head of ``num_classes``.
+
+    Args:
+        model: a backbone name (:func:`~cog_pl.models.list_backbones`, ``timm:<name>``, ...).
+        num_classes: the domain's concepts: the size of the new head.
+        checkpoint: the pretrained weights to start from (the authors' layout for paper models); random otherwise.
+        optimizer: ``"sgd"`` (Nesterov momentum) or ``"adamw"``.
+        lr: the head's learning rate, at the peak of the schedule (linear warm-up, then cosine to 0).
+        backbone_lr_scale: the backbone's learning rate as a fraction of ``lr``.
+        weight_decay: the optimizer's weight decay.
+        momentum: SGD's momentum.
+        warmup_epochs: the linear warm-up, in epochs.
+        label_smoothing: the cross-entropy's label smoothing.
+        augment: random resized crops and horizontal flips of the training images.
+        crop_scale: the crops' area range, as fractions of the image.
+        prefix: overrides the checkpoint's key prefix (:func:`~cog_pl.models.build_backbone`).
+        channels_last: run convolutions in NHWC memory format.
+        trust_checkpoint: read a checkpoint that safe loading refuses: its code runs.
+
+    Example:
+        >>> import lightning as L
+        >>> from cog_pl import CoGLevelDataModule, FineTuneClassifier
+        >>> data = CoGLevelDataModule("cog_l3", "/data/in21k", transform="resnet50")  # doctest: +SKIP
+        >>> model = FineTuneClassifier("resnet50", len(data.classes), "resnet50-19c8e357.pth")  # doctest: +SKIP
+        >>> L.Trainer(max_epochs=30, precision="bf16-mixed").fit(model, data)  # doctest: +SKIP
+    """
 
     def __init__(self, model: str = "resnet50", num_classes: int = 1000, checkpoint: str | None = None,
                  optimizer: str = "sgd", lr: float = 0.01, backbone_lr_scale: float = 0.1,

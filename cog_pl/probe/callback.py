@@ -15,7 +15,20 @@ from lightning.pytorch.callbacks import Callback
 
 
 class OptunaTrialCallback(Callback):
-    """Report a metric to an Optuna trial after each validation epoch."""
+    """Report a metric to an Optuna trial after each validation epoch.
+
+    Args:
+        trial: the trial the fit is for.
+        monitor: the logged metric reported (the probe's ``val/top1``).
+        prune: stop the fit when Optuna's pruner says the trial is behind.
+
+    Example:
+        >>> def objective(trial):  # doctest: +SKIP
+        ...     probe = LinearProbe(data.num_classes, data.feature_dim, lr=trial.suggest_float("lr", 1e-3, 10))
+        ...     callback = OptunaTrialCallback(trial)
+        ...     L.Trainer(max_epochs=100, callbacks=[callback]).fit(probe, data)
+        ...     return callback.value
+    """
 
     def __init__(self, trial: optuna.Trial, monitor: str = "val/top1", prune: bool = False) -> None:
         super().__init__()

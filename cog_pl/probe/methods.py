@@ -42,7 +42,22 @@ _METHODS: Registry[ProbeMethod] = Registry("probe method")
 
 def register_probe_method(name: str, *, description: str = "", replace: bool = False,
                           check: RunMethod | None = None) -> Callable[[RunMethod], RunMethod]:
-    """Decorator registering a method's run function as ``name`` (``check``: its grid check, see above)."""
+    """Decorator registering a method's run function as ``name``.
+
+    Args:
+        name: the method's name: ``--methods`` of ``cog-pl run`` and the ``method`` of its rows.
+        description: one line for listings.
+        replace: replace a method already registered as ``name``.
+        check: its grid check (the run function's arguments), which refuses rows of other values before any work.
+
+    Returns:
+        The decorator; it returns the function unchanged.
+
+    Example:
+        >>> @register_probe_method("nearest_mean", description="nearest class mean")  # doctest: +SKIP
+        ... def nearest_mean(root, results, *, model, domain, **kwargs):
+        ...     return []  # one result row per (seed, shots) cell, appended to results
+    """
     def add(fn: RunMethod) -> RunMethod:
         _METHODS.add(name, ProbeMethod(name, fn, description, check), replace=replace)
         return fn
@@ -50,12 +65,21 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
 
 
 def get_probe_method(name: str) -> ProbeMethod:
-    """The method ``name``; an unknown name is a ``ValueError`` listing the known ones."""
+    """The method ``name``; an unknown name is an :class:`~cog_pl.errors.UnknownNameError` suggesting the closest
+    and listing the known ones."""
     return _METHODS.get(name)
 
 
 def list_probe_methods() -> tuple[str, ...]:
-    """Registered method names in registration order."""
+    """Registered method names in registration order.
+
+    Returns:
+        The names, the built-ins first.
+
+    Example:
+        >>> list_probe_methods()
+        ('linear', 'knn')
+    """
     return _METHODS.names()
 
 

@@ -30,7 +30,25 @@ _WARNED: set[tuple] = set()  # deviations already warned about in this process (
 
 
 class LinearProbe(L.LightningModule):
-    """Linear classifier on L2-normalised features, trained as the probe protocol prescribes."""
+    """Linear classifier on L2-normalised features, trained as the probe protocol prescribes (SGD with momentum, the
+    per-epoch cosine rule of :mod:`cog_pl.probe.schedule`); logs ``{stage}/top1`` and ``{stage}/top5``.
+
+    Args:
+        num_classes: the domain's concepts (``FeatureDataModule.num_classes``).
+        feature_dim: the features' size (``FeatureDataModule.feature_dim``).
+        lr: the learning rate, the value a trial of the search tunes.
+        weight_decay: the weight decay, the other tuned value.
+        momentum: SGD's momentum (the protocol's).
+        epochs: the E of the cosine rule; by default the Trainer's ``max_epochs``.
+        normalize: L2-normalise the features before the layer (the protocol does).
+
+    Example:
+        >>> import lightning as L
+        >>> from cog_pl import FeatureDataModule, LinearProbe
+        >>> data = FeatureDataModule("features/resnet50/cog_l3", stage_mode="final")  # doctest: +SKIP
+        >>> probe = LinearProbe(data.num_classes, data.feature_dim, lr=1.0, weight_decay=1e-6)  # doctest: +SKIP
+        >>> L.Trainer(max_epochs=100).fit(probe, data)  # doctest: +SKIP
+    """
 
     def __init__(
         self,
@@ -42,7 +60,6 @@ class LinearProbe(L.LightningModule):
         epochs: int | None = None,
         normalize: bool = _DEFAULTS.normalize,
     ) -> None:
-        """``epochs`` is the E of the cosine rule; by default the trainer's ``max_epochs``."""
         super().__init__()
         self.save_hyperparameters()
         self.linear = torch.nn.Linear(feature_dim, num_classes)

