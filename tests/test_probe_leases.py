@@ -86,7 +86,7 @@ def test_a_trial_failed_for_a_gone_worker_is_said_in_the_log(tmp_path):
     _running(study, {**lease(), "worker": "gone", "pid": dead, "started": "1", "heartbeat": time.time()})
     del study
     out = subprocess.run([str(COG_PL), "probe", "tune", "--features", str(features), "--storage", str(db),
-                          "--study-name", "shared", "--trials", "2", "--epochs", "1", "--device", "cpu"],
+                          "--study-name", "shared", "--trials", "2", "--epochs", "1", "--probe-device", "cpu"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert f"trial 0 of study shared failed: its worker, process {dead} on this host, is gone" in out.stderr
@@ -179,7 +179,7 @@ def test_leases_are_renewed_within_a_short_stale_after(tmp_path):
     db = tmp_path / "study.db"
     cmd = [sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(features), "--trials", "6",
            "--epochs", "5000", "--batch-size", "32", "--storage", str(db), "--study-name", "s", "--threads", "1",
-           "--device", "cpu", "--stale-after", "1"]
+           "--probe-device", "cpu", "--stale-after", "1"]
     worker = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     failed, polls = 0, 0
     try:

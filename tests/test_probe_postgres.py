@@ -42,7 +42,7 @@ def _worker(features: Path, results: Path, url: str, log: Path, container: list[
             ) -> subprocess.Popen:
     cmd = [str(COG_PL), "probe", "protocol", "--features", str(features), "--results", str(results), "--storage", url,
            "--model", "m", "--domain", "d", "--trials", str(TRIALS), "--epochs", "1500", "--batch-size", "32",
-           "--trial-batch", "2", "--seeds", *SEEDS, "--shots", *SHOTS, "--threads", "1", "--device", "cpu",
+           "--trial-batch", "2", "--seeds", *SEEDS, "--shots", *SHOTS, "--threads", "1", "--probe-device", "cpu",
            "--stale-after", str(STALE_AFTER)]
     if container:  # killing unshare kills the namespace's first process, and with it the worker
         cmd = [*container, "sh", "-c", f"echo {CONTAINED_PID - 1} > /proc/sys/kernel/ns_last_pid && {shlex.join(cmd)}"]

@@ -100,7 +100,7 @@ def test_rows_written_before_identities_are_compared_on_their_protocol(tmp_path)
 def test_probe_protocol_refuses_in_one_line_and_overwrite_replaces(tmp_path, capsys):
     features = write_features(tmp_path / "m" / "cog_l3", classes=3, dim=8, per_class=20, test_per_class=4)
     args = ["probe", "protocol", "--features", str(features), "--results", str(tmp_path / "r.sqlite"),
-            "--workdir", str(tmp_path / "w"), "--device", "cpu", "--epochs", "2", "--batch-size", "64",
+            "--workdir", str(tmp_path / "w"), "--probe-device", "cpu", "--epochs", "2", "--batch-size", "64",
             "--seeds", "22", "--shots", "all"]
     assert main([*args, "--trials", "3"]) == 0
     capsys.readouterr()
@@ -128,7 +128,7 @@ def _env() -> dict[str, str]:
 
 def _protocol_cmd(features: Path, results: Path, storage: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "cog_pl.cli.main", "probe", "protocol", "--features", str(features),
-            "--results", str(results), "--storage", str(storage), "--device", "cpu", "--threads", "1",
+            "--results", str(results), "--storage", str(storage), "--probe-device", "cpu", "--threads", "1",
             "--trials", "6", "--epochs", "15", "--batch-size", "64", "--trial-batch", "2", "--stale-after", "60",
             *extra]
 
@@ -259,7 +259,7 @@ def test_probe_tune_refuses_a_results_row_made_with_other_inputs_and_overwrite_r
     features = write_features(tmp_path / "m" / "cog_l3", classes=3, dim=8, per_class=20, test_per_class=4)
     results = tmp_path / "r.sqlite"
     args = ["probe", "tune", "--features", str(features), "--results", str(results), "--workdir", str(tmp_path / "w"),
-            "--device", "cpu", "--epochs", "2", "--batch-size", "64", "--seed", "22"]
+            "--probe-device", "cpu", "--epochs", "2", "--batch-size", "64", "--seed", "22"]
     assert main([*args, "--trials", "3"]) == 0
     first = read_rows(results)
     capsys.readouterr()

@@ -24,7 +24,7 @@ TRIALS = 30
 def tune_cmd(features: Path, storage: Path, epochs: int) -> list[str]:
     return [sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(features), "--trials", str(TRIALS),
             "--epochs", str(epochs), "--batch-size", "64", "--storage", str(storage), "--study-name", "shared",
-            "--threads", "1", "--device", "cpu", "--stale-after", "60"]
+            "--threads", "1", "--probe-device", "cpu", "--stale-after", "60"]
 
 
 def env() -> dict[str, str]:
