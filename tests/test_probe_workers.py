@@ -1,4 +1,4 @@
-"""Real processes on real storages: a killed study resumes; two workers share one study (journal file or SQLite)."""
+"""Real processes on real storages: a killed ``probe tune`` resumes to the trials of an uninterrupted one."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from test_probe_fixtures import write_features
 
@@ -66,29 +64,3 @@ def test_killed_study_resumes(tmp_path):
     assert before == {t.number: t.value for t in done if t.number in before}
     assert not study.get_trials(states=(TrialState.RUNNING,))
     assert row["lr"] == study.best_params["lr"] and row["val_top1"] == study.best_value
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["study.log", "study.db"])  # a journal file; SQLite in write-ahead-log mode
-def test_two_workers_share_one_study(tmp_path, name):
-    features = write_features(tmp_path / "feats", classes=10, dim=32, per_class=80)
-    path = tmp_path / name
-    procs = [subprocess.Popen(tune_cmd(features, path, epochs=150), env=env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs, logs = zip(*(p.communicate(timeout=300) for p in procs))
-    assert [p.returncode for p in procs] == [0, 0]
-    rows = [json.loads(o.strip().splitlines()[-1]) for o in outs]
-    storage = JournalStorage(JournalFileBackend(str(path))) if name.endswith(".log") else f"sqlite:///{path}"
-    study = optuna.load_study(study_name="shared", storage=storage)
-    done = complete(study)
-    assert len(done) == TRIALS
-    assert len({(t.params["lr"], t.params["wd"]) for t in done}) == TRIALS  # no point proposed twice
-    workers = {t.user_attrs["lease"]["worker"] for t in done}
-    assert len(workers) == 2, "both workers should have trained trials"
-    extra = [t for t in study.trials if t.state != TrialState.COMPLETE]
-    assert all(t.user_attrs.get("surplus") for t in extra)  # only budget overflow, failed at once, never trained
-    for t in extra:  # each said why, in the log and in the trial
-        assert t.user_attrs["fail_reason"]["mark"] == "surplus"
-        assert (f"trial {t.number} of study shared failed: not run: past the study's budget of {TRIALS} trials"
-                in "".join(logs)), t.number
-    assert rows[0]["lr"] == rows[1]["lr"] and rows[0]["test_top1"] == rows[1]["test_top1"]

@@ -84,7 +84,7 @@ def test_the_run_probe_stage_with_two_workers_writes_the_rows_of_one_process(tmp
         assert _probe(config, out, "m") == 4
         return {(r["shots"], r["seed"]): {k: r[k] for k in SAME} for r in read_rows(out / "results.sqlite")}
 
-    from cog_pl.probe.study import worker_id
+    from cog_pl.probe.claims import worker_id
 
     one, two = run(tmp_path / "one", None), run(tmp_path / "two", 2)
     assert one == two and len(one) == 4

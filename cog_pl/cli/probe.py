@@ -141,7 +141,7 @@ def _tune(args: argparse.Namespace) -> int:
 def _refuse_other_row(results: Path, key: tuple, splits, protocol, plan, device, overwrite: bool) -> None:
     """A row of the cell made with other inputs is refused before any work (``--overwrite``: replaced), as the
     grid does; one made with the same inputs is made again and replaced by an equal row."""
-    from cog_pl.probe.resume import cells_todo, wanted
+    from cog_pl.identity import cells_todo, wanted
 
     model, method, domain, shots, seed = key
     cells_todo(results, model=model, method=method, domain=domain, seeds=[seed], shots=[shots], overwrite=overwrite,
@@ -163,9 +163,7 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
             "shots": shots, "device": _device(args.device), "overwrite": args.overwrite,
             "allow_class_mismatch": args.allow_class_mismatch}
     if args.claim_cells:
-        if args.workers is not None:
-            raise ValueError("--claim-cells: the --workers processes claim each cell already; drop one of them")
-        grid["claim_cells"] = True
+        log.warning("--claim-cells is no longer needed: every worker claims each cell before tuning it")
     if args.workers is not None:  # N processes on this machine (cog_pl.probe.workers)
         import sys
 
@@ -205,7 +203,7 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
     words = args.command_line[args.command_line.index("protocol") + 1:]
     _, rest = split_argv(words, (("--workers",), {}), (("--storage",), {}))
     job = Job(f"probe/{model}/{domain}", "probe",
-              ("probe", "protocol", *rest, "--claim-cells", "--storage", storage),
+              ("probe", "protocol", *rest, "--storage", storage),
               what=f"{len(rows)} rows: linear on {len(seeds)} seeds x {len(shots)} shot settings",
               gpus_per_node=cluster.task_gpus, array=tasks, rows=rows)
     return launch([job], cluster, Path(args.results).resolve().parent, results=Path(args.results).resolve())
@@ -275,7 +273,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trial-batch", type=int, help="trials per batch after TPE's startup (fast mode; default 5)")
     p.add_argument("--storage", help="Optuna storage: database URL, journal file (*.log) or SQLite file path")
     p.add_argument("--workdir", default="cog_probe_runs", help="where the default SQLite storage lives")
-    p.add_argument("--stale-after", type=float, help="seconds before a silent trial counts as dead (default 600)")
+    p.add_argument("--stale-after", type=float, help="seconds without a heartbeat after which another worker takes "
+                   "over a worker's claim on a cell (default 120)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--precision", choices=("auto", "32-true", "bf16-mixed"),
                    help="matrix products in bfloat16 (bf16-mixed) or float32; auto: bfloat16 in fast mode where the "
@@ -323,9 +322,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
                            "few cores), each cell tuned by one worker, --threads per worker (default: the cores "
                            "split); with --launcher: N tasks of a SLURM job array; default: this process alone")
     grid.add_argument("--claim-cells", action="store_true",
-                      help="claim each cell before tuning it, so that one worker alone tunes it and the rows equal a "
-                           "one-worker run's however many workers (on however many machines) share the grid; "
-                           "default: workers sharing a grid tune its studies together")
+                      help="accepted for older scripts; every worker claims each cell before tuning it")
     from cog_pl.cluster.options import add_launcher_options
 
     add_launcher_options(grid, "the grid as a SLURM job array of --workers tasks (docs/cluster.md), sharing --storage "

@@ -164,9 +164,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "*.journal, *.jsonl) or a SQLite file; default: OUT/optuna.db (with --launcher: "
                         "OUT/optuna.journal, which probe tasks on several nodes can share)")
     g.add_argument("--claim-cells", action="store_true",
-                   help="claim each probe cell before tuning it, so that one worker alone tunes it and the rows "
-                        "equal a one-worker run's however many workers share the grid (the launcher's probe tasks "
-                        "do); default: workers sharing a grid tune its studies together")
+                   help="accepted for older scripts; every probe worker claims each cell before tuning it")
     ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
                              "report the probes relative to it; default: off")
     ft.add_argument("--finetune-epochs", type=int, default=None, help="fine-tuning epochs")
