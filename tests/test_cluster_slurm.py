@@ -15,6 +15,7 @@ import pytest
 from slurm import slurm_cluster, wait_for  # noqa: F401  (the fixture)
 
 from cog_pl.cluster.ledger import read_ledger, submitted_ids
+from cog_pl.probe.claims import claims_path
 from cog_pl.results import read_rows, row_key
 
 pytestmark = pytest.mark.slow
@@ -202,7 +203,7 @@ def test_signalled_and_cancelled_jobs_submitted_again_end_with_the_same_rows(on_
     after = {row_key(r): r for r in read_rows(results)}
     assert _table(results) == local[1] and len(after) == CELLS
     assert all(after[k] == row for k, row in before.items())  # finished rows kept, never made again
-    with sqlite3.connect(results) as con:
+    with sqlite3.connect(claims_path(results)) as con:
         assert con.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0  # no cell left claimed
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # no store extracted again
     earlier = read_ledger(out)["earlier"]
@@ -220,7 +221,7 @@ def test_plain_sbatch_scripts_submitted_by_hand_give_the_same_rows(on_slurm, loc
                      "04-cog-report.sbatch", "submit.sh"]
     probe_script = (scripts / names[2]).read_text()
     assert "#SBATCH --array=0-1" in probe_script and "#SBATCH --signal=B:USR2@120" in probe_script
-    assert "trap requeue USR2" in probe_script and "--claim-cells" in probe_script
+    assert "trap requeue USR2" in probe_script and "--stage probe --storage" in probe_script
     submit = subprocess.run(["bash", str(scripts / "submit.sh")], env=env, capture_output=True, text=True,
                             timeout=120)
     assert submit.returncode == 0, submit.stderr
