@@ -1,4 +1,5 @@
-"""Real processes on real storages: a killed ``probe tune`` resumes to the trials of an uninterrupted one."""
+"""Real processes on real storages: a killed ``probe tune`` resumes to the trials of an uninterrupted one; two tune
+workers of one study take turns (one writer per study)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,22 @@ def test_killed_study_resumes(tmp_path):
     assert before == {t.number: t.value for t in done if t.number in before}
     assert not study.get_trials(states=(TrialState.RUNNING,))
     assert row["lr"] == study.best_params["lr"] and row["val_top1"] == study.best_value
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["study.log", "study.db"])  # a journal file; SQLite in write-ahead-log mode
+def test_two_tune_workers_of_one_study_take_turns(tmp_path, name):
+    """One writer per study: the second ``probe tune`` waits for the first's claim, finds the study tuned and only
+    retrains; both print the same row, and the study holds exactly its budget of trials."""
+    features = write_features(tmp_path / "feats", classes=10, dim=32, per_class=80)
+    path = tmp_path / name
+    procs = [subprocess.Popen([*tune_cmd(features, path, epochs=20), "--workdir", str(tmp_path / "w")], env=env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs, logs = zip(*(p.communicate(timeout=300) for p in procs))
+    assert [p.returncode for p in procs] == [0, 0], [log[-2000:] for log in logs]
+    rows = [json.loads(o.strip().splitlines()[-1]) for o in outs]
+    storage = f"sqlite:///{path}" if name.endswith(".db") else optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(path)))
+    study = optuna.load_study(study_name="shared", storage=storage)
+    assert len(complete(study)) == len(study.trials) == TRIALS
+    assert rows[0]["lr"] == rows[1]["lr"] and rows[0]["test_top1"] == rows[1]["test_top1"]

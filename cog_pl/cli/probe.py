@@ -9,10 +9,12 @@ here and run by a LightningCLI with a YAML config (``configs/probe/``; :mod:`cog
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,7 +113,7 @@ def _setup(args: argparse.Namespace) -> None:
 def _tune(args: argparse.Namespace) -> int:
     _setup(args)
     from cog_pl.features.pair import open_pair
-    from cog_pl.probe.protocol_run import METHOD, Splits, probe
+    from cog_pl.probe.protocol_run import METHOD, Splits, probe, study_name
 
     if args.results:
         from cog_pl.results import check_results_file
@@ -127,15 +129,34 @@ def _tune(args: argparse.Namespace) -> int:
     if args.results:
         _refuse_other_row(args.results, (model, METHOD, domain, args.shots, args.seed), splits, protocol, plan,
                           device, args.overwrite)
-    row = probe(splits, seed=args.seed, shots=args.shots, storage=storage, model=model, domain=domain,
-                protocol=protocol, plan=plan, device=device, name=args.study_name,
-                flush_denormal=not args.keep_denormals)
+    name = args.study_name or study_name(model, domain, args.shots, args.seed, protocol, plan, device,
+                                         splits.features)
+    with _claimed(args.results or Path(args.workdir) / "probe-tune", f"study {name}", plan):  # its one writer
+        row = probe(splits, seed=args.seed, shots=args.shots, storage=storage, model=model, domain=domain,
+                    protocol=protocol, plan=plan, device=device, name=name, flush_denormal=not args.keep_denormals)
     if args.results:
         from cog_pl.results import append_row
 
         append_row(args.results, row)
     print(json.dumps(row, sort_keys=True, default=str), flush=True)  # unstored predictions: a count
     return 0
+
+
+@contextlib.contextmanager
+def _claimed(beside: Path, cell: str, plan):
+    """Hold ``cell`` in the claims file beside ``beside`` while the block runs, waiting while another process holds
+    it: two ``probe tune`` of one study take turns, the second finding it tuned."""
+    from cog_pl.probe.cells import heartbeat_seconds
+    from cog_pl.probe.claims import Heartbeat, claim, release
+
+    while (held := claim(beside, cell, plan.stale_after)) is None:
+        log.info("%s is held by another worker; waiting", cell)
+        time.sleep(1.0)
+    try:
+        with Heartbeat(held, heartbeat_seconds(plan)):
+            yield
+    finally:
+        release(held)
 
 
 def _refuse_other_row(results: Path, key: tuple, splits, protocol, plan, device, overwrite: bool) -> None:

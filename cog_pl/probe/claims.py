@@ -11,6 +11,7 @@ where the holder ran.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -18,6 +19,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,11 +52,23 @@ class Claim:
     taken_over: bool = False
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+@contextlib.contextmanager
+def _transaction(path: Path) -> Iterator[sqlite3.Connection]:
+    """One ``BEGIN IMMEDIATE`` transaction on the claims file (created where missing): committed when the block
+    ends, rolled back on an error."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(path, timeout=120, isolation_level=None)  # transactions written out below
-    con.execute(_SCHEMA)
-    return con
+    con = sqlite3.connect(path, timeout=120, isolation_level=None)
+    try:
+        con.execute(_SCHEMA)
+        con.execute("BEGIN IMMEDIATE")  # the reads and writes as one: no other claimer in between
+        try:
+            yield con
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+    finally:
+        con.close()
 
 
 def claim(results: str | os.PathLike, cell: str, stale_after: float, worker: str | None = None) -> Claim | None:
@@ -62,18 +76,12 @@ def claim(results: str | os.PathLike, cell: str, stale_after: float, worker: str
     already the worker's, or its holder's heartbeat is older than ``stale_after`` seconds; None while another worker
     holds it."""
     path, me, now = claims_path(results), worker or worker_id(), time.time()
-    con = _connect(path)
-    try:
-        con.execute("BEGIN IMMEDIATE")  # the read and the write as one: no other claimer in between
+    with _transaction(path) as con:
         held = con.execute("SELECT worker, host, heartbeat FROM claims WHERE cell=?", (cell,)).fetchone()
         if held is not None and held[0] != me and now - held[2] <= stale_after:
-            con.execute("ROLLBACK")
             return None
         con.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)",
                     (cell, me, f"{socket.gethostname()}:{os.getpid()}", now))
-        con.execute("COMMIT")
-    finally:
-        con.close()
     taken = held is not None and held[0] != me
     if taken:
         log.warning("%s: took over the claim of worker %s on %s (no heartbeat for %.0f s, more than %g s)", cell,
@@ -83,24 +91,16 @@ def claim(results: str | os.PathLike, cell: str, stale_after: float, worker: str
 
 def renew(held: Claim) -> bool:
     """Renew the claim's heartbeat; False when another worker took it over meanwhile."""
-    con = _connect(held.path)
-    try:
-        with con:
-            cur = con.execute("UPDATE claims SET heartbeat=? WHERE cell=? AND worker=?",
-                              (time.time(), held.cell, held.worker))
-        return cur.rowcount == 1
-    finally:
-        con.close()
+    with _transaction(held.path) as con:
+        cur = con.execute("UPDATE claims SET heartbeat=? WHERE cell=? AND worker=?",
+                          (time.time(), held.cell, held.worker))
+    return cur.rowcount == 1
 
 
 def release(held: Claim) -> None:
     """Drop the claim (one another worker took over is left alone)."""
-    con = _connect(held.path)
-    try:
-        with con:
-            con.execute("DELETE FROM claims WHERE cell=? AND worker=?", (held.cell, held.worker))
-    finally:
-        con.close()
+    with _transaction(held.path) as con:
+        con.execute("DELETE FROM claims WHERE cell=? AND worker=?", (held.cell, held.worker))
 
 
 class Heartbeat:
