@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 COG_PL = Path(sys.executable).with_name("cog-pl")  # the console script installed beside the test's Python
-GRID = ["--seeds", "22", "37", "45", "--shots", "all", "1", "2", "--trials", "8", "--epochs", "40"]
+GRID = ["--seeds", "22", "37", "45", "--shots", "all", "1", "2", "--trials", "8", "--epochs", "2000"]  # cells slow
+# enough that the 5 s between a cancel and its SIGKILL (KillWait, tests/slurm.py) never finishes the grid
 CELLS = 6 * 3 * 3
 CLUSTER = ["--gpus-per-node", "0", "--probe-workers", "2", "--time", "30", "--cpus-per-task", "1"]
 RESULT_KEYS = ("test_top1", "test_top5", "lr", "wd", "val_top1", "best_trial")
