@@ -109,7 +109,7 @@ class ProbeOptions:
     precision: str = "auto"  # "auto", "32-true" or "bf16-mixed" (SearchPlan)
     trial_batch: int | None = None  # None: SearchPlan's
     workers: int | str | None = None  # N or "auto": worker processes per grid (cog_pl.probe.workers); None: this one
-    claim_cells: bool = False  # claim each cell before tuning it: one worker tunes it (probe.protocol_run.run_protocol)
+    claim_cells: bool = False  # accepted for older configs: every worker claims each cell (cog_pl.probe.cells)
 
     @property
     def protocol(self) -> ProbeProtocol:
@@ -501,10 +501,10 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
             from cog_pl.probe.workers import run_workers
 
             fn = functools.partial(run_workers, workers=cfg.probe.workers)
-        elif fn is linear and cfg.probe.claim_cells:  # workers on other machines share the grid
+        elif fn is linear:  # workers on other machines may share the grid: no barrier after each domain
             from cog_pl.probe.protocol_run import run_protocol
 
-            fn = functools.partial(run_protocol, claim_cells=True, wait=wait)  # no barrier after each domain
+            fn = functools.partial(run_protocol, wait=wait)
         return fn(out / "features" / model_name / domain, out / "results.sqlite", model=model_name, domain=domain,
                   storage=cfg.study_storage, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
                   overwrite=cfg.overwrite)
@@ -524,8 +524,8 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
                              len(seeds), len(shots))
                 written += len(call(method.run, domain, seeds, shots))
                 bar.update(len(seeds) * len(shots))
-        if cfg.probe.claim_cells and "linear" in cfg.methods:  # the cells other workers held: wait for them (and
-            for domain, seeds, shots in grid:  # take over those whose worker is gone)
+        if "linear" in cfg.methods and cfg.probe.workers is None:  # the cells other workers held: wait for them
+            for domain, seeds, shots in grid:  # (and take over those whose claim expires)
                 written += len(call(linear, domain, seeds, shots, wait=True))
     return written
 

@@ -95,7 +95,7 @@ class ProbeProtocol:
     seeds: tuple[int, ...] = (22, 37, 45, 77, 93)
     shots: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
     normalize: bool = True
-    sampler: str = "tpe-multivariate"  # one of SAMPLERS: :class:`cog_pl.probe.study.TrialSeededTPESampler`
+    sampler: str = "tpe-multivariate"  # one of SAMPLERS: :func:`cog_pl.probe.study.trial_sampler`
     #: Labels of a deviation these fields cannot express (e.g. ``{"loss": "focal"}``): recorded with every result
     #: and hashed into the study names, so the studies of a deviation never mix with the protocol's.
     extra: dict[str, Any] = field(default_factory=dict)

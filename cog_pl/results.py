@@ -5,14 +5,12 @@ Format version 2: table ``rows(model, method, domain, shots, seed, row, updated)
 top-1/top-5, timings, versions). ``method`` is how the backbone was evaluated (:data:`METHODS`); a level variant stays
 a domain of its own (``cog_l3@wup``, :func:`cog_pl.protocol.variant_domain`). Each append is one transaction, so many
 processes (DDP ranks, cluster jobs) can write the same file and a reader never sees half a row; resuming means skipping
-keys that exist (when made with the same identity: :mod:`cog_pl.probe.resume`). Tables and plots are computed from
+keys that exist (when made with the same identity: :mod:`cog_pl.identity`). Tables and plots are computed from
 these rows only (:mod:`cog_pl.report`) and the test predictions kept beside them: a row's ``predictions`` is the
 record (path, digest) of its file under ``<stem>.predictions/`` (:mod:`cog_pl.predictions`); rows made before
 predictions were kept have none and stay valid.
 
-Table ``claims(model, method, domain, shots, seed, worker, lease)``, added where missing, holds the rows being made:
-a worker claims a row in one transaction before its final step (:func:`claim_row`) and the row's append removes the
-claim, so workers sharing the file make each row once; a claim whose lease expired is taken over.
+Which worker makes which row is not kept here but in a claims file beside this one (:mod:`cog_pl.probe.claims`).
 
 A version-1 file (key ``(model, domain, shots, seed)``, fine-tuned rows as model ``<name>@finetune``) is migrated in
 place, in one transaction, the first time this code opens it: ``<name>@finetune`` becomes model ``<name>``, method
@@ -25,7 +23,7 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ METHODS = {"linear": "linear probe", "finetune": "fine-tuned", "knn": "k-NN"}
 #: The method of a row that names none (rows written by hand or before format 2).
 DEFAULT_METHOD = "linear"
 KEY_FIELDS = ("model", "method", "domain", "shots", "seed")
+_KEY_MATCH = "model=? AND method=? AND domain=? AND shots=? AND seed=?"
 _ROWS = """(
     model TEXT NOT NULL, method TEXT NOT NULL, domain TEXT NOT NULL, shots INTEGER NOT NULL, seed INTEGER NOT NULL,
     row TEXT NOT NULL, updated TEXT NOT NULL, PRIMARY KEY (model, method, domain, shots, seed))"""
@@ -163,26 +162,28 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
         return [json.loads(r[0]) for r in cur]
 
 
-def has_row(path: str | os.PathLike, key: tuple) -> bool:
-    """Whether the row of ``key`` (as :func:`row_key` makes it) exists."""
+def get_row(path: str | os.PathLike, key: tuple) -> dict[str, Any] | None:
+    """The row of ``key`` (as :func:`row_key` makes it), None where there is none."""
     if len(key) != len(KEY_FIELDS):
         raise ValueError(f"a result key is ({', '.join(KEY_FIELDS)}); got {key!r}")
     if not Path(path).exists():
-        return False
+        return None
     model, method, domain, shots, seed = key
     with _connect(path) as con:
-        if con is None:
-            return False
-        cur = con.execute("SELECT 1 FROM rows WHERE model=? AND method=? AND domain=? AND shots=? AND seed=?",
-                          (model, method, domain, shots or 0, seed))
-        return cur.fetchone() is not None
+        found = con.execute(f"SELECT row FROM rows WHERE {_KEY_MATCH}",
+                            (model, method, domain, shots or 0, seed)).fetchone() if con is not None else None
+    return None if found is None else json.loads(found[0])
+
+
+def has_row(path: str | os.PathLike, key: tuple) -> bool:
+    """Whether the row of ``key`` (as :func:`row_key` makes it) exists."""
+    return get_row(path, key) is not None
 
 
 def append_row(path: str | os.PathLike, row: dict[str, Any]) -> None:
-    """Add the row, or replace the row of the same key, in one transaction that also ends its claim; the stored row
-    names its method. A row holding its test predictions (a :class:`cog_pl.predictions.Predictions` under
-    ``predictions``) has them written beside the file first, and their record (path, digest) takes their place, in
-    the stored row and in ``row``."""
+    """Add the row, or replace the row of the same key, in one transaction; the stored row names its method. A row
+    holding its test predictions (a :class:`cog_pl.predictions.Predictions` under ``predictions``) has them written
+    beside the file first, and their record (path, digest) takes their place, in the stored row and in ``row``."""
     model, method, domain, shots, seed = row_key(row)
     if row.get("predictions") is not None and not isinstance(row["predictions"], dict):
         from cog_pl.predictions import write_row_predictions
@@ -192,8 +193,6 @@ def append_row(path: str | os.PathLike, row: dict[str, Any]) -> None:
         con.execute("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (model, method, domain, shots or 0, seed, json.dumps({**row, "method": method}, sort_keys=True),
                      created()))
-        con.execute(_CLAIMS)
-        con.execute(f"DELETE FROM claims WHERE {_KEY_MATCH}", (model, method, domain, shots or 0, seed))
 
 
 def delete_row(path: str | os.PathLike, key: tuple) -> bool:
@@ -205,53 +204,3 @@ def delete_row(path: str | os.PathLike, key: tuple) -> bool:
         cur = con.execute(f"DELETE FROM rows WHERE {_KEY_MATCH}", (model, method, domain, shots or 0, seed))
         return cur.rowcount > 0
 
-
-_CLAIMS = """CREATE TABLE IF NOT EXISTS claims (
-    model TEXT NOT NULL, method TEXT NOT NULL, domain TEXT NOT NULL, shots INTEGER NOT NULL, seed INTEGER NOT NULL,
-    worker TEXT NOT NULL, lease TEXT NOT NULL, PRIMARY KEY (model, method, domain, shots, seed))"""
-_KEY_MATCH = "model=? AND method=? AND domain=? AND shots=? AND seed=?"
-
-
-def claim_row(path: str | os.PathLike, key: tuple, done: Callable[[dict[str, Any]], bool],
-              lease: dict[str, Any] | None = None, expired: Callable[[dict[str, Any]], bool] | None = None) -> str:
-    """Claim the making of the row of ``key``, in one transaction: ``"done"`` when the row exists and ``done`` says
-    it is the one wanted; ``"held"`` when another worker's claim holds it and ``expired`` (of its lease) says no;
-    else ``"claimed"``, the claim recorded with ``lease`` (``{"worker": ..., "heartbeat": ...}``). Without a
-    ``lease``, only looks: ``"done"`` or ``"open"``."""
-    model, method, domain, shots, seed = key
-    values = (model, method, domain, shots or 0, seed)
-    if lease is None:
-        if not Path(path).exists():
-            return "open"
-        with _connect(path) as con:
-            found = con.execute(f"SELECT row FROM rows WHERE {_KEY_MATCH}", values).fetchone() if con else None
-        return "done" if found is not None and done(json.loads(found[0])) else "open"
-    with _connect(path, write=True) as con:
-        con.execute("BEGIN IMMEDIATE")  # the reads and the write below as one: no other writer in between
-        con.execute(_CLAIMS)
-        found = con.execute(f"SELECT row FROM rows WHERE {_KEY_MATCH}", values).fetchone()
-        if found is not None and done(json.loads(found[0])):
-            return "done"
-        held = con.execute(f"SELECT worker, lease FROM claims WHERE {_KEY_MATCH}", values).fetchone()
-        if held is not None and held[0] != lease["worker"] and not (expired and expired(json.loads(held[1]))):
-            return "held"
-        con.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (*values, lease["worker"], json.dumps(lease)))
-        return "claimed"
-
-
-def renew_claim(path: str | os.PathLike, key: tuple, lease: dict[str, Any]) -> None:
-    """Renew this worker's claim on the row of ``key`` (a claim another worker took over is left alone)."""
-    model, method, domain, shots, seed = key
-    with _connect(path, write=True) as con:
-        con.execute(f"UPDATE claims SET lease=? WHERE {_KEY_MATCH} AND worker=?",
-                    (json.dumps(lease), model, method, domain, shots or 0, seed, lease["worker"]))
-
-
-def release_claim(path: str | os.PathLike, key: tuple, worker: str) -> None:
-    """Drop this worker's claim on the row of ``key`` (its final step failed)."""
-    model, method, domain, shots, seed = key
-    with _connect(path, write=True) as con:
-        con.execute(_CLAIMS)
-        con.execute(f"DELETE FROM claims WHERE {_KEY_MATCH} AND worker=?",
-                    (model, method, domain, shots or 0, seed, worker))

@@ -88,3 +88,19 @@ def test_the_launcher_drops_the_old_workers_spelling_from_the_tasks_command(tmp_
     assert deprecation_line("--workers", "--probe-workers") in captured.err
     assert "probe/m/d  array of 3 tasks" in captured.out
     assert "--workers" not in captured.out and "--probe-workers" not in captured.out
+
+
+@pytest.mark.parametrize("words", [("probe", "protocol", "--features", "f", "--results", "r"),
+                                   ("run", "--model", "resnet50", "--in1k-root", "a", "--in21k-root", "b")],
+                         ids=["probe protocol", "run"])
+def test_claim_cells_is_accepted_does_nothing_and_says_so(words, capsys):
+    """Every worker claims each cell now (cog_pl.probe.cells): the old flag changes nothing and says it goes."""
+    parser = build_parser(only=words[0])
+    flagged = parser.parse_args([*words, "--claim-cells"])
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "cog-pl: warning: --claim-cells is deprecated and does nothing: every probe worker claims each cell before "
+        f"tuning it (--claim-cells goes in cog_pl {REMOVED_IN})"]
+    plain = parser.parse_args(list(words))
+    assert {k: v for k, v in vars(flagged).items() if k != "claim_cells"} == {
+        k: v for k, v in vars(plain).items() if k != "claim_cells"}
+    assert "--claim-cells" not in cli_markdown()

@@ -49,7 +49,7 @@ def test_the_full_evaluation_is_four_jobs_on_2_nodes_of_8_gpus(tmp_path, capsys)
     commands = dict(line.strip().split(": ", 1) for line in out.split("commands:\n")[1].splitlines())
     assert commands["extract/dino"].endswith("--stage extract --num-nodes 2 --devices 8 --accelerator gpu "
                                              "--strategy ddp")
-    assert commands["probe/dino"].endswith("--stage probe --claim-cells --storage postgresql://cog@db.internal/optuna")
+    assert commands["probe/dino"].endswith("--stage probe --storage postgresql://cog@db.internal/optuna")
     assert all("--launcher" not in c and "--probe-workers" not in c and "--nodes" not in c for c in commands.values())
     assert "time 6:00:00, partition gpu, account vision, mem 480G, cpus-per-task 12" in out
 
@@ -212,25 +212,26 @@ def test_status_shows_each_jobs_state_progress_and_the_error_of_a_failed_one(tmp
 
 
 def test_claimed_cells_are_tuned_by_one_worker_alone(tmp_path):
-    """With claim_cells a worker never tunes a cell another live worker holds (on another machine): it makes the
-    others, waits, and tunes the held one only once its claim is released."""
+    """A worker never tunes a cell another live worker holds (on another machine): it makes the others, waits, and
+    tunes the held one only once its claim is released."""
     import optuna
     from test_probe_fixtures import write_features
 
+    from cog_pl.probe.claims import claim, release
     from cog_pl.probe.protocol_run import run_protocol
     from cog_pl.probe.tuner import SearchPlan
     from cog_pl.protocol import ProbeProtocol
-    from cog_pl.results import claim_row, has_row, release_claim
+    from cog_pl.results import has_row
 
     features = write_features(tmp_path / "m" / "d", classes=3, dim=8, per_class=20, test_per_class=4)
     results, storage = tmp_path / "r.sqlite", tmp_path / "s.db"
     held = ("m", "linear", "d", None, 22)
-    elsewhere = {"worker": "other", "heartbeat": time.time() + 3600, "host": "another-node"}
-    assert claim_row(results, held, lambda row: True, elsewhere, lambda h: False) == "claimed"
+    elsewhere = claim(results, "m/linear/d/shots=all/seed=22", stale_after=3600, worker="other")
+    assert elsewhere is not None
     made: list = []
     worker = threading.Thread(target=lambda: made.extend(run_protocol(
         features, results, storage=storage, protocol=ProbeProtocol(trials=2, epochs=2),
-        plan=SearchPlan(startup_trials=2), seeds=(22,), shots=(None, 2), device="cpu", claim_cells=True)))
+        plan=SearchPlan(startup_trials=2), seeds=(22,), shots=(None, 2), device="cpu")))
     worker.start()
     deadline = time.monotonic() + 120
     while not has_row(results, ("m", "linear", "d", 2, 22)) and time.monotonic() < deadline:
@@ -239,7 +240,7 @@ def test_claimed_cells_are_tuned_by_one_worker_alone(tmp_path):
     assert worker.is_alive() and not has_row(results, held)
     names = optuna.get_all_study_names(f"sqlite:///{storage}")
     assert not any("/shots-all/" in n for n in names), names  # the held cell was not tuned here
-    release_claim(results, held, "other")
+    release(elsewhere)
     worker.join(timeout=120)
     assert not worker.is_alive() and sorted((r["shots"] or 0) for r in made) == [0, 2]
 
@@ -265,7 +266,7 @@ def test_extract_and_probe_protocol_take_the_launcher_too(tmp_path, capsys):
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "probe/m/d  array of 3 tasks" in out and "4 rows: linear on 2 seeds x 2 shot settings" in out
-    assert f"--claim-cells --storage {tmp_path}/cog_probe_runs/optuna.journal".replace(f"{tmp_path}/", "") in out
+    assert f"--storage {tmp_path}/cog_probe_runs/optuna.journal".replace(f"{tmp_path}/", "") in out
     assert main([*argv, "--storage", "s.db"]) == 2
     assert "a SQLite file cannot be shared by 3 tasks" in capsys.readouterr().err
 

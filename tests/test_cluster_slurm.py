@@ -15,13 +15,15 @@ import pytest
 from slurm import slurm_cluster, wait_for  # noqa: F401  (the fixture)
 
 from cog_pl.cluster.ledger import read_ledger, submitted_ids
+from cog_pl.probe.claims import claims_path
 from cog_pl.results import read_rows, row_key
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 COG_PL = Path(sys.executable).with_name("cog-pl")  # the console script installed beside the test's Python
-GRID = ["--seeds", "22", "37", "45", "--shots", "all", "1", "2", "--trials", "8", "--epochs", "40"]
+GRID = ["--seeds", "22", "37", "45", "--shots", "all", "1", "2", "--trials", "8", "--epochs", "2000"]  # cells slow
+# enough that the 5 s between a cancel and its SIGKILL (KillWait, tests/slurm.py) never finishes the grid
 CELLS = 6 * 3 * 3
 CLUSTER = ["--gpus-per-node", "0", "--probe-workers", "2", "--time", "30", "--cpus-per-task", "1"]
 RESULT_KEYS = ("test_top1", "test_top5", "lr", "wd", "val_top1", "best_trial")
@@ -183,7 +185,7 @@ def test_signalled_and_cancelled_jobs_submitted_again_end_with_the_same_rows(on_
     submitted = _cog([*_args(demo, out), "--launcher", "slurm", *CLUSTER], env, timeout=300)
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     probe = _ids(out)["probe/demo_cnn"]
-    _wait(lambda: _count(results) >= 2, GRAPH_TIMEOUT, "the first rows", out, every=0.1)  # early: cells are fast
+    _wait(lambda: _count(results) >= 2, GRAPH_TIMEOUT, "the first rows", out, every=0.1)
     cluster.run("scancel", "--signal=USR2", probe)  # what SLURM sends --signal-delay s before the limit
     restarted = _wait(lambda: _requeued(cluster, probe), 120, "both probe tasks to requeue themselves", out)
     assert _count(results) < CELLS, _job_logs(out)
@@ -206,7 +208,7 @@ def test_signalled_and_cancelled_jobs_submitted_again_end_with_the_same_rows(on_
     after = {row_key(r): r for r in read_rows(results)}
     assert _table(results) == local[1] and len(after) == CELLS
     assert all(after[k] == row for k, row in before.items())  # finished rows kept, never made again
-    with sqlite3.connect(results) as con:
+    with sqlite3.connect(claims_path(results)) as con:
         assert con.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0  # no cell left claimed
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # no store extracted again
     earlier = read_ledger(out)["earlier"]
@@ -224,7 +226,7 @@ def test_plain_sbatch_scripts_submitted_by_hand_give_the_same_rows(on_slurm, loc
                      "04-cog-report.sbatch", "submit.sh"]
     probe_script = (scripts / names[2]).read_text()
     assert "#SBATCH --array=0-1" in probe_script and "#SBATCH --signal=B:USR2@120" in probe_script
-    assert "trap requeue USR2" in probe_script and "--claim-cells" in probe_script
+    assert "trap requeue USR2" in probe_script and "--stage probe --storage" in probe_script
     submit = subprocess.run(["bash", str(scripts / "submit.sh")], env=env, capture_output=True, text=True,
                             timeout=120)
     assert submit.returncode == 0, submit.stderr
@@ -232,7 +234,7 @@ def test_plain_sbatch_scripts_submitted_by_hand_give_the_same_rows(on_slurm, loc
     assert sorted(ids) == ["check", "extract/demo_cnn", "probe/demo_cnn", "report"]
     assert cluster.show(ids["report"])[0]["Dependency"].startswith("afterok:")
     results = out / "results.sqlite"
-    _wait(lambda: _count(results) >= 2, GRAPH_TIMEOUT, "the first rows", out, every=0.1)  # early: cells are fast
+    _wait(lambda: _count(results) >= 2, GRAPH_TIMEOUT, "the first rows", out, every=0.1)
     cluster.run("scancel", "--batch", "--signal=USR2", ids["probe/demo_cnn"])  # the script's trap requeues
     restarted = _wait(lambda: _requeued(cluster, ids["probe/demo_cnn"]), 120, "the scripts to requeue their jobs",
                       out)

@@ -92,7 +92,7 @@ def _rows(path: Path) -> dict:
 def _protocol_cmd(features: Path, out: Path) -> list[str]:
     return [*COG, "probe", "protocol", "--features", str(features), "--model", "m", "--domain", "d",
             "--results", str(out / "results.sqlite"), "--workdir", str(out), "--trials", "6", "--epochs", "8",
-            "--seeds", "22", "37", "--shots", "all", "1", "2", "--threads", "1"]
+            "--seeds", "22", "37", "--shots", "all", "1", "2", "--threads", "1", "--stale-after", "2"]
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from dataclasses import replace
 
 import optuna
@@ -14,7 +11,7 @@ from test_probe_fixtures import write_features
 
 from cog_pl.probe.protocol_run import Splits, probe, run_protocol
 from cog_pl.probe.storage import close_storage, resolve_storage
-from cog_pl.probe.study import fail_stale_trials, lease, open_study, worker_id
+from cog_pl.probe.study import ask_trials, open_study
 from cog_pl.probe.tuner import SearchPlan, search_space
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import read_rows
@@ -88,12 +85,12 @@ def test_precision_is_recorded_and_chosen_explicitly(splits, tmp_path, monkeypat
 def test_startup_batch_draws_what_a_sequential_search_would(tmp_path):
     """TPE's random startup trials do not depend on earlier results, so asking them at once changes nothing."""
     space = search_space(PROTOCOL)
-    seq = open_study(tmp_path / "a.db", "s", seed=22)
+    seq = open_study(tmp_path / "a.db", "s", trials=4)
     for _ in range(4):
-        t = seq.ask(space)
+        (t,) = ask_trials(seq, 1, space, seed=22, startup=4)
         seq.tell(t, t.params["lr"])
-    batch = open_study(tmp_path / "b.db", "s", seed=22)
-    asked = [batch.ask(space) for _ in range(4)]
+    batch = open_study(tmp_path / "b.db", "s", trials=4)
+    asked = ask_trials(batch, 4, space, seed=22, startup=4)
     assert [t.params for t in asked] == [t.params for t in seq.trials]
     assert len({t.params["lr"] for t in asked}) == 4
 
@@ -136,36 +133,6 @@ def test_protocol_grid_writes_one_row_per_cell_and_resumes(splits, tmp_path):
     assert sorted((r["shots"] or 0, r["seed"]) for r in rows) == [(0, 22), (0, 37), (2, 22), (2, 37)]
     assert run_protocol(root, results, **kw) == []
     assert read_rows(results) == rows
-
-
-def test_trials_of_dead_workers_are_failed_and_live_ones_kept(tmp_path):
-    space = search_space(PROTOCOL)
-    study = open_study(tmp_path / "s.db", "s", seed=1)
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead, live = study.ask(space), study.ask(space)
-    assert study._storage.get_trial(live._trial_id).user_attrs["lease"]["worker"] == worker_id()  # leased inside ask
-    study._storage.set_trial_user_attr(dead._trial_id, "lease", {  # a process of this PID namespace that has exited
-        **lease(), "worker": "another worker", "pid": int(gone.stdout)})
-    unleased = study._storage.create_new_trial(study._study_id)  # as if killed inside ask, before the lease
-    assert fail_stale_trials(study, stale_after=600) == 1
-    states = {t._trial_id: t.state for t in study.get_trials()}
-    assert states[dead._trial_id] == TrialState.FAIL
-    assert states[live._trial_id] == states[unleased] == TrialState.RUNNING
-    assert fail_stale_trials(study, stale_after=0) == 1  # silent past the limit: dead; our own never
-
-
-def test_leases_written_by_an_older_cog_pl_are_honoured(tmp_path):
-    """Running trials of a study started before the lease was one attribute (``worker`` and ``heartbeat`` apart)
-    are judged by their heartbeat."""
-    study = open_study(tmp_path / "s.db", "s", seed=1)
-    storage = study._storage
-    fresh, silent = (storage.create_new_trial(study._study_id) for _ in range(2))
-    for trial_id, beat in ((fresh, time.time()), (silent, time.time() - 3600)):
-        storage.set_trial_user_attr(trial_id, "worker", "elsewhere:1")
-        storage.set_trial_user_attr(trial_id, "heartbeat", beat)
-    assert fail_stale_trials(study, stale_after=600) == 1
-    states = {t._trial_id: t.state for t in study.get_trials()}
-    assert states[fresh] == TrialState.RUNNING and states[silent] == TrialState.FAIL
 
 
 def test_a_storage_handed_to_probe_stays_open_for_its_owner(splits, tmp_path):

@@ -57,7 +57,7 @@ def test_the_plan_splits_the_cores_and_never_exceeds_the_cells(monkeypatch):
     assert len(plan_workers("auto", "cpu", cells=10, flops=grid)) == 8  # long work on 8 cores: 8 workers
     assert len(plan_workers("auto", "cpu", cells=10, flops=tiny)) == 1  # done before a worker would have started
     assert len(plan_workers(2, "cpu", cells=10, flops=tiny)) == 2  # a count is the user's
-    with pytest.raises(ValueError, match="--workers 0"):
+    with pytest.raises(ValueError, match="--probe-workers 0"):
         plan_workers(0, "cpu", cells=3)
 
 
@@ -84,7 +84,7 @@ def test_the_run_probe_stage_with_two_workers_writes_the_rows_of_one_process(tmp
         assert _probe(config, out, "m") == 4
         return {(r["shots"], r["seed"]): {k: r[k] for k in SAME} for r in read_rows(out / "results.sqlite")}
 
-    from cog_pl.probe.study import worker_id
+    from cog_pl.probe.claims import worker_id
 
     one, two = run(tmp_path / "one", None), run(tmp_path / "two", 2)
     assert one == two and len(one) == 4

@@ -1,4 +1,4 @@
-"""``cog_pl.protocol``: every field is read by the code, and the probes' study names stay those of earlier runs."""
+"""``cog_pl.protocol``: every field is read by the code, and the probes' study names carry their rows' identity."""
 
 from __future__ import annotations
 
@@ -10,18 +10,22 @@ import pytest
 from cog_pl.protocol import FeatureProtocol, ProbeProtocol
 
 
-def test_study_names_of_the_published_protocol_are_unchanged():
-    """Resumed runs find their studies: the hash of the protocol values is the one earlier versions wrote."""
+def test_study_names_carry_the_identity_digest_of_their_rows():
+    """One digest names a cell's study and identifies its rows (:mod:`cog_pl.identity`); resumed runs find their
+    studies because it is stable."""
+    from cog_pl.identity import wanted
     from cog_pl.probe.protocol_run import study_name
     from cog_pl.probe.tuner import SearchPlan
 
-    assert study_name("m", "cog_l1", None, 22, ProbeProtocol(), SearchPlan(precision="32-true")) == \
-        "m/cog_l1/shots-all/seed-22/1108c48c2b"
+    plan = SearchPlan(precision="32-true")
+    digest = wanted(None, ProbeProtocol(), plan.as_record(), "32-true")["identity"]
+    assert study_name("m", "cog_l1", None, 22, ProbeProtocol(), plan) == f"m/cog_l1/shots-all/seed-22/{digest[:10]}"
+    assert digest[:10] == "bab74c23a0"
     small = dataclasses.replace(ProbeProtocol(), trials=4, epochs=3)
-    assert study_name("m", "cog_l1", 4, 22, small, SearchPlan(mode="exact")) == "m/cog_l1/shots-4/seed-22/e8a35d123e"
+    assert study_name("m", "cog_l1", 4, 22, small, SearchPlan(mode="exact")) == "m/cog_l1/shots-4/seed-22/271b837276"
     labelled = dataclasses.replace(ProbeProtocol(), extra={"loss": "focal"})  # a deviation gets studies of its own
     assert study_name("m", "cog_l1", None, 22, labelled, SearchPlan(precision="32-true")) != \
-        "m/cog_l1/shots-all/seed-22/1108c48c2b"
+        "m/cog_l1/shots-all/seed-22/bab74c23a0"
 
 
 def test_the_sampler_is_the_one_implemented():

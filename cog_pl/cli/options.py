@@ -76,6 +76,26 @@ class _DeprecatedSpelling(argparse.Action):
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
+class _NoLongerNeeded(argparse.Action):
+    """A flag whose behaviour became the default: accepted for one release, prints one line saying so."""
+
+    def __init__(self, option_strings: list[str], dest: str, why: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, help=argparse.SUPPRESS, **kwargs)
+        self.why = why
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        flag = option_string or self.option_strings[0]
+        print(f"cog-pl: warning: {flag} is deprecated and does nothing: {self.why} ({flag} goes in cog_pl "
+              f"{REMOVED_IN})", file=sys.stderr)
+        setattr(namespace, self.dest, True)
+
+
+def add_no_longer_needed(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: str, why: str) -> None:
+    """Accept ``flag``, whose behaviour is now always on, for one release; hidden from ``--help``."""
+    parser.add_argument(flag, action=_NoLongerNeeded, why=why)
+
+
 def add_deprecated_alias(parser: argparse.ArgumentParser | argparse._ArgumentGroup, old: str,
                          new: argparse.Action) -> argparse.Action:
     """Accept ``old``, an option's former spelling, for one release: it takes the values ``new`` (the action

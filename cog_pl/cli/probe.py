@@ -9,14 +9,16 @@ here and run by a LightningCLI with a YAML config (``configs/probe/``; :mod:`cog
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 
-from cog_pl.cli.options import add_deprecated_alias
+from cog_pl.cli.options import add_deprecated_alias, add_no_longer_needed
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -112,7 +114,7 @@ def _setup(args: argparse.Namespace) -> None:
 def _tune(args: argparse.Namespace) -> int:
     _setup(args)
     from cog_pl.features.pair import open_pair
-    from cog_pl.probe.protocol_run import METHOD, Splits, probe
+    from cog_pl.probe.protocol_run import METHOD, Splits, probe, study_name
 
     if args.results:
         from cog_pl.results import check_results_file
@@ -128,9 +130,11 @@ def _tune(args: argparse.Namespace) -> int:
     if args.results:
         _refuse_other_row(args.results, (model, METHOD, domain, args.shots, args.seed), splits, protocol, plan,
                           device, args.overwrite)
-    row = probe(splits, seed=args.seed, shots=args.shots, storage=storage, model=model, domain=domain,
-                protocol=protocol, plan=plan, device=device, name=args.study_name,
-                flush_denormal=not args.keep_denormals)
+    name = args.study_name or study_name(model, domain, args.shots, args.seed, protocol, plan, device,
+                                         splits.features)
+    with _claimed(args.results or Path(args.workdir) / "probe-tune", f"study {name}", plan):  # its one writer
+        row = probe(splits, seed=args.seed, shots=args.shots, storage=storage, model=model, domain=domain,
+                    protocol=protocol, plan=plan, device=device, name=name, flush_denormal=not args.keep_denormals)
     if args.results:
         from cog_pl.results import append_row
 
@@ -139,10 +143,27 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _claimed(beside: Path, cell: str, plan):
+    """Hold ``cell`` in the claims file beside ``beside`` while the block runs, waiting while another process holds
+    it: two ``probe tune`` of one study take turns, the second finding it tuned."""
+    from cog_pl.probe.cells import heartbeat_seconds
+    from cog_pl.probe.claims import Heartbeat, claim, release
+
+    while (held := claim(beside, cell, plan.stale_after)) is None:
+        log.info("%s is held by another worker; waiting", cell)
+        time.sleep(1.0)
+    try:
+        with Heartbeat(held, heartbeat_seconds(plan)):
+            yield
+    finally:
+        release(held)
+
+
 def _refuse_other_row(results: Path, key: tuple, splits, protocol, plan, device, overwrite: bool) -> None:
     """A row of the cell made with other inputs is refused before any work (``--overwrite``: replaced), as the
     grid does; one made with the same inputs is made again and replaced by an equal row."""
-    from cog_pl.probe.resume import cells_todo, wanted
+    from cog_pl.identity import cells_todo, wanted
 
     model, method, domain, shots, seed = key
     cells_todo(results, model=model, method=method, domain=domain, seeds=[seed], shots=[shots], overwrite=overwrite,
@@ -163,10 +184,6 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
             "protocol": _protocol(args), "plan": _plan(args), "seeds": tuple(args.seeds) if args.seeds else None,
             "shots": shots, "device": _device(args.device), "overwrite": args.overwrite,
             "allow_class_mismatch": args.allow_class_mismatch}
-    if args.claim_cells:
-        if args.workers is not None:
-            raise ValueError("--claim-cells: the --probe-workers processes claim each cell already; drop one of them")
-        grid["claim_cells"] = True
     if args.workers is not None:  # N processes on this machine (cog_pl.probe.workers)
         import sys
 
@@ -206,7 +223,7 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
     words = args.command_line[args.command_line.index("protocol") + 1:]
     _, rest = split_argv(words, (("--probe-workers", "--workers"), {}), (("--storage",), {}))
     job = Job(f"probe/{model}/{domain}", "probe",
-              ("probe", "protocol", *rest, "--claim-cells", "--storage", storage),
+              ("probe", "protocol", *rest, "--storage", storage),
               what=f"{len(rows)} rows: linear on {len(seeds)} seeds x {len(shots)} shot settings",
               gpus_per_node=cluster.task_gpus, array=tasks, rows=rows)
     return launch([job], cluster, Path(args.results).resolve().parent, results=Path(args.results).resolve())
@@ -276,7 +293,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trial-batch", type=int, help="trials per batch after TPE's startup (fast mode; default 5)")
     p.add_argument("--storage", help="Optuna storage: database URL, journal file (*.log) or SQLite file path")
     p.add_argument("--workdir", default="cog_probe_runs", help="where the default SQLite storage lives")
-    p.add_argument("--stale-after", type=float, help="seconds before a silent trial counts as dead (default 600)")
+    p.add_argument("--stale-after", type=float, help="seconds without a heartbeat after which another worker takes "
+                   "over a worker's claim on a cell (default 120)")
     add_deprecated_alias(p, "--device", p.add_argument("--probe-device", dest="device", default="auto",
                                                        help="auto, cpu, cuda, cuda:1, ..."))
     add_deprecated_alias(p, "--precision", p.add_argument(
@@ -326,10 +344,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
         help="run the grid with N worker processes on this machine (auto: one per GPU, else one per few cores), each "
              "cell tuned by one worker, --threads per worker (default: the cores split); with --launcher: N tasks of "
              "a SLURM job array; default: this process alone"))
-    grid.add_argument("--claim-cells", action="store_true",
-                      help="claim each cell before tuning it, so that one worker alone tunes it and the rows equal a "
-                           "one-worker run's however many workers (on however many machines) share the grid; "
-                           "default: workers sharing a grid tune its studies together")
+    add_no_longer_needed(grid, "--claim-cells", "every probe worker claims each cell before tuning it")
     from cog_pl.cluster.options import add_launcher_options
 
     add_launcher_options(grid, "the grid as a SLURM job array of --probe-workers tasks (docs/cluster.md), sharing "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cog_pl.cli.data import add_source_options
-from cog_pl.cli.options import NUM_WORKERS, add_skip_policy, at_least, loader_workers_value
+from cog_pl.cli.options import NUM_WORKERS, add_no_longer_needed, add_skip_policy, at_least, loader_workers_value
 from cog_pl.cli.probe import workers_value
 from cog_pl.cluster.options import add_launcher_options, cluster_options, split_argv
 from cog_pl.levels.measures import get_measure, list_measures
@@ -158,10 +158,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the probes' Optuna storage: a database URL (postgresql://...), a journal file (*.log, "
                         "*.journal, *.jsonl) or a SQLite file; default: OUT/optuna.db (with --launcher: "
                         "OUT/optuna.journal, which probe tasks on several nodes can share)")
-    g.add_argument("--claim-cells", action="store_true",
-                   help="claim each probe cell before tuning it, so that one worker alone tunes it and the rows "
-                        "equal a one-worker run's however many workers share the grid (the launcher's probe tasks "
-                        "do); default: workers sharing a grid tune its studies together")
+    add_no_longer_needed(g, "--claim-cells", "every probe worker claims each cell before tuning it")
     ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
                              "report the probes relative to it; default: off")
     ft.add_argument("--finetune-epochs", type=int, default=None, help="fine-tuning epochs")

@@ -143,7 +143,7 @@ def run_jobs(configs: Sequence[RunConfig], argv: Sequence[str], opts: ClusterOpt
                       after=checked, stores=stores)
         rows = _grid_rows(name, cfg)
         probe = Job(f"probe/{name}", "probe",
-                    stage_argv(("run",), mine, "probe", "--claim-cells", "--storage", storage),
+                    stage_argv(("run",), mine, "probe", "--storage", storage),
                     what=_grid_words(cfg, len(rows)), gpus_per_node=opts.task_gpus, array=probe_tasks,
                     after=(extract.key,), rows=tuple(rows))
         jobs += [extract, probe]

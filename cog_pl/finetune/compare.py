@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 import json
 import logging
@@ -18,7 +17,7 @@ from cog_pl.console import filter_known_warnings
 from cog_pl.device import resolve_precision, trainer_options
 from cog_pl.finetune.module import FineTuneClassifier, no_val_split
 from cog_pl.finetune.rows import METHOD, result_row
-from cog_pl.probe.resume import refusal
+from cog_pl.identity import digest, refusal
 from cog_pl.results import append_row, read_rows, row_key
 
 logger = logging.getLogger(__name__)
@@ -57,20 +56,18 @@ def finetune_identity(model: str, checkpoint: str | None, *, recipe: dict[str, A
     values = {"model": model, "checkpoint_sha256": file_sha256(checkpoint) if checkpoint else None,
               "recipe": _plain(recipe or {}), "epochs": epochs, "batch_size": batch_size, "precision": precision,
               "transform": _plain(transform), "benchmark_sha256": file_sha256(benchmark) if benchmark else None}
-    text = json.dumps(values, sort_keys=True, default=str)
-    return {"finetune": json.loads(text), "identity": hashlib.sha256(text.encode()).hexdigest()}  # as stored
+    return {"finetune": json.loads(json.dumps(values, sort_keys=True, default=str)),  # as stored
+            "identity": digest(values)}
 
 
 def _differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """The values of ``want`` a stored row differs in (a row without ``identity``: its epochs, batch size and
-    precision)."""
+    """The values of ``want`` a stored row differs in."""
     if row.get("identity") == want["identity"]:
         return []
-    have = row.get("finetune") if "identity" in row else {k: row.get(k) for k in ("epochs", "batch_size", "precision")}
-    diff = [(k, (have or {}).get(k, "<not recorded>"), v) for k, v in want["finetune"].items()
-            if k in (have or {}) or "identity" in row]
-    return [d for d in diff if d[1] != d[2]] or ([("identity", row["identity"], want["identity"])]
-                                                  if "identity" in row else [])
+    have = row.get("finetune") or {}
+    diff = [(k, have.get(k, "<not recorded>"), v) for k, v in want["finetune"].items()
+            if have.get(k, "<not recorded>") != v]
+    return diff or [("identity", row.get("identity"), want["identity"])]
 
 
 def finetune_domains(model: str, checkpoint: str | None, results: str, domains: Sequence[str], *,

@@ -4,8 +4,10 @@
 - ``data``: loading, L2 normalisation, the validation split and N-shot samples.
 - ``multihead``: K probes trained side by side in one pass (the fast path); ``workspace`` holds its buffers and
   step, ``kernels`` the step's Triton kernels for CUDA (with CUDA-graph replay in ``workspace``).
-- ``storage`` / ``study`` / ``tuner``: where a study lives (SQLite in WAL mode by default), worker leases and
-  the batched or exact TPE search.
+- ``storage`` / ``study`` / ``tuner``: where a study lives (SQLite in WAL mode by default), a cell's study and its
+  one writer, the batched or exact TPE search.
+- ``claims`` / ``cells`` / ``workers``: who makes which cell (claims beside the results), the one cell loop (claim,
+  tune, write, release), worker processes on one machine.
 - ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
 - ``module`` / ``callback`` / ``lightning_tune``: the Lightning shell (``LinearProbe``, the Optuna trial callback;
   its LightningCLI is :mod:`cog_pl.cli.probe_lightning`).

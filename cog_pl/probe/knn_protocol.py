@@ -19,7 +19,6 @@ rows (:func:`cog_pl.probe.knn.neighbours` merges them) and rank 0 writes the row
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -34,10 +33,10 @@ from torch import Tensor
 from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device, resolve_precision
 from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.identity import cells_todo, digest, features_identity, format_key
 from cog_pl.predictions import Predictions
 from cog_pl.probe.data import l2_normalize, load_store, train_labels
 from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
-from cog_pl.probe.resume import cells_todo, features_identity, format_key
 from cog_pl.protocol import ProbeProtocol, check_grid
 from cog_pl.provenance import versions
 from cog_pl.results import FORMAT_VERSION, append_row, row_key
@@ -152,8 +151,7 @@ def knn_identity(features: dict | None, settings: KNNSettings, protocol: ProbePr
     (``identity``)."""
     values = {"knn": {**settings.as_record(), "val_fraction": protocol.val_fraction,
                       "normalize": protocol.normalize}, "precision": precision, "features": features}
-    digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
-    return {**values, "identity": digest}
+    return {**values, "identity": digest(values)}
 
 
 def _differences(row: dict, want: dict) -> list[tuple[str, Any, Any]]:

@@ -2,20 +2,16 @@
 
 ``probe`` runs one (seed, shots) cell and returns its result row; ``run_protocol`` runs the grid of a domain and
 appends rows to a results file, skipping rows made with the same identity and refusing rows made with another
-(:mod:`cog_pl.probe.resume`: the rules for resuming, restarting orphaned studies and claiming a cell's final step).
-Studies are named after the cell and a hash of the protocol values, search plan and features, so a changed protocol
-or store never resumes a study made under other values.
+(:mod:`cog_pl.identity`), each cell claimed, tuned, written and released by :func:`cog_pl.probe.cells.make_cell`.
+Studies are named after the cell and its rows' identity digest, so a changed protocol, search or store never resumes
+a study made under other values.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +23,10 @@ from torch import Tensor
 from cog_pl.data.sampling import check_shots
 from cog_pl.device import fits, resolve_device
 from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.identity import cells_todo, features_identity, wanted
+from cog_pl.identity import study_name as identity_study_name
 from cog_pl.predictions import Predictions
+from cog_pl.probe.claims import worker_id
 from cog_pl.probe.data import (
     ProbeData,
     final_indices,
@@ -38,24 +37,12 @@ from cog_pl.probe.data import (
     tuning_indices,
 )
 from cog_pl.probe.multihead import predict_heads
-from cog_pl.probe.resume import (
-    cells_todo,
-    claim_expired,
-    claim_lease,
-    differences,
-    features_identity,
-    format_key,
-    renewing,
-    restart_orphaned_study,
-    row_identity,
-    wanted,
-)
 from cog_pl.probe.storage import opened
-from cog_pl.probe.study import open_study, worker_id
+from cog_pl.probe.study import open_study
 from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, train_probe
 from cog_pl.protocol import ProbeProtocol, as_record, check_grid
 from cog_pl.provenance import versions
-from cog_pl.results import FORMAT_VERSION, append_row, claim_row, release_claim, renew_claim
+from cog_pl.results import FORMAT_VERSION
 
 log = logging.getLogger(__name__)
 #: The method of the rows written here (:data:`cog_pl.results.METHODS`).
@@ -74,7 +61,7 @@ class Splits:
     num_classes: int
     model: str | None = None
     domain: str | None = None
-    features: dict | None = None  # the stores' identity (:func:`cog_pl.probe.resume.features_identity`)
+    features: dict | None = None  # the stores' identity (:func:`cog_pl.identity.features_identity`)
     test_images: np.ndarray | None = None  # the dataset row of each test feature row (the test store's index)
     classes: tuple[str, ...] | None = None  # the concepts of the labels (wnids), where the stores record them
 
@@ -122,18 +109,10 @@ def splits_device(pair: StorePair, device: torch.device | str, free_bytes: int |
 
 def study_name(model: str, domain: str, shots: int | None, seed: int, protocol: ProbeProtocol,
                plan: SearchPlan, device: str | torch.device = "cpu", features: dict | None = None) -> str:
-    """Name of the study of one cell; the hash changes with any protocol value, the search mode, the precision the
-    trials run with on ``device`` (a study never mixes precisions) and the ``features``' identity (a study of other
-    stores is never resumed)."""
-    values = {"protocol": as_record(protocol), "mode": plan.mode, "startup": plan.startup_trials,
-              "batch": plan.trial_batch}
-    precision = plan.precision_on(device)
-    if precision != "32-true":  # float32 studies keep the names they had before the option existed
-        values["precision"] = precision
-    if features is not None:
-        values["features"] = features
-    digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:10]
-    return f"{model}/{domain}/shots-{shots or 'all'}/seed-{seed}/{digest}"
+    """Name of the study of one cell (:func:`cog_pl.identity.study_name`): it changes with any protocol value, the
+    search, the precision the trials run with on ``device`` and the ``features``' identity."""
+    want = wanted(features, protocol, plan.as_record(), plan.precision_on(device))
+    return identity_study_name(model, domain, shots, seed, want)
 
 
 def set_flush_denormal(enabled: bool) -> bool:
@@ -144,14 +123,13 @@ def set_flush_denormal(enabled: bool) -> bool:
 def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.PathLike | BaseStorage,
           model: str = "model",
           domain: str = "domain", protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
-          device: str | torch.device = "cpu", name: str | None = None, flush_denormal: bool = True,
-          before_final: Callable[[], bool] | None = None,
-          on_epoch_end: Callable[[int], None] | None = None) -> dict[str, Any] | None:
+          device: str | torch.device = "cpu", name: str | None = None,
+          flush_denormal: bool = True) -> dict[str, Any]:
     """Tune, retrain and test one probe; returns its result row. Test data never enters tuning or sampling.
 
-    ``storage``: a path or URL (opened here and closed when tuning ends) or a storage object (left open).
-    ``before_final``: asked once tuning ends; when it returns False the final retrain is another worker's and None
-    is returned. ``on_epoch_end``: called after each epoch of the final retrain (with its number)."""
+    The caller is the study's one writer (it holds the cell's claim, :mod:`cog_pl.probe.cells`): an unfinished
+    study of the cell is started over (:func:`cog_pl.probe.study.open_study`). ``storage``: a path or URL (opened
+    here and closed when tuning ends) or a storage object (left open)."""
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
     check_grid([seed], [shots])
     flushed = set_flush_denormal(flush_denormal)
@@ -159,24 +137,21 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     train_idx, val_idx = tuning_indices(splits.train_y, protocol.val_fraction, seed, shots)
     tuning = ProbeData(splits.train_x[train_idx], splits.train_y[train_idx], splits.train_x[val_idx],
                        splits.train_y[val_idx], splits.num_classes).to(device)
-    name = name or study_name(model, domain, shots, seed, protocol, plan, device, splits.features)
+    precision = plan.precision_on(device)
+    want = wanted(splits.features, protocol, plan.as_record(), precision)
+    name = name or identity_study_name(model, domain, shots, seed, want)
     with opened(storage) as study_storage:
-        restart_orphaned_study(study_storage, name, protocol.trials, plan.stale_after)
-        study = open_study(study_storage, name, seed, plan.startup_trials)
+        study = open_study(study_storage, name, protocol.trials)
         run_search(study, tuning, protocol, plan, seed)
         best = best_trial(study)
     del tuning
     tuned = time.perf_counter()
-    if before_final is not None and not before_final():
-        return None
     final_idx = final_indices(splits.train_y, seed, shots)
     x, y = (splits.train_x, splits.train_y) if shots is None else (splits.train_x[final_idx], splits.train_y[final_idx])
     final = ProbeData(x, y, splits.test_x, splits.test_y, splits.num_classes).to(device)  # all data: no copy
     lr, wd = best.params["lr"], best.params["wd"]
-    precision = plan.precision_on(device)
     result = train_probe(final, [lr], [wd], protocol=protocol, seeds=[sub_seed(seed, 20)],
-                         perm_seed=sub_seed(seed, 21), precision=precision, on_divergence=plan.on_divergence,
-                         on_epoch_end=on_epoch_end)
+                         perm_seed=sub_seed(seed, 21), precision=precision, on_divergence=plan.on_divergence)
     rolled_back = plan.on_divergence == "rollback" and result.diverged_epoch[0] == 0  # scored 0: no state
     ranked = predict_heads(result.weight, result.bias, final.eval_x, scored=[not rolled_back])[0]
     end = time.perf_counter()
@@ -189,7 +164,7 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
         "test_top5": float(result.top5[0]), "final_diverged_epoch": result.diverged_epoch[0],
         "train_rows": len(final_idx), "tuning_rows": len(train_idx), "val_rows": len(val_idx),
         "mode": plan.mode, "precision": precision, "search": plan.as_record(), "protocol": as_record(protocol),
-        **row_identity(splits.features, protocol, plan.as_record(), precision), "study": name, "worker": worker_id(),
+        "features": want["features"], "identity": want["identity"], "study": name, "worker": worker_id(),
         "flush_denormal": flushed, "device": str(device), "seconds": round(end - start, 3),
         "tune_seconds": round(tuned - start, 3), "final_seconds": round(end - tuned, 3), "versions": versions(),
         "predictions": final_predictions(splits, ranked),
@@ -233,21 +208,20 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                  plan: SearchPlan | None = None,
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                  device: str | torch.device = "cpu", overwrite: bool = False,
-                 allow_class_mismatch: bool = False, claim_cells: bool = False,
-                 wait: bool = True) -> list[dict[str, Any]]:
+                 allow_class_mismatch: bool = False, wait: bool = True) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end;
     returns the rows this worker wrote (``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s).
 
     ``model`` and ``domain`` default to the stores' (their meta, else the folder names). A row made with the same
-    identity is skipped, one made with another is refused (``overwrite``: made again and replaced); see
-    :mod:`cog_pl.probe.resume` for the rules of resuming. Several workers may run the same grid on one storage and
-    one results file: they tune the studies together and each row's final retrain runs once; a worker returns when
-    every row of the grid is written (by any of them). With ``claim_cells`` a worker claims each cell before tuning
-    it (the claim renewed every ``plan.heartbeat_every`` seconds), so every cell is tuned by one worker alone and the
-    rows equal a one-worker run's however many workers share the grid (the SLURM launcher's probe tasks,
-    :mod:`cog_pl.cluster`). ``wait=False`` returns once every cell left is held by another worker instead of when
-    every row is written, so that a worker goes on to another grid meanwhile (and comes back with ``wait=True``).
+    identity is skipped, one made with another is refused (``overwrite``: made again and replaced). Each cell is
+    claimed before it is tuned (:func:`cog_pl.probe.cells.make_cell`), so any number of workers, on any number of
+    machines, may run the grid on one storage and one results file: each cell is tuned by one of them alone and the
+    rows equal a one-worker run's. A worker returns when every row of the grid is written, waiting for the cells
+    other workers hold (taking over those whose claim expires); ``wait=False`` returns once every cell left is held
+    by another worker, so that a worker goes on to another grid meanwhile (and comes back with ``wait=True``).
     """
+    from cog_pl.probe.cells import make_cell
+
     protocol, plan, seeds, shots = grid_values(protocol, plan, seeds, shots)
     pair = open_pair(root, allow_class_mismatch=allow_class_mismatch)
     model, domain = pair.names(model, domain)
@@ -260,64 +234,19 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     rows = []
     with opened(storage) as grid_storage:  # opened once for the whole grid
         while todo:
-            waiting = []
+            held = []
             for n, seed in todo:
-                key = (model, METHOD, domain, n, seed)
-                status, row = _cell(splits, results, key, want, storage=grid_storage, protocol=protocol, plan=plan,
-                                    device=device, claim_first=claim_cells)
+                status, row = make_cell(splits, results, (model, METHOD, domain, n, seed), want,
+                                        storage=grid_storage, protocol=protocol, plan=plan, device=device)
                 if row is not None:
                     rows.append(row)
                 elif status == "held":
-                    waiting.append((n, seed))
-            if waiting and not wait:
-                log.info("%d row(s) left to the workers making them", len(waiting))
+                    held.append((n, seed))
+            if held and not wait:
+                log.info("%d row(s) left to the workers making them", len(held))
                 break
-            if waiting:  # rows another worker is making: wait for them, take over a claim whose worker is gone
-                log.info("waiting for %d row(s) another worker is making", len(waiting))
+            if held:
+                log.info("waiting for %d row(s) another worker is making", len(held))
                 time.sleep(1.0)
-            todo = waiting
+            todo = held
     return rows
-
-
-def _cell(splits: Splits, results: str | os.PathLike, key: tuple, want: dict[str, Any], *,
-          storage: BaseStorage, protocol: ProbeProtocol, plan: SearchPlan,
-          device: str | torch.device, claim_first: bool = False) -> tuple[str, dict[str, Any] | None]:
-    """One cell of a grid: ``("done", None)`` when its row exists (made meanwhile by another worker), ``("held",
-    None)`` when another worker is making it, ``("claimed", row)`` when this worker made and appended it. The cell
-    is claimed before its final retrain, or with ``claim_first`` before it is tuned (renewed by a heartbeat)."""
-    model, _, domain, n, seed = key
-    lease = claim_lease()
-    status = []
-
-    def claim() -> bool:
-        status.append(claim_row(results, key, lambda row: not differences(row, want), lease,
-                                lambda held: claim_expired(held, plan.stale_after)))
-        return status[-1] == "claimed"
-
-    if claim_first:
-        if not claim():
-            return status[-1], None
-    elif claim_row(results, key, lambda row: not differences(row, want), None, None) == "done":
-        return "done", None
-    last = [time.monotonic()]
-
-    def renew(epoch: int) -> None:
-        if time.monotonic() - last[0] > plan.heartbeat_every:
-            last[0] = time.monotonic()
-            renew_claim(results, key, claim_lease())
-
-    heartbeat = (renewing(lambda: renew_claim(results, key, claim_lease()), plan.heartbeat_every) if claim_first
-                 else contextlib.nullcontext())
-    try:
-        with heartbeat:
-            row = probe(splits, seed=seed, shots=n, storage=storage, model=model, domain=domain, protocol=protocol,
-                        plan=plan, device=device, before_final=None if claim_first else claim,
-                        on_epoch_end=None if claim_first else renew)
-        if row is not None:
-            append_row(results, row)  # ends the claim in the same transaction
-            log.info("wrote row %s", format_key(key))
-    except BaseException:
-        if status and status[-1] == "claimed":
-            release_claim(results, key, lease["worker"])
-        raise
-    return status[-1], row

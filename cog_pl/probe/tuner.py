@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from cog_pl.device import resolve_precision
 from cog_pl.probe.data import ProbeData, sub_seed
 from cog_pl.probe.multihead import PRECISIONS, HeadsResult, init_heads, train_heads
-from cog_pl.probe.study import fail_trial, past_budget, progress, stamp, tell_result
+from cog_pl.probe.study import ask_trials, fail_trial, tell_result
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,8 @@ class SearchPlan:
     mode: str = "fast"
     startup_trials: int = 10  # TPE's random startup trials, one batch in fast mode
     trial_batch: int = 5  # later trials per batch in fast mode
-    heartbeat_every: float = 30.0  # seconds between lease renewals of running trials
-    stale_after: float = 600.0  # seconds after which another worker's silent trial counts as dead
+    heartbeat_every: float = 30.0  # seconds between renewals of a cell's claim (at most stale_after / 4)
+    stale_after: float = 120.0  # seconds after which a silent worker's claim on a cell may be taken over
     precision: str = "auto"  # "auto", "32-true" or "bf16-mixed" (matrix products only)
 
     def __post_init__(self) -> None:
@@ -107,39 +107,16 @@ def search_space(protocol: ProbeProtocol) -> dict[str, FloatDistribution]:
             "wd": FloatDistribution(*protocol.wd_range, log=True)}
 
 
-def _ask(study: optuna.Study, n: int, protocol: ProbeProtocol) -> list[Trial]:
-    """Up to ``n`` new trials with their (lr, wd); a trial past the study's budget is failed as surplus."""
-    space = search_space(protocol)
-    trials = []
-    for _ in range(n):
-        trial = study.ask(space)  # proposed right away, from the random stream seeded for this trial number
-        if past_budget(study, trial, protocol.trials):
-            fail_trial(study, trial, "surplus", f"not run: past the study's budget of {protocol.trials} trials, "
-                       "the rest of which other workers asked meanwhile", logging.INFO)
-            break
-        trials.append(trial)
-    return trials
-
-
 def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protocol: ProbeProtocol,
               plan: SearchPlan, seed: int) -> None:
     """Train a batch of asked trials side by side and tell their results."""
-    last_beat = [time.monotonic()]
-
-    def beat(epoch: int) -> None:
-        if time.monotonic() - last_beat[0] > min(plan.heartbeat_every, plan.stale_after / 4):  # renewed in time
-            last_beat[0] = time.monotonic()
-            for t in trials:
-                stamp(t)
-
     precision = plan.precision_on(data.train_x.device)
     start = time.perf_counter()
     try:
         result = train_probe(
             data, [t.params["lr"] for t in trials], [t.params["wd"] for t in trials], protocol=protocol,
             seeds=[sub_seed(seed, 10, t.number) for t in trials], perm_seed=sub_seed(seed, 11, trials[0].number),
-            eval_every_epoch=plan.mode == "exact", on_epoch_end=beat, precision=precision,
-            on_divergence=plan.on_divergence,
+            eval_every_epoch=plan.mode == "exact", precision=precision, on_divergence=plan.on_divergence,
         )
     except BaseException as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -147,7 +124,7 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
             fail_trial(study, t, "stopped", f"its batch stopped ({type(err).__name__}{': ' + text if text else ''})")
         raise
     seconds = time.perf_counter() - start
-    for i, t in enumerate(trials):  # a trial another worker failed meanwhile (lease expired) is left failed
+    for i, t in enumerate(trials):
         tell_result(study, t, float(result.top1[i]), {RESULT_ATTR: {  # one attribute: one storage transaction
             "val_top5": float(result.top5[i]), "diverged_epoch": result.diverged_epoch[i], "mode": plan.mode,
             "precision": precision, "batch_seconds": seconds, "batch_heads": len(trials)}},
@@ -157,17 +134,11 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
 
 
 def run_search(study: optuna.Study, data: ProbeData, protocol: ProbeProtocol, plan: SearchPlan, seed: int) -> None:
-    """Work on the study until it holds ``protocol.trials`` finished trials (from any worker)."""
-    while True:
-        complete, running = progress(study, plan.stale_after)
-        if complete >= protocol.trials:
-            return
-        free = protocol.trials - complete - running
-        trials = _ask(study, min(plan.batch_size(complete + running), free), protocol) if free > 0 else []
-        if not trials:
-            time.sleep(1.0)  # the rest of the budget is in other workers' hands; wait for them
-            continue
-        run_batch(study, trials, data, protocol, plan, seed)
+    """Tune the study, its one writer, until it holds ``protocol.trials`` finished trials."""
+    space = search_space(protocol)
+    while (complete := len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))) < protocol.trials:
+        n = min(plan.batch_size(complete), protocol.trials - complete)
+        run_batch(study, ask_trials(study, n, space, seed, plan.startup_trials), data, protocol, plan, seed)
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial:

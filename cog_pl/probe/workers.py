@@ -3,29 +3,24 @@
 :func:`plan_workers` decides how many workers a machine runs and where: with CUDA devices one per GPU, each pinned to
 its own (``CUDA_VISIBLE_DEVICES``) with the CPU threads split between them; otherwise one per few cores
 (:func:`threads_per_worker`) with torch's threads split, so workers never oversubscribe the cores; never more than
-the grid's cells, nor than host memory holds copies of the features. :func:`run_workers` starts them
-(``python -m cog_pl.probe.workers SPEC``) and merges their progress into one display.
+the grid's cells, nor than host memory holds copies of the features. :func:`run_workers` starts them as a
+``concurrent.futures.ProcessPoolExecutor`` (spawned processes), one task per cell, largest first, and shows
+progress as the tasks end.
 
-Each worker takes the grid's cells in the same order (largest first) and *claims a cell before tuning it*
-(:func:`cog_pl.results.claim_row`; a heartbeat thread renews the claim, a dead worker's claim is taken over after
-``stale_after`` or at once when provably dead). A cell is thus tuned by one worker alone, exactly as a one-worker
-run tunes it, so the grid's rows equal a one-worker run's (``tests/test_probe_workers_auto.py``). Workers started by
-hand on several machines (``probe protocol`` without ``--workers``) still share studies as before.
+A task makes its cell as an in-process run does (:func:`cog_pl.probe.cells.make_cell`: claim, tune, write the row,
+release), so each cell is tuned by one worker alone and the grid's rows equal a one-worker run's
+(``tests/test_probe_workers_auto.py``); a cell another machine's worker holds is asked again until its row exists.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
+import multiprocessing
 import os
-import pickle
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +82,7 @@ def plan_workers(workers: int | str, device: str, cells: int, feature_bytes: int
     (:func:`grid_flops`), with which ``auto`` on the CPU keeps one process when the work would take less than four
     worker start-ups in it."""
     if workers != "auto" and not (isinstance(workers, int) and workers >= 1):
-        raise ValueError(f"--workers {workers!r}; expected auto or a count of at least 1")
+        raise ValueError(f"--probe-workers {workers!r}; expected auto or a count of at least 1")
     cores = available_cores()
     gpus = 0
     if str(device).startswith("cuda"):
@@ -136,8 +131,8 @@ def run_workers(root: str | os.PathLike, results: str | os.PathLike, *, workers:
                 progress: Callable[[str], None] | None = None,
                 allow_class_mismatch: bool = False) -> list[dict[str, Any]]:
     """:func:`~cog_pl.probe.protocol_run.run_protocol` with ``workers`` processes (:func:`plan_workers`); returns the
-    rows written. ``progress`` gets one line per cell started and ended (default: the log);
-    ``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s."""
+    rows written. ``progress`` gets one line per cell written (default: the log); ``allow_class_mismatch``: as
+    :func:`~cog_pl.features.pair.open_pair`'s."""
     from cog_pl.features.pair import open_pair
     from cog_pl.probe.protocol_run import grid_todo, grid_values, run_protocol
 
@@ -159,142 +154,68 @@ def run_workers(root: str | os.PathLike, results: str | os.PathLike, *, workers:
     show(f"probe grid {model}/{domain}: {len(todo)} cells on {len(slots)} workers "
          f"({slots[0].threads} thread(s) each, {slots[0].device})")
     spec = {"root": str(root), "results": str(results), "model": model, "domain": domain, "storage": str(storage),
-            "protocol": protocol, "plan": plan, "cells": cell_order(todo), "allow_class_mismatch": allow_class_mismatch}
-    with tempfile.TemporaryDirectory(prefix="cog-pl-workers-") as tmp:
-        rows = _start(spec, slots, Path(tmp), show)
-    return rows
-
-
-def _start(spec: dict[str, Any], slots: list[WorkerSlot], tmp: Path, show: Callable[[str], None]
-           ) -> list[dict[str, Any]]:
-    """Start one process per slot, relay their events as one display, wait; a failed worker stops the others."""
-    procs, readers, rows, lock = [], [], [], threading.Lock()
-    total, started = len(spec["cells"]), time.monotonic()
-    tails: dict[int, list[str]] = {}
+            "protocol": protocol, "plan": plan, "allow_class_mismatch": allow_class_mismatch}
+    context = multiprocessing.get_context("spawn")
+    places = context.Queue()
     for i, slot in enumerate(slots):
-        path = tmp / f"worker{i}.pkl"
-        path.write_bytes(pickle.dumps({**spec, "device": slot.device, "threads": slot.threads}))
-        procs.append(subprocess.Popen([sys.executable, "-m", "cog_pl.probe.workers", str(path)], env=slot.env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-
-    def events(i: int, proc: subprocess.Popen) -> None:
-        for line in proc.stdout:
-            event = json.loads(line)
-            with lock:
-                if event["event"] == "row":
-                    rows.append(event["row"])
-                    r = event["row"]
-                    show(f"[{len(rows)}/{total}] worker {i}: shots={r['shots'] or 'all'} seed={r['seed']} -> "
-                         f"test top-1 {r['test_top1']:.2f} ({r['seconds']:.1f} s; {time.monotonic() - started:.0f} s "
-                         "in all)")
-                else:
-                    show(f"worker {i}: {event['event']} shots={event['shots'] or 'all'} seed={event['seed']}")
-
-    def errors(i: int, proc: subprocess.Popen) -> None:
-        for line in proc.stderr:
-            tails.setdefault(i, []).append(line.rstrip())
-            del tails[i][:-20]
-            log.debug("worker %d: %s", i, line.rstrip())
-
-    for i, proc in enumerate(procs):
-        for target in (events, errors):
-            readers.append(threading.Thread(target=target, args=(i, proc), daemon=True))
-            readers[-1].start()
-    failed = None
-    try:
-        while any(p.poll() is None for p in procs):
-            failed = next((i for i, p in enumerate(procs) if p.poll() not in (None, 0)), None)
-            if failed is not None:
-                break
-            time.sleep(0.2)
-        failed = next((i for i, p in enumerate(procs) if p.poll() not in (None, 0)), failed)
-    finally:
-        for p in procs:
-            if p.poll() is None and failed is not None:
-                p.terminate()
-        for p in procs:
-            p.wait()
-        for t in readers:
-            t.join(timeout=5)
-    if failed is not None:
-        last = next((line for line in reversed(tails.get(failed, [])) if line.strip()), "no message")
-        raise RuntimeError(f"probe worker {failed} failed (exit status {procs[failed].returncode}): {last}")
+        places.put((i, slot))
+    rows, started = [], time.monotonic()
+    with ProcessPoolExecutor(len(slots), mp_context=context, initializer=_start, initargs=(spec, places)) as pool:
+        pending = {pool.submit(_cell, cell): cell for cell in cell_order(todo)}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    cell = pending.pop(future)
+                    status, worker, row = future.result()
+                    if status == "held":  # another machine's worker holds it: asked again (the task waited a second)
+                        pending[pool.submit(_cell, cell)] = cell
+                    elif row is not None:
+                        rows.append(row)
+                        show(f"[{len(rows)}/{len(todo)}] worker {worker}: shots={row['shots'] or 'all'} "
+                             f"seed={row['seed']} -> test top-1 {row['test_top1']:.2f} ({row['seconds']:.1f} s; "
+                             f"{time.monotonic() - started:.0f} s in all)")
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # the running cells end (their claims released)
+            raise
     return rows
 
 
-def work(spec: dict[str, Any]) -> None:
-    """One worker: claim each open cell of ``spec["cells"]`` in turn, tune and test it alone, append its row; then
-    wait for the cells other workers hold. Events go to stdout as JSON lines."""
+_WORKER: dict[str, Any] = {}  # a worker process's place, splits and storage (:func:`_start`)
+
+
+def _start(spec: dict[str, Any], places: Any) -> None:
+    """A worker process's start: its place (threads, device, environment), the features, the storage."""
+    index, slot = places.get()
+    os.environ.update({k: v for k, v in slot.env.items() if k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                                   "CUDA_VISIBLE_DEVICES")})
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    import optuna
     import torch
 
     from cog_pl.features.pair import open_pair
-    from cog_pl.probe.protocol_run import METHOD, Splits, probe
-    from cog_pl.probe.resume import claim_expired, claim_lease, differences, wanted
-    from cog_pl.probe.storage import opened
-    from cog_pl.results import append_row, claim_row, release_claim, renew_claim
-
-    torch.set_num_threads(spec["threads"])
-    protocol, plan, device, results = spec["protocol"], spec["plan"], spec["device"], spec["results"]
-    pair = open_pair(spec["root"], allow_class_mismatch=spec["allow_class_mismatch"])
-    splits = Splits.for_probes(pair, device, protocol, plan)
-    want = wanted(splits.features, protocol, plan.as_record(), plan.precision_on(device))
-
-    def done(row: dict[str, Any]) -> bool:
-        return not differences(row, want)
-
-    todo = list(spec["cells"])
-    with opened(spec["storage"]) as storage:
-        while todo:
-            held = []
-            for n, seed in todo:
-                key = (spec["model"], METHOD, spec["domain"], n, seed)
-                lease = claim_lease()
-                status = claim_row(results, key, done, lease, lambda h: claim_expired(h, plan.stale_after))
-                if status == "held":
-                    held.append((n, seed))
-                if status != "claimed":
-                    continue
-                _emit({"event": "tuning", "shots": n, "seed": seed})
-                beat = _Heartbeat(lambda key=key: renew_claim(results, key, claim_lease()), plan.heartbeat_every)
-                try:
-                    row = probe(splits, seed=seed, shots=n, storage=storage, model=spec["model"],
-                                domain=spec["domain"], protocol=protocol, plan=plan, device=device)
-                    append_row(results, row)  # ends the claim
-                except BaseException:
-                    release_claim(results, key, lease["worker"])
-                    raise
-                finally:
-                    beat.stop()
-                _emit({"event": "row", "row": {k: row[k] for k in ("shots", "seed", "test_top1", "seconds")}})
-            if held:
-                time.sleep(1.0)
-            todo = held
-
-
-class _Heartbeat:
-    """Calls ``renew`` every ``every`` seconds on a thread until stopped."""
-
-    def __init__(self, renew: Callable[[], None], every: float) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(renew, every), daemon=True)
-        self._thread.start()
-
-    def _run(self, renew: Callable[[], None], every: float) -> None:
-        while not self._stop.wait(every):
-            renew()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _emit(event: dict[str, Any]) -> None:
-    print(json.dumps(event), flush=True)
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    import optuna
+    from cog_pl.identity import wanted
+    from cog_pl.probe.protocol_run import Splits
+    from cog_pl.probe.storage import resolve_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    work(pickle.loads(Path(sys.argv[1]).read_bytes()))
+    torch.set_num_threads(slot.threads)
+    protocol, plan = spec["protocol"], spec["plan"]
+    pair = open_pair(spec["root"], allow_class_mismatch=spec["allow_class_mismatch"])
+    splits = Splits.for_probes(pair, slot.device, protocol, plan)
+    _WORKER.update(spec, index=index, device=slot.device, splits=splits, storage=resolve_storage(spec["storage"]),
+                   want=wanted(splits.features, protocol, plan.as_record(), plan.precision_on(slot.device)))
+
+
+def _cell(cell: tuple[int | None, int]) -> tuple[str, int, dict[str, Any] | None]:
+    """One task: the cell made by :func:`cog_pl.probe.cells.make_cell` in this worker process."""
+    from cog_pl.probe.cells import make_cell
+    from cog_pl.probe.protocol_run import METHOD
+
+    w = _WORKER
+    shots, seed = cell
+    status, row = make_cell(w["splits"], w["results"], (w["model"], METHOD, w["domain"], shots, seed), w["want"],
+                            storage=w["storage"], protocol=w["protocol"], plan=w["plan"], device=w["device"])
+    if status == "held":
+        time.sleep(1.0)
+    return status, w["index"], row

@@ -1,0 +1,145 @@
+"""What a result row's numbers depend on, one digest of it, and the rules for resuming a grid of rows.
+
+A row's *identity* is everything its numbers depend on. For a linear probe: the features (each store's identity keys
+of :func:`~cog_pl.features.store.identity_of` and a digest of its whole meta.json; for a plain store, its shape and
+digests of its labels and of the head and tail of its features file), the protocol values and the search (mode,
+startup trials, trial batch, resolved precision). A row records the features' part as ``features`` beside
+``protocol`` and ``search``, and :func:`digest` of all three as ``identity``; the k-NN and fine-tuning rows record
+their own values and digest them the same way. The digest names a cell's Optuna study too (:func:`study_name`), so
+a study made under other values is never resumed.
+
+Resuming skips a row only when its identity equals the run's; a row of another identity is refused before any work,
+naming the values that differ (:func:`refusal`; ``overwrite``: made again and replaced).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from cog_pl.protocol import ProbeProtocol, as_record
+
+log = logging.getLogger(__name__)
+
+#: Search-plan fields that change a row's numbers (heartbeats and claims do not).
+SEARCH_KEYS = ("mode", "startup_trials", "trial_batch")
+_SAMPLE = 1 << 20  # bytes of a plain store's features file digested at each end
+
+
+def digest(values: Any) -> str:
+    """The identity digest of JSON-able ``values``: SHA-256 of their JSON with sorted keys."""
+    return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _file_ends(path) -> str:
+    """Digest of the first and last MiB of a file: a plain store's features are too large to read whole each run."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(_SAMPLE))
+        f.seek(0, 2)
+        f.seek(max(0, f.tell() - _SAMPLE))
+        h.update(f.read())
+    return h.hexdigest()
+
+
+def features_identity(pair) -> dict[str, dict[str, Any]]:
+    """The identity of a :class:`~cog_pl.features.pair.StorePair`'s features, per split."""
+    from cog_pl.features.pair import SPLITS
+    from cog_pl.features.store import identity_of
+
+    out = {}
+    for split in SPLITS:
+        store = pair[split]
+        if store.plain:
+            out[split] = {"plain": True, "shape": list(store.features.shape),
+                          "labels_sha256": hashlib.sha256(np.ascontiguousarray(store.labels).tobytes()).hexdigest(),
+                          "features_ends_sha256": _file_ends(store.path / "features.npy")}
+        else:
+            out[split] = {**identity_of(store.meta), "meta_sha256": digest(store.meta)}
+    return out
+
+
+def _values(features: Any, protocol: dict, search: dict | None, precision: Any) -> dict[str, Any]:
+    return {"features": features, "protocol": protocol,
+            "search": {**{k: (search or {}).get(k) for k in SEARCH_KEYS}, "precision": precision}}
+
+
+def wanted(features: dict | None, protocol: ProbeProtocol, search: dict[str, Any], precision: str) -> dict:
+    """The identity fields a linear probe's row of this run has (``features``, ``protocol``, ``search``,
+    ``precision``, ``identity``): what :func:`differences` compares a stored row with."""
+    record = as_record(protocol)
+    return {"protocol": record, "search": search, "precision": precision, "features": features,
+            "identity": digest(_values(features, record, search, precision))}
+
+
+def study_name(model: str, domain: str, shots: int | None, seed: int, want: dict[str, Any]) -> str:
+    """The name of a cell's study: the cell and the first ten digits of its rows' identity (:func:`wanted`)."""
+    return f"{model}/{domain}/shots-{shots or 'all'}/seed-{seed}/{want['identity'][:10]}"
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: value}
+
+
+def differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(name, the row's value, the run's value) of each identity value of a linear probe's row that differs; none
+    when the row's ``identity`` equals the run's."""
+    if row.get("identity") == want["identity"]:
+        return []
+    have = _flat(_values(row.get("features"), row.get("protocol") or {}, row.get("search"), row.get("precision")))
+    mine = _flat(_values(want["features"], want["protocol"], want["search"], want["precision"]))
+    diff = [(k.rpartition(".")[2] if k.startswith(("protocol.", "search.")) else k, have.get(k, "<not recorded>"),
+             v) for k, v in mine.items() if have.get(k, "<not recorded>") != v]
+    return diff or [("identity", row.get("identity"), want["identity"])]  # the same values, digested otherwise
+
+
+def format_key(key: tuple) -> str:
+    """A row's key (:func:`cog_pl.results.row_key`) as text: also the name of its cell's claim."""
+    model, method, domain, shots, seed = key
+    return f"{model}/{method}/{domain}/shots={shots or 'all'}/seed={seed}"
+
+
+def refusal(results, key: tuple, diff: list[tuple[str, Any, Any]]) -> str:
+    """The one-line refusal of a row made with other values."""
+    shown = diff[:3]
+    more = f" (and {len(diff) - 3} more)" if len(diff) > 3 else ""
+    return (f"{results}: row {format_key(key)} was made with "
+            + ", ".join(f"{k}={_short(a)}" for k, a, _ in shown) + ", this run has "
+            + ", ".join(f"{k}={_short(b)}" for k, _, b in shown) + f"{more}; pass --overwrite to replace it")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, want: dict[str, Any],
+               overwrite: bool = False,
+               compare: Callable[[dict, dict], list] | None = None) -> list[tuple[int | None, int]]:
+    """The (shots, seed) cells of a method's grid whose row is missing or, with ``overwrite``, made with other inputs
+    (``compare(row, want)``: the values that differ, :func:`differences` by default); a row made with other inputs is
+    refused otherwise, before any work, naming the row and the values that differ."""
+    from cog_pl.results import read_rows, row_key
+
+    compare = compare or differences
+    existing = {row_key(r): r for r in read_rows(results)}
+    todo = []
+    for n in shots:
+        for seed in seeds:
+            key = (model, method, domain, n, seed)
+            row = existing.get(key)
+            diff = compare(row, want) if row is not None else None
+            if diff and not overwrite:
+                raise ValueError(refusal(results, key, diff))
+            if row is None or diff:
+                todo.append((n, seed))
+            else:
+                log.info("skip %s: row exists, made with the same inputs", format_key(key))
+    return todo
