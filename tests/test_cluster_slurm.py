@@ -245,3 +245,15 @@ def test_plain_sbatch_scripts_submitted_by_hand_give_the_same_rows(on_slurm, loc
     status = _cog(["run", "--status", str(out)], env, timeout=120)
     assert status.returncode == 0 and ids["probe/demo_cnn"] in status.stdout, status.stderr
 
+
+
+def test_a_job_slurm_refuses_is_one_line_and_leaves_nothing_queued(demo, cluster, tmp_path):
+    """A partition the cluster lacks: sbatch refuses the first job; the user reads why in one line (exit 2, their
+    option), and no job of the graph stays queued."""
+    refused = _cog([*_args(demo, tmp_path / "refused"), "--launcher", "slurm", *CLUSTER, "--partition", "nosuch"],
+                   _env(cluster), timeout=300)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("cog-pl run: error: SLURM refused the job check (") and "partition" in last.lower(), last
+    assert last.endswith("the jobs submitted before it were cancelled")
+    assert not cluster.jobs()

@@ -21,6 +21,7 @@ import submitit
 
 from cog_pl.cluster.jobs import Job
 from cog_pl.cluster.options import JOB_ENV, ClusterOptions
+from cog_pl.errors import CogError
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,8 @@ def submit(jobs: Sequence[Job], opts: ClusterOptions, folder: Path, workdir: Pat
             cancel(ids.values())
         failed = next(j.key for j in jobs if j.key not in ids)
         detail = getattr(err, "stderr", None) or err
-        raise RuntimeError(f"SLURM refused the job {failed} ({' '.join(str(detail).split())}); the jobs "
-                           f"submitted before it were cancelled") from err
+        raise CogError(f"SLURM refused the job {failed} ({' '.join(str(detail).split())}); the jobs "
+                       f"submitted before it were cancelled") from err
     return ids
 
 
