@@ -202,19 +202,11 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
     claims a cell before tuning it, all on one storage and one results file."""
     from cog_pl.cluster.jobs import Job
     from cog_pl.cluster.launch import launch
-    from cog_pl.cluster.options import split_argv
+    from cog_pl.cluster.options import array_tasks, split_argv
     from cog_pl.features.pair import open_pair
     from cog_pl.probe.protocol_run import METHOD
-    from cog_pl.probe.storage import storage_kind
 
-    if args.workers == "auto":
-        raise ValueError("--probe-workers auto: under --launcher give the number of tasks of the job array (e.g. "
-                         "--probe-workers 8)")
-    tasks = args.workers or 1
-    storage = args.storage or str(Path(args.workdir) / "optuna.journal")
-    if tasks > 1 and storage_kind(storage) == "sqlite":
-        raise ValueError(f"--storage {storage}: a SQLite file cannot be shared by {tasks} tasks on several nodes; "
-                         "give a database URL (postgresql://...) or a journal file (*.journal, *.log)")
+    tasks, storage = array_tasks(args.workers, args.storage, args.workdir)
     pair = open_pair(args.features)
     model, domain = args.model or pair.model, args.domain or pair.domain
     seeds = tuple(args.seeds) if args.seeds else ProbeProtocol().seeds

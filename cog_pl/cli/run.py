@@ -275,16 +275,9 @@ def _launch(args: argparse.Namespace, configs: list[RunConfig], cluster: Cluster
     """``run --launcher``: the run's jobs (:func:`cog_pl.cluster.jobs.run_jobs`) printed, submitted or written."""
     from cog_pl.cluster.jobs import run_jobs
     from cog_pl.cluster.launch import launch
-    from cog_pl.probe.storage import storage_kind
+    from cog_pl.cluster.options import array_tasks
 
-    if args.probe_workers == "auto":
-        raise ValueError("--probe-workers auto: under --launcher give the number of probe tasks of the job array "
-                         "(e.g. --probe-workers 16)")
-    tasks = args.probe_workers or 1
-    storage = args.storage or str(Path(args.out) / "optuna.journal")
-    if tasks > 1 and storage_kind(storage) == "sqlite":
-        raise ValueError(f"--storage {storage}: a SQLite file cannot be shared by {tasks} probe tasks on several "
-                         "nodes; give a database URL (postgresql://...) or a journal file (*.journal, *.log)")
+    tasks, storage = array_tasks(args.probe_workers, args.storage, args.out, "probe tasks")
     check_cluster_extraction(args, cluster)
     if args.finetune_devices not in (None, 1):
         raise ValueError(f"--finetune-devices {args.finetune_devices}: under --launcher the fine-tuning job runs "

@@ -149,6 +149,24 @@ class ClusterOptions:
                 "times) and on preemption, resuming from what is finished")
 
 
+def array_tasks(workers: int | str | None, storage: str | None, out: str | Path, what: str = "tasks"
+                ) -> tuple[int, str]:
+    """The job array's task count (``--probe-workers``) and the probes' storage under ``--launcher``: ``auto`` is
+    refused (SLURM needs a number), the storage defaults to ``out/optuna.journal`` and a SQLite file is refused for
+    more than one task (its locks do not hold across nodes). ``what`` names the tasks in the messages."""
+    from cog_pl.probe.storage import storage_kind
+
+    if workers == "auto":
+        raise ValueError(f"--probe-workers auto: under --launcher give the number of {what} of the job array (e.g. "
+                         "--probe-workers 16)")
+    tasks = int(workers or 1)
+    storage = storage or str(Path(out) / "optuna.journal")
+    if tasks > 1 and storage_kind(storage) == "sqlite":
+        raise ValueError(f"--storage {storage}: a SQLite file cannot be shared by {tasks} {what} on several nodes; "
+                         "give a database URL (postgresql://...) or a journal file (*.journal, *.log)")
+    return tasks, storage
+
+
 def cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
     """The launcher's options of parsed arguments; None without ``--launcher``, where a launcher option given is
     refused, naming it."""
