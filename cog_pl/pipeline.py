@@ -109,7 +109,6 @@ class ProbeOptions:
     precision: str = "auto"  # "auto", "32-true" or "bf16-mixed" (SearchPlan)
     trial_batch: int | None = None  # None: SearchPlan's
     workers: int | str | None = None  # N or "auto": worker processes per grid (cog_pl.probe.workers); None: this one
-    claim_cells: bool = False  # accepted for older configs: every worker claims each cell (cog_pl.probe.cells)
 
     @property
     def protocol(self) -> ProbeProtocol:

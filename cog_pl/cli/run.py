@@ -200,7 +200,7 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
 
     probe = ProbeOptions(trials=args.trials, epochs=args.epochs, mode="exact" if args.exact else "fast",
                          device=args.probe_device, precision=args.probe_precision, trial_batch=args.trial_batch,
-                         workers=args.probe_workers, claim_cells=getattr(args, "claim_cells", False))
+                         workers=args.probe_workers)
     given = {"devices": args.finetune_devices, "accelerator": args.finetune_accelerator,
              "precision": args.finetune_precision, "epochs": getattr(args, "finetune_epochs", None)}
     given = {k: v for k, v in given.items() if v is not None}
