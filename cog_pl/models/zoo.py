@@ -20,8 +20,6 @@ users add (:func:`cog_pl.models.register_backbone`, or an installed package's ``
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import asdict, dataclass, field, replace
 
@@ -110,9 +108,10 @@ class BackboneSpec:
         is never resumed or reused."""
         facts = {k: v for k, v in asdict(self).items() if k not in ("group", "paper_name", "published", "note", "seen")}
         facts["layout"].pop("source")
-        digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:12]
-        order = "BGR" if self.bgr else "RGB"
-        return f"{self.arch} {self.feature} {self.feature_dim}-d, {self.image_size} px {order}, spec {digest}"
+        from cog_pl.identity import digest
+
+        order, spec = "BGR" if self.bgr else "RGB", digest(facts)[:12]
+        return f"{self.arch} {self.feature} {self.feature_dim}-d, {self.image_size} px {order}, spec {spec}"
 
 
 _R50 = "torchvision:resnet50"
