@@ -121,11 +121,12 @@ def _short(value: Any) -> str:
 
 
 def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, want: dict[str, Any],
-               overwrite: bool = False,
-               compare: Callable[[dict, dict], list] | None = None) -> list[tuple[int | None, int]]:
+               overwrite: bool = False, compare: Callable[[dict, dict], list] | None = None,
+               announce: bool = True) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells of a method's grid whose row is missing or, with ``overwrite``, made with other inputs
     (``compare(row, want)``: the values that differ, :func:`differences` by default); a row made with other inputs is
-    refused otherwise, before any work, naming the row and the values that differ."""
+    refused otherwise, before any work, naming the row and the values that differ. ``announce``: log each row skipped
+    (off for a check made before the run that skips them)."""
     from cog_pl.results import read_rows, row_key
 
     compare = compare or differences
@@ -140,6 +141,6 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
                 raise ValueError(refusal(results, key, diff))
             if row is None or diff:
                 todo.append((n, seed))
-            else:
+            elif announce:
                 log.info("skip %s: row exists, made with the same inputs", format_key(key))
     return todo

@@ -524,9 +524,18 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
                 written += len(call(method.run, domain, seeds, shots))
                 bar.update(len(seeds) * len(shots))
         if "linear" in cfg.methods and cfg.probe.workers is None:  # the cells other workers held: wait for them
-            for domain, seeds, shots in grid:  # (and take over those whose claim expires)
-                written += len(call(linear, domain, seeds, shots, wait=True))
+            for domain, seeds, shots in _missing_rows(out / "results.sqlite", model_name, "linear", grid):
+                written += len(call(linear, domain, seeds, shots, wait=True))  # (taking over expired claims)
     return written
+
+
+def _missing_rows(results: Path, model_name: str, method: str, grid: list) -> list:
+    """The domains of ``grid`` (domain, seeds, shots) with a row of ``method`` still missing from ``results``."""
+    from cog_pl.results import read_rows, row_key
+
+    have = {row_key(r) for r in read_rows(results)}
+    return [(d, seeds, shots) for d, seeds, shots in grid
+            if any((model_name, method, d, n, seed) not in have for n in shots for seed in seeds)]
 
 
 def _finetune(cfg: RunConfig, out: Path, transform: Any) -> int:

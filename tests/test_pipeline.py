@@ -126,7 +126,7 @@ def test_killed_run_resumes_to_the_same_results(demo_run, tmp_path):
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished feature stores not redone
 
 
-def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, monkeypatch):
+def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, monkeypatch, caplog):
     """Level stores already extracted: `run --variants wup` regroups them (no extraction), probes the five variant
     levels with tiny trials and epochs, reports them, and a second run has nothing left to do. Fine-tuning (here
     only recorded) reads the images with the extraction's transform, with the first of the seeds."""
@@ -157,7 +157,9 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     monkeypatch.setattr(FeatureExtractor, "transform_config", property(lambda self: own))
     finetuned = []
     monkeypatch.setattr(cog_pl.finetune.compare, "finetune_domains", lambda *a, **kw: finetuned.append(kw) or [])
-    summary = run(cfg)
+    with caplog.at_level("INFO", logger="cog_pl.identity"):
+        summary = run(cfg)
+    assert "row exists" not in caplog.text  # the rows this run made are not announced as skipped afterwards
     assert [(kw["transform"], kw["seed"], kw["epochs"]) for kw in finetuned] == [(own, 22, 1)]
     rows = read_rows(out / "results.sqlite")
     variant = {r["domain"]: r for r in rows if "@" in r["domain"]}
@@ -170,8 +172,12 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     report = summary.report["markdown"].read_text()
     assert "| demo_cnn | lin (official) |" in report and "| demo_cnn | wup |" in report
     assert summary.report["variants"].is_file()
-    again = run(cfg)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="cog_pl.identity"):
+        again = run(cfg)
     assert again.rows_written == 0 and again.rows_total == 15
+    skipped = [m for m in caplog.messages if m.endswith("row exists, made with the same inputs")]
+    assert len(skipped) == len(set(skipped)) == 15  # each row said once
     with pytest.raises(ValueError, match="add cog_l5 to the domains"):
         RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), variants=("wup",),
                   domains=("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4"))

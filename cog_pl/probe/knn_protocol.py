@@ -164,12 +164,12 @@ def _differences(row: dict, want: dict) -> list[tuple[str, Any, Any]]:
 
 def knn_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, seeds: Sequence[int],
              shots: Sequence[int | None], want: dict, protocol: ProbeProtocol,
-             overwrite: bool = False) -> list[tuple[int | None, int]]:
+             overwrite: bool = False, announce: bool = True) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells whose k-NN row is missing or (``overwrite``) made with other values; a row made with
     other values, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is refused
     otherwise, before any work."""
     todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
-                      overwrite=overwrite, compare=_differences)  # the results file first, as the linear grid
+                      overwrite=overwrite, compare=_differences, announce=announce)  # the results file first
     check_shots(train_labels(pair), protocol.val_fraction, shots)
     return todo
 
@@ -278,7 +278,7 @@ def check_knn_grid(root: str | os.PathLike, results: str | os.PathLike, *, model
     model, domain = pair.names(model, domain)
     want = knn_identity(features_identity(pair), settings, protocol, precision)
     return knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,
-                    protocol=protocol, overwrite=overwrite)
+                    protocol=protocol, overwrite=overwrite, announce=False)  # the run says what it skips
 
 
 def launched_group(device: torch.device) -> Any:

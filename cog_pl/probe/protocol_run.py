@@ -180,13 +180,14 @@ def final_predictions(splits: Splits, ranked: Tensor) -> Predictions:
 
 def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, protocol: ProbeProtocol,
               plan: SearchPlan, seeds: tuple[int, ...], shots: tuple[int | None, ...], device: str | torch.device,
-              overwrite: bool = False) -> list[tuple[int | None, int]]:
-    """The (shots, seed) cells of the grid whose row is missing or, with ``overwrite``, made with another identity;
+              overwrite: bool = False, announce: bool = True) -> list[tuple[int | None, int]]:
+    """The (shots, seed) cells of the grid whose row is missing or, with ``overwrite``, made with another identity
+    (``announce``: :func:`~cog_pl.identity.cells_todo`'s);
     a row of another identity, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is
     refused otherwise (before any work), naming the row and the values that differ."""
     want = wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device))
     todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
-                      overwrite=overwrite)  # the results file first: one that cannot take rows is named before all
+                      overwrite=overwrite, announce=announce)  # the results file first: named before all
     check_shots(train_labels(pair), protocol.val_fraction, shots)
     return todo
 
