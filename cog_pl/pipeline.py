@@ -524,7 +524,8 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
                 written += len(call(method.run, domain, seeds, shots))
                 bar.update(len(seeds) * len(shots))
         if "linear" in cfg.methods and cfg.probe.workers is None:  # the cells other workers held: wait for them
-            for domain, seeds, shots in _missing_rows(out / "results.sqlite", model_name, "linear", grid):
+            waiting = grid if cfg.overwrite else _missing_rows(out / "results.sqlite", model_name, "linear", grid)
+            for domain, seeds, shots in waiting:  # (overwrite: an old row may stand for one being made again)
                 written += len(call(linear, domain, seeds, shots, wait=True))  # (taking over expired claims)
     return written
 
