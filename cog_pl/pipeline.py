@@ -496,14 +496,8 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
     linear = get_probe_method("linear").run
 
     def call(fn, domain, seeds, shots, wait=False):
-        if fn is linear and cfg.probe.workers is not None:  # N processes (probe.workers)
-            from cog_pl.probe.workers import run_workers
-
-            fn = functools.partial(run_workers, workers=cfg.probe.workers)
-        elif fn is linear:  # workers on other machines may share the grid: no barrier after each domain
-            from cog_pl.probe.protocol_run import run_protocol
-
-            fn = functools.partial(run_protocol, wait=wait)
+        if fn is linear:  # workers on other machines may share the grid: no barrier after each domain
+            fn = functools.partial(fn, wait=wait, workers=cfg.probe.workers)
         return fn(out / "features" / model_name / domain, out / "results.sqlite", model=model_name, domain=domain,
                   storage=cfg.study_storage, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
                   overwrite=cfg.overwrite)

@@ -117,6 +117,13 @@ class ProbeProtocol:
             raise ValueError(f"probe protocol: sampler {self.sampler!r}; this code implements {', '.join(SAMPLERS)}")
         check_grid(self.seeds, self.shots, "probe protocol: ")
 
+    def grid(self, seeds=None, shots=None) -> tuple[tuple[int, ...], tuple[int | None, ...]]:
+        """The seeds and shot settings of a grid, checked: the protocol's (All and each N) where not given."""
+        seeds = self.seeds if seeds is None else tuple(seeds)
+        shots = (None, *self.shots) if shots is None else tuple(shots)
+        check_grid(seeds, shots)
+        return seeds, shots
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from test_probe_fixtures import write_features
 
-from cog_pl.probe.claims import Heartbeat, claim, claims_path, release, renew, worker_id
+from cog_pl.probe.claims import claim, claims_path, heartbeat, release, renew, worker_id
 from cog_pl.probe.protocol_run import run_protocol
 from cog_pl.probe.study import ask_trials, open_study
 from cog_pl.probe.tuner import SearchPlan, search_space
@@ -48,7 +48,7 @@ def test_a_live_claim_is_renewed_by_its_heartbeat_and_never_taken(tmp_path):
     results = tmp_path / "r.sqlite"
     mine = claim(results, CELL, stale_after=0.5)
     assert mine is not None and mine.worker == worker_id()
-    with Heartbeat(mine, every=0.1):
+    with heartbeat(mine, every=0.1):
         end = time.monotonic() + 2.0  # four times the stale limit
         while time.monotonic() < end:
             assert claim(results, CELL, stale_after=0.5, worker="other") is None

@@ -25,7 +25,8 @@ def tune_cmd(features: Path, storage: Path, epochs: int) -> list[str]:
     between 10 and 30 trials even on a loaded machine (the default's four batches can all end between two polls)."""
     return [sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(features), "--trials", str(TRIALS),
             "--epochs", str(epochs), "--batch-size", "64", "--storage", str(storage), "--study-name", "shared",
-            "--threads", "1", "--probe-device", "cpu", "--stale-after", "60", "--trial-batch", "2"]
+            "--threads", "1", "--probe-device", "cpu", "--stale-after", "60", "--trial-batch", "2", "--workdir",
+            str(storage.parent / "w")]
 
 
 def env() -> dict[str, str]:
@@ -76,7 +77,7 @@ def test_two_tune_workers_of_one_study_take_turns(tmp_path, name):
     retrains; both print the same row, and the study holds exactly its budget of trials."""
     features = write_features(tmp_path / "feats", classes=10, dim=32, per_class=80)
     path = tmp_path / name
-    procs = [subprocess.Popen([*tune_cmd(features, path, epochs=20), "--workdir", str(tmp_path / "w")], env=env(),
+    procs = [subprocess.Popen(tune_cmd(features, path, epochs=20), env=env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs, logs = zip(*(p.communicate(timeout=300) for p in procs))
     assert [p.returncode for p in procs] == [0, 0], [log[-2000:] for log in logs]

@@ -72,7 +72,7 @@ def test_a_bad_workers_value_is_one_line_naming_it(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_run_probe_stage_with_two_workers_writes_the_rows_of_one_process(tmp_path):
-    """``cog-pl run --probe-workers 2`` goes through :func:`cog_pl.probe.workers.run_workers` per domain."""
+    """``cog-pl run --probe-workers 2`` goes through :func:`cog_pl.probe.workers.worker_pool` per domain."""
     from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
 
     def run(out, workers):

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -147,14 +148,13 @@ def _tune(args: argparse.Namespace) -> int:
 def _claimed(beside: Path, cell: str, plan):
     """Hold ``cell`` in the claims file beside ``beside`` while the block runs, waiting while another process holds
     it: two ``probe tune`` of one study take turns, the second finding it tuned."""
-    from cog_pl.probe.cells import heartbeat_seconds
-    from cog_pl.probe.claims import Heartbeat, claim, release
+    from cog_pl.probe.claims import claim, heartbeat, release
 
     while (held := claim(beside, cell, plan.stale_after)) is None:
         log.info("%s is held by another worker; waiting", cell)
         time.sleep(1.0)
     try:
-        with Heartbeat(held, heartbeat_seconds(plan)):
+        with heartbeat(held, plan.renew_every):
             yield
     finally:
         release(held)
@@ -184,15 +184,8 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
             "protocol": _protocol(args), "plan": _plan(args), "seeds": tuple(args.seeds) if args.seeds else None,
             "shots": shots, "device": _device(args.device), "overwrite": args.overwrite,
             "allow_class_mismatch": args.allow_class_mismatch}
-    if args.workers is not None:  # N processes on this machine (cog_pl.probe.workers)
-        import sys
-
-        from cog_pl.probe.workers import run_workers
-
-        rows = run_workers(args.features, args.results, workers=args.workers, threads=args.threads,
-                           progress=lambda line: print(line, file=sys.stderr, flush=True), **grid)
-    else:
-        rows = run_protocol(args.features, args.results, **grid)
+    rows = run_protocol(args.features, args.results, workers=args.workers, threads=args.threads,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True), **grid)
     print(json.dumps({"rows_written": len(rows), "results": str(args.results)}), flush=True)
     return 0
 
@@ -209,8 +202,7 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
     tasks, storage = array_tasks(args.workers, args.storage, args.workdir)
     pair = open_pair(args.features)
     model, domain = args.model or pair.model, args.domain or pair.domain
-    seeds = tuple(args.seeds) if args.seeds else ProbeProtocol().seeds
-    shots = tuple(args.shots) if args.shots is not None else (None, *ProbeProtocol().shots)
+    seeds, shots = ProbeProtocol().grid(args.seeds or None, args.shots)
     rows = tuple((model, METHOD, domain, n, seed) for seed in seeds for n in shots)
     words = args.command_line[args.command_line.index("protocol") + 1:]
     _, rest = split_argv(words, (("--probe-workers", "--workers"), {}), (("--storage",), {}))

@@ -3,9 +3,9 @@
 Nothing here schedules work: SLURM runs the jobs, Lightning's DDP spreads an extraction over the tasks of its job
 (``srun``, :class:`~lightning.pytorch.plugins.environments.SLURMEnvironment`), and the probe tasks share one Optuna
 storage and one results file, each cell claimed by one task before it is tuned
-(:func:`cog_pl.probe.cells.make_cell`). Each job runs one stage's ``cog-pl``
-command (``cog-pl run ... --stage extract``), so a job that is requeued or submitted again resumes from what is
-finished, by the rules every stage already follows.
+(:class:`cog_pl.probe.cells.CellMaker`). Each job runs one stage's ``cog-pl`` command (``cog-pl run ... --stage
+extract``), so a job that is requeued or submitted again resumes from what is finished, by the rules every stage
+already follows.
 
 - :mod:`cog_pl.cluster.options`: the launcher's command-line options and :class:`ClusterOptions`.
 - :mod:`cog_pl.cluster.jobs`: the job graph of a run (pure: which jobs, their resources, dependencies, commands).

@@ -1,23 +1,32 @@
-"""One cell of a probe grid as every worker makes it, in-process or in a worker process: claim, tune, write, release.
+"""The cells of a probe grid as every worker makes them: claim, tune, write, release; in this process or in a pool.
 
-The cell is the unit of ownership (:mod:`cog_pl.probe.claims`). A worker claims a cell whose row is missing, looks
-again (the cell's previous holder writes its row before it releases the claim), tunes the cell's study as its one
-writer (:func:`cog_pl.probe.protocol_run.probe`, which starts over a study its previous writer left unfinished),
-appends the row and releases the claim; a heartbeat renews the claim meanwhile. A worker whose claim was taken over
-while it worked (silent past ``stale_after``) drops its row and any error of its study: the new holder makes it.
+The cell is the unit of ownership (:mod:`cog_pl.probe.claims`). A :class:`CellMaker` claims a cell whose row is
+missing, looks again (the cell's previous holder writes its row before it releases the claim), tunes the cell's study
+as its one writer (:func:`cog_pl.probe.protocol_run.probe`, which starts over a study its previous writer left
+unfinished), appends the row and releases the claim; a heartbeat renews the claim meanwhile. A worker whose claim was
+taken over while it worked (silent past ``stale_after``) drops its row and any error of its study: the new holder
+makes it. :func:`make_cells` is the one grid loop: it hands the cells, largest first, to an executor
+(:class:`InProcess`, or the worker processes of :mod:`cog_pl.probe.workers`) and asks again for a cell another worker
+holds.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from dataclasses import dataclass
 from typing import Any
 
-import torch
 from optuna.storages import BaseStorage
 
-from cog_pl.identity import differences, format_key
-from cog_pl.probe.claims import Heartbeat, claim, release, renew
+from cog_pl.identity import differences, format_key, wanted
+from cog_pl.probe.claims import claim, heartbeat, release, renew
+from cog_pl.probe.protocol_run import METHOD, Splits, probe
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import append_row, get_row
@@ -25,47 +34,93 @@ from cog_pl.results import append_row, get_row
 log = logging.getLogger(__name__)
 
 
-def heartbeat_seconds(plan: SearchPlan) -> float:
-    """How often a held claim is renewed: ``heartbeat_every``, and at least four times per ``stale_after``."""
-    return min(plan.heartbeat_every, plan.stale_after / 4)
+@dataclass
+class CellMaker:
+    """Makes cells of a domain's grid on the stores at ``root`` (a folder or an opened pair): called with a (shots,
+    seed) cell, returns (``"made"``, row), (``"done"``, None) when a row of this run's identity exists, or
+    (``"held"``, None) while another worker holds the cell, each with the maker's ``index`` among the workers."""
+
+    root: Any
+    results: str | os.PathLike
+    model: str
+    domain: str
+    storage: str | os.PathLike | BaseStorage
+    protocol: ProbeProtocol
+    plan: SearchPlan
+    device: str
+    index: int = 0
+    allow_class_mismatch: bool = False
+
+    @functools.cached_property
+    def splits(self) -> Splits:  # loaded where the maker runs: in this process or in a worker's
+        return Splits.for_probes(self.root, self.device, self.protocol, self.plan, self.allow_class_mismatch)
+
+    @functools.cached_property
+    def want(self) -> dict[str, Any]:  # the identity of this run's rows
+        return wanted(self.splits.features, self.protocol, self.plan.as_record(), self.plan.precision_on(self.device))
+
+    def __call__(self, cell: tuple[int | None, int], delay: float = 0.0) -> tuple[str, int, dict[str, Any] | None]:
+        time.sleep(delay)  # a cell another worker held: asked again a second later
+        key = (self.model, METHOD, self.domain, *cell)
+        held = claim(self.results, format_key(key), self.plan.stale_after)
+        if held is None:
+            return "held", self.index, None
+        try:
+            made = get_row(self.results, key)  # written meanwhile, by the cell's holder before this one?
+            if made is not None and not differences(made, self.want):
+                return "done", self.index, None
+            with heartbeat(held, self.plan.renew_every):
+                try:
+                    row = probe(self.splits, shots=cell[0], seed=cell[1], storage=self.storage, model=self.model,
+                                domain=self.domain, protocol=self.protocol, plan=self.plan, device=self.device)
+                except Exception:
+                    if renew(held):  # a failure of its own, not of a study the new holder started over
+                        raise
+                    row = None
+            if row is None or not renew(held):
+                log.warning("%s: dropped this worker's row, its claim was taken over meanwhile", held.cell)
+                return "held", self.index, None
+            append_row(self.results, row)
+            log.info("wrote row %s", held.cell)
+            return "made", self.index, row
+        finally:
+            release(held)
 
 
-def _made(results: str | os.PathLike, key: tuple, want: dict[str, Any]) -> bool:
-    row = get_row(results, key)
-    return row is not None and not differences(row, want)
+class InProcess(Executor):
+    """Runs each task in this process as it is submitted: the executor of a one-worker grid."""
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as err:
+            future.set_exception(err)
+        return future
 
 
-def make_cell(splits, results: str | os.PathLike, key: tuple, want: dict[str, Any], *,
-              storage: str | os.PathLike | BaseStorage, protocol: ProbeProtocol, plan: SearchPlan,
-              device: str | torch.device) -> tuple[str, dict[str, Any] | None]:
-    """Make the row of ``key`` (model, method, domain, shots, seed) on ``splits``
-    (:class:`~cog_pl.probe.protocol_run.Splits`): ``("made", row)`` when this worker made and appended it,
-    ``("done", None)`` when a row of identity ``want`` exists, ``("held", None)`` while another worker holds the
-    cell."""
-    from cog_pl.probe.protocol_run import probe
-
-    if _made(results, key, want):
-        return "done", None
-    held = claim(results, format_key(key), plan.stale_after)
-    if held is None:
-        return "held", None
-    try:
-        if _made(results, key, want):  # written by the holder before this one
-            return "done", None
-        model, _, domain, shots, seed = key
-        with Heartbeat(held, heartbeat_seconds(plan)):
-            try:
-                row = probe(splits, seed=seed, shots=shots, storage=storage, model=model, domain=domain,
-                            protocol=protocol, plan=plan, device=device)
-            except Exception:
-                if renew(held):  # a failure of its own, not of a study the new holder started over
-                    raise
-                row = None
-        if row is None or not renew(held):
-            log.warning("%s: dropped this worker's row, its claim was taken over meanwhile", held.cell)
-            return "held", None
-        append_row(results, row)
-        log.info("wrote row %s", held.cell)
-        return "made", row
-    finally:
-        release(held)
+def make_cells(pool: Executor, task: Callable, todo: list[tuple[int | None, int]], *, workers: int = 1,
+               wait_held: bool = True, show: Callable[[str], None] = log.info) -> list[dict[str, Any]]:
+    """Make the cells of ``todo`` with ``task`` (a :class:`CellMaker`, or one in each of ``workers`` processes of
+    ``pool``), one cell per worker at a time; returns the rows made, one ``show`` line each. A cell another worker
+    holds is asked again until its row exists (``wait_held=False``: left to that worker)."""
+    order = sorted(todo, key=lambda c: (c[0] is not None, -(c[0] or 0), c[1]))  # all data, then most shots first
+    backlog, pending, rows, started = deque((cell, 0.0) for cell in order), {}, [], time.monotonic()
+    while backlog or pending:
+        while backlog and len(pending) < workers:
+            cell, delay = backlog.popleft()
+            pending[pool.submit(task, cell, delay)] = cell, delay
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            cell, retried = pending.pop(future)
+            status, worker, row = future.result()
+            if status == "held" and not retried:
+                log.info("shots=%s seed=%s: another worker is making this row", cell[0] or "all", cell[1])
+            if status == "held" and wait_held:
+                backlog.append((cell, 1.0))
+            elif row is not None:
+                rows.append(row)
+                who = f"worker {worker}: " if workers > 1 else ""
+                show(f"[{len(rows)}/{len(todo)}] {who}shots={row['shots'] or 'all'} seed={row['seed']} -> test top-1 "
+                     f"{row['test_top1']:.2f} ({row['seconds']:.1f} s; {time.monotonic() - started:.0f} s in all)")
+    return rows

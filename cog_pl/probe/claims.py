@@ -4,7 +4,7 @@ The cell is the unit of ownership. ``<results>.claims`` (``results.sqlite`` -> `
 ``claims(cell, worker, host, heartbeat)``, one row per cell being made. A claim is one ``BEGIN IMMEDIATE`` transaction
 that takes a cell that is free, already this worker's, or whose heartbeat is older than ``stale_after`` seconds (its
 worker is gone, or so slow it counts as gone): that is the whole rule, on one machine or many sharing the file. The
-holder's :class:`Heartbeat` thread renews the claim; the holder alone writes the cell's study and row, and releases
+holder's :func:`heartbeat` thread renews the claim; the holder alone writes the cell's study and row, and releases
 the claim after its row is written (or when it fails). ``host`` (host name and process id) only says, in messages,
 where the holder ran.
 """
@@ -54,21 +54,14 @@ class Claim:
 
 @contextlib.contextmanager
 def _transaction(path: Path) -> Iterator[sqlite3.Connection]:
-    """One ``BEGIN IMMEDIATE`` transaction on the claims file (created where missing): committed when the block
-    ends, rolled back on an error."""
+    """One ``BEGIN IMMEDIATE`` transaction on the claims file (created where missing): the reads and writes of the
+    block as one, with no other claimer in between; committed when the block ends, rolled back on an error."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(path, timeout=120, isolation_level=None)
-    try:
+    with contextlib.closing(sqlite3.connect(path, timeout=120, isolation_level=None)) as con:
         con.execute(_SCHEMA)
-        con.execute("BEGIN IMMEDIATE")  # the reads and writes as one: no other claimer in between
-        try:
+        con.execute("BEGIN IMMEDIATE")
+        with con:
             yield con
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        con.execute("COMMIT")
-    finally:
-        con.close()
 
 
 def claim(results: str | os.PathLike, cell: str, stale_after: float, worker: str | None = None) -> Claim | None:
@@ -103,29 +96,25 @@ def release(held: Claim) -> None:
         con.execute("DELETE FROM claims WHERE cell=? AND worker=?", (held.cell, held.worker))
 
 
-class Heartbeat:
-    """Renews a claim every ``every`` seconds on a thread while the ``with`` block runs, until another worker takes
-    it over (a renewal that fails, a busy file say, is logged and retried)."""
+@contextlib.contextmanager
+def heartbeat(held: Claim, every: float) -> Iterator[None]:
+    """Renew the claim every ``every`` seconds on a thread while the block runs, until another worker takes it over
+    (a renewal that fails, a busy file say, is logged and retried)."""
+    stop = threading.Event()
 
-    def __init__(self, held: Claim, every: float) -> None:
-        self.held, self.every = held, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="claim-heartbeat", daemon=True)
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.every):
+    def beat() -> None:
+        while not stop.wait(every):
             try:
-                if not renew(self.held):
-                    log.warning("%s: another worker took over this worker's claim", self.held.cell)
+                if not renew(held):
+                    log.warning("%s: another worker took over this worker's claim", held.cell)
                     return
             except sqlite3.Error as err:
-                log.warning("could not renew the claim on %s (%s); retrying in %.0f s", self.held.cell, err,
-                            self.every)
+                log.warning("could not renew the claim on %s (%s); retrying in %.0f s", held.cell, err, every)
 
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    thread = threading.Thread(target=beat, name="claim-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

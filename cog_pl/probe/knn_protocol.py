@@ -37,7 +37,7 @@ from cog_pl.identity import cells_todo, digest, features_identity, format_key
 from cog_pl.predictions import Predictions
 from cog_pl.probe.data import l2_normalize, load_store, train_labels
 from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
-from cog_pl.protocol import ProbeProtocol, check_grid
+from cog_pl.protocol import ProbeProtocol
 from cog_pl.provenance import versions
 from cog_pl.results import FORMAT_VERSION, append_row, row_key
 
@@ -237,9 +237,7 @@ def run_knn_protocol(root: str | os.PathLike | StorePair, results: str | os.Path
     the rows written. ``precision`` defaults to the search plan's (``plan.precision``), else ``auto``. Arguments of
     the linear method that do not apply (``storage``) are accepted and ignored, so both run from one call."""
     protocol, settings = protocol or ProbeProtocol(), settings or KNNSettings()
-    seeds = protocol.seeds if seeds is None else seeds
-    shots = (None, *protocol.shots) if shots is None else shots
-    check_grid(seeds, shots)
+    seeds, shots = protocol.grid(seeds, shots)
     device = resolve_device(device)
     precision = resolve_knn_precision(precision or getattr(plan, "precision", None), device)
     pair = root if isinstance(root, StorePair) else open_pair(root)
@@ -271,8 +269,7 @@ def check_knn_grid(root: str | os.PathLike, results: str | os.PathLike, *, model
     """:func:`knn_todo` of a grid as :func:`run_knn_protocol` would run it: refuses rows of other values before
     any work (``cog-pl run`` checks every method's grid before the first probe)."""
     protocol, settings = protocol or ProbeProtocol(), KNNSettings()
-    seeds = protocol.seeds if seeds is None else seeds
-    shots = (None, *protocol.shots) if shots is None else shots
+    seeds, shots = protocol.grid(seeds, shots)
     precision = resolve_knn_precision(getattr(plan, "precision", None), resolve_device(device))
     pair = open_pair(root)
     model, domain = pair.names(model, domain)

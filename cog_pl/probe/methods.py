@@ -96,8 +96,7 @@ def _check_linear(root: Any, results: Any, *, protocol: Any = None, plan: Any = 
     from cog_pl.protocol import ProbeProtocol
 
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
-    seeds = protocol.seeds if seeds is None else seeds
-    shots = (None, *protocol.shots) if shots is None else shots
+    seeds, shots = protocol.grid(seeds, shots)
     kwargs.pop("storage", None)
     return grid_todo(open_pair(root), results, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
                      announce=False, **kwargs)  # the run that follows says which rows it skips

@@ -2,16 +2,18 @@
 
 ``probe`` runs one (seed, shots) cell and returns its result row; ``run_protocol`` runs the grid of a domain and
 appends rows to a results file, skipping rows made with the same identity and refusing rows made with another
-(:mod:`cog_pl.identity`), each cell claimed, tuned, written and released by :func:`cog_pl.probe.cells.make_cell`.
-Studies are named after the cell and its rows' identity digest, so a changed protocol, search or store never resumes
-a study made under other values.
+(:mod:`cog_pl.identity`), each cell claimed, tuned, written and released by :mod:`cog_pl.probe.cells`, in this
+process or in worker processes (:mod:`cog_pl.probe.workers`). Studies are named after the cell and its rows'
+identity digest, so a changed protocol, search or store never resumes a study made under other values.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,9 +81,10 @@ class Splits:
 
     @classmethod
     def for_probes(cls, root: str | os.PathLike | StorePair, device: torch.device | str, protocol: ProbeProtocol,
-                   plan: SearchPlan) -> Splits:
-        """:meth:`load` for probes on ``device``, the features placed by :func:`splits_device`."""
-        pair = root if isinstance(root, StorePair) else open_pair(root)
+                   plan: SearchPlan, allow_class_mismatch: bool = False) -> Splits:
+        """:meth:`load` for probes on ``device``, the features placed by :func:`splits_device`
+        (``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s)."""
+        pair = root if isinstance(root, StorePair) else open_pair(root, allow_class_mismatch=allow_class_mismatch)
         place = splits_device(pair, device, heads=max(plan.startup_trials, plan.trial_batch),
                               batch_size=protocol.batch_size)
         return cls.load(pair, normalize=protocol.normalize, device=place)
@@ -182,9 +185,8 @@ def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain
               plan: SearchPlan, seeds: tuple[int, ...], shots: tuple[int | None, ...], device: str | torch.device,
               overwrite: bool = False, announce: bool = True) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells of the grid whose row is missing or, with ``overwrite``, made with another identity
-    (``announce``: :func:`~cog_pl.identity.cells_todo`'s);
-    a row of another identity, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is
-    refused otherwise (before any work), naming the row and the values that differ."""
+    (:func:`~cog_pl.identity.cells_todo`); a row of another identity, or a shot count some class cannot fill
+    (:func:`~cog_pl.data.sampling.check_shots`), is refused otherwise, before any work."""
     want = wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device))
     todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
                       overwrite=overwrite, announce=announce)  # the results file first: named before all
@@ -192,62 +194,43 @@ def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain
     return todo
 
 
-def grid_values(protocol: ProbeProtocol | None, plan: SearchPlan | None, seeds: tuple[int, ...] | None,
-                shots: tuple[int | None, ...] | None) -> tuple[ProbeProtocol, SearchPlan, tuple, tuple]:
-    """A grid's protocol, search plan, seeds and shot settings, the protocol's where not given (All and each N),
-    checked."""
-    protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
-    seeds = protocol.seeds if seeds is None else seeds
-    shots = (None, *protocol.shots) if shots is None else shots
-    check_grid(seeds, shots)
-    return protocol, plan, seeds, shots
-
-
 def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: str | None = None,
-                 domain: str | None = None,
-                 storage: str | os.PathLike | BaseStorage, protocol: ProbeProtocol | None = None,
-                 plan: SearchPlan | None = None,
+                 domain: str | None = None, storage: str | os.PathLike | BaseStorage,
+                 protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
-                 device: str | torch.device = "cpu", overwrite: bool = False,
-                 allow_class_mismatch: bool = False, wait: bool = True) -> list[dict[str, Any]]:
+                 device: str | torch.device = "cpu", overwrite: bool = False, allow_class_mismatch: bool = False,
+                 wait: bool = True, workers: int | str | None = None, threads: int = 0,
+                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end;
-    returns the rows this worker wrote (``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s).
+    returns the rows this run wrote, one ``progress`` line each (default: the log). ``model`` and ``domain`` default
+    to the stores'; ``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s.
 
-    ``model`` and ``domain`` default to the stores' (their meta, else the folder names). A row made with the same
-    identity is skipped, one made with another is refused (``overwrite``: made again and replaced). Each cell is
-    claimed before it is tuned (:func:`cog_pl.probe.cells.make_cell`), so any number of workers, on any number of
-    machines, may run the grid on one storage and one results file: each cell is tuned by one of them alone and the
-    rows equal a one-worker run's. A worker returns when every row of the grid is written, waiting for the cells
-    other workers hold (taking over those whose claim expires); ``wait=False`` returns once every cell left is held
-    by another worker, so that a worker goes on to another grid meanwhile (and comes back with ``wait=True``).
-    """
-    from cog_pl.probe.cells import make_cell
+    A row made with the same identity is skipped, one made with another is refused before any work (``overwrite``:
+    made again). ``workers``: None runs the cells here, a count or ``"auto"`` in processes of ``threads`` torch
+    threads (:func:`cog_pl.probe.workers.plan_workers`). Runs on any number of machines may share the storage and
+    results file: each cell is claimed (:mod:`cog_pl.probe.cells`) and the rows equal a one-worker run's. A run
+    returns when every row is written, waiting for cells others hold; ``wait=False`` leaves those to them."""
+    from cog_pl.probe.cells import CellMaker, InProcess, make_cells
+    from cog_pl.probe.workers import grid_slots, make_cell, worker_pool
 
-    protocol, plan, seeds, shots = grid_values(protocol, plan, seeds, shots)
+    protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
+    seeds, shots = protocol.grid(seeds, shots)
     pair = open_pair(root, allow_class_mismatch=allow_class_mismatch)
     model, domain = pair.names(model, domain)
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
                      shots=shots, device=device, overwrite=overwrite)
+    slots = [] if workers is None or not todo else grid_slots(workers, pair, protocol, len(todo), device, threads)
+    loop = {"wait_held": wait, "show": progress or log.info, "workers": max(1, len(slots))}
+    cells = functools.partial(CellMaker, results=results, model=model, domain=domain, protocol=protocol, plan=plan,
+                              device=str(device), allow_class_mismatch=allow_class_mismatch)
+    if len(slots) > 1:
+        loop["show"](f"probe grid {model}/{domain}: {len(todo)} cells on {len(slots)} workers "
+                     f"({slots[0].threads} thread(s) each, {slots[0].device})")
+        if not isinstance(storage, (str, os.PathLike)):
+            raise TypeError(f"worker processes open the storage themselves: pass its path or URL, not {storage!r}")
+        with worker_pool(cells(root=str(root), storage=str(storage)), slots) as pool:
+            return make_cells(pool, make_cell, todo, **loop)
     if not todo:
         return []
-    splits = Splits.for_probes(pair, device, protocol, plan)
-    want = wanted(splits.features, protocol, plan.as_record(), plan.precision_on(device))
-    rows = []
     with opened(storage) as grid_storage:  # opened once for the whole grid
-        while todo:
-            held = []
-            for n, seed in todo:
-                status, row = make_cell(splits, results, (model, METHOD, domain, n, seed), want,
-                                        storage=grid_storage, protocol=protocol, plan=plan, device=device)
-                if row is not None:
-                    rows.append(row)
-                elif status == "held":
-                    held.append((n, seed))
-            if held and not wait:
-                log.info("%d row(s) left to the workers making them", len(held))
-                break
-            if held:
-                log.info("waiting for %d row(s) another worker is making", len(held))
-                time.sleep(1.0)
-            todo = held
-    return rows
+        return make_cells(InProcess(), cells(root=pair, storage=grid_storage), todo, **loop)

@@ -36,18 +36,12 @@ def open_study(storage: str | os.PathLike | BaseStorage, name: str, trials: int)
     """The study ``name`` (maximising validation top-1) for its one writer: created, kept when it holds ``trials``
     finished trials or none at all, started over otherwise (its earlier writer is gone)."""
     storage = resolve_storage(storage)
-    try:
-        study = optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        study = None
-    if study is not None:
-        made = study.get_trials(deepcopy=False)
-        if made and sum(t.state == TrialState.COMPLETE for t in made) < trials:
-            optuna.delete_study(study_name=name, storage=storage)
-            log.info("restarting the study %s, left unfinished by a worker that is gone", name)
-            study = None
-    if study is None:
-        study = optuna.create_study(storage=storage, study_name=name, direction="maximize", load_if_exists=True)
+    study = optuna.create_study(storage=storage, study_name=name, direction="maximize", load_if_exists=True)
+    made = study.get_trials(deepcopy=False)
+    if made and sum(t.state == TrialState.COMPLETE for t in made) < trials:
+        log.info("restarting the study %s, left unfinished by a worker that is gone", name)
+        optuna.delete_study(study_name=name, storage=storage)
+        study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
     return study
 
 

@@ -69,6 +69,11 @@ class SearchPlan:
         return resolve_precision(self.precision, device, PRECISIONS)
 
     @property
+    def renew_every(self) -> float:
+        """Seconds between renewals of a held cell's claim: ``heartbeat_every``, and four per ``stale_after``."""
+        return min(self.heartbeat_every, self.stale_after / 4)
+
+    @property
     def on_divergence(self) -> str:
         """What a trial whose loss turns non-finite does (:mod:`cog_pl.probe.multihead`): exact mode evaluates the
         model it stopped with, as published; fast mode rolls it back to the end of its previous epoch."""
