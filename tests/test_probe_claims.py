@@ -112,3 +112,25 @@ def test_a_cell_whose_claim_expired_is_taken_over_and_its_study_restarted(tmp_pa
     keys = ("lr", "wd", "best_trial", "val_top1", "test_top1", "identity", "study")
     assert {k: row[k] for k in keys} == {k: whole[k] for k in keys}
     assert [r["worker"] for r in read_rows(results)] == [worker_id()]
+
+
+def test_a_grid_leaves_a_held_cell_to_its_holder_or_waits_for_its_row(tmp_path, caplog):
+    """``wait=False`` makes the free cells and returns, the held one left to the worker holding it; ``wait=True``
+    asks again until the holder lets it go, then makes it. Each cell made shows one progress line."""
+    import threading
+
+    features = write_features(tmp_path / "m" / "d", classes=3, dim=8, per_class=20, test_per_class=4)
+    plan = SearchPlan(startup_trials=2, trial_batch=1, stale_after=60)
+    grid = {"model": "m", "domain": "d", "protocol": PROTOCOL, "plan": plan, "seeds": (22, 37), "shots": (None,),
+            "device": "cpu", "storage": tmp_path / "s.db"}
+    results, lines = tmp_path / "r.sqlite", []
+    held = claim(results, CELL, stale_after=60, worker="elsewhere")  # seed 22's cell, another machine's
+    with caplog.at_level("INFO"):
+        rows = run_protocol(features, results, wait=False, progress=lines.append, **grid)
+    assert [r["seed"] for r in rows] == [37] and len(lines) == 1 and lines[0].startswith("[1/2] shots=all seed=37")
+    assert "shots=all seed=22: another worker is making this row" in caplog.text
+    threading.Timer(2.0, release, (held,)).start()  # the holder gives the cell up (its run failed, say)
+    started = time.monotonic()
+    (row,) = run_protocol(features, results, progress=lines.append, **grid)
+    assert row["seed"] == 22 and time.monotonic() - started >= 2.0 and len(lines) == 2
+    assert sorted(r["seed"] for r in read_rows(results)) == [22, 37]

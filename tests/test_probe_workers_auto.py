@@ -91,3 +91,16 @@ def test_the_run_probe_stage_with_two_workers_writes_the_rows_of_one_process(tmp
     made_by = {r["worker"] for r in read_rows(tmp_path / "two" / "results.sqlite")}
     assert worker_id() not in made_by and {r["worker"] for r in read_rows(tmp_path / "one" / "results.sqlite")} == {
         worker_id()}  # the rows of the two-worker run were made in the worker processes
+
+
+def test_worker_processes_are_handed_a_storage_path_not_an_open_storage(tmp_path):
+    """Each worker process opens the storage itself: an open storage object, which cannot cross processes, is
+    refused before any process starts."""
+    from cog_pl.probe.protocol_run import run_protocol
+    from cog_pl.probe.storage import resolve_storage
+
+    features = write_features(tmp_path / "feats", classes=4, dim=8, per_class=10)
+    with pytest.raises(TypeError, match="pass its path or URL"):
+        run_protocol(features, tmp_path / "r.sqlite", storage=resolve_storage(tmp_path / "s.db"), workers=2,
+                     seeds=(22, 37), shots=(None,))
+    assert not (tmp_path / "r.sqlite").exists()
