@@ -6,8 +6,8 @@
   step, ``kernels`` the step's Triton kernels for CUDA (with CUDA-graph replay in ``workspace``).
 - ``storage`` / ``study`` / ``tuner``: where a study lives (SQLite in WAL mode by default), a cell's study and its
   one writer, the batched or exact TPE search.
-- ``claims`` / ``cells`` / ``workers``: who makes which cell (claims beside the results), the one cell loop (claim,
-  tune, write, release), worker processes on one machine.
+- ``claims`` / ``cells`` / ``workers``: who makes which cell (claims beside the results), a cell made (claim, tune,
+  write, release) and the one grid loop over an executor, how many worker processes a machine runs and their pool.
 - ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
 - ``module`` / ``callback`` / ``lightning_tune``: the Lightning shell (``LinearProbe``, the Optuna trial callback;
   its LightningCLI is :mod:`cog_pl.cli.probe_lightning`).

@@ -1,13 +1,13 @@
 """The cells of a probe grid as every worker makes them: claim, tune, write, release; in this process or in a pool.
 
-The cell is the unit of ownership (:mod:`cog_pl.probe.claims`). A :class:`CellMaker` claims a cell whose row is
-missing, looks again (the cell's previous holder writes its row before it releases the claim), tunes the cell's study
-as its one writer (:func:`cog_pl.probe.protocol_run.probe`, which starts over a study its previous writer left
-unfinished), appends the row and releases the claim; a heartbeat renews the claim meanwhile. A worker whose claim was
-taken over while it worked (silent past ``stale_after``) drops its row and any error of its study: the new holder
-makes it. :func:`make_cells` is the one grid loop: it hands the cells, largest first, to an executor
-(:class:`InProcess`, or the worker processes of :mod:`cog_pl.probe.workers`) and asks again for a cell another worker
-holds.
+The cell is the unit of ownership (:mod:`cog_pl.probe.claims`). A :class:`CellMaker` claims a cell whose row was
+missing, looks whether the row was written meanwhile (a previous holder writes its row before it releases the claim),
+tunes the cell's study as its one writer (:func:`cog_pl.probe.protocol_run.probe`, which starts over a study its
+previous writer left unfinished), appends the row and releases the claim; a heartbeat renews the claim meanwhile. A
+worker whose claim was taken over while it worked (silent past ``stale_after``) drops its row and any error of its
+study: the new holder makes it. :func:`make_cells` is the one grid loop: it hands the cells, largest first, to an
+executor (:class:`InProcess`, or the worker processes of :mod:`cog_pl.probe.workers`) and asks again for a cell
+another worker holds.
 """
 
 from __future__ import annotations
