@@ -517,7 +517,7 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
                              len(seeds), len(shots))
                 written += len(call(method.run, domain, seeds, shots))
                 bar.update(len(seeds) * len(shots))
-        if "linear" in cfg.methods and cfg.probe.workers is None:  # the cells other workers held: wait for them
+        if "linear" in cfg.methods:  # the cells other workers held: wait for them
             waiting = grid if cfg.overwrite else _missing_rows(out / "results.sqlite", model_name, "linear", grid)
             for domain, seeds, shots in waiting:  # (overwrite: an old row may stand for one being made again)
                 written += len(call(linear, domain, seeds, shots, wait=True))  # (taking over expired claims)

@@ -104,3 +104,25 @@ def test_worker_processes_are_handed_a_storage_path_not_an_open_storage(tmp_path
         run_protocol(features, tmp_path / "r.sqlite", storage=resolve_storage(tmp_path / "s.db"), workers=2,
                      seeds=(22, 37), shots=(None,))
     assert not (tmp_path / "r.sqlite").exists()
+
+
+@pytest.mark.slow
+def test_the_run_probe_stage_with_two_workers_waits_for_a_cell_another_machine_holds(tmp_path):
+    """The workers' first pass leaves a held cell to its holder; the run's wait pass makes it once released, so
+    ``cog-pl run --probe-workers 2`` still ends with every row."""
+    import threading
+
+    from cog_pl.identity import format_key
+    from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+    from cog_pl.probe.claims import claim, release
+
+    out = tmp_path / "out"
+    write_features(out / "features" / "m" / "cog_l1", classes=4, dim=8, per_class=20, test_per_class=4)
+    (tmp_path / "in21k").mkdir()
+    config = RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path / "in21k"), out=str(out),
+                       domains=("cog_l1",), seeds=(22, 37), shots=(None,), check=False,
+                       probe=ProbeOptions(trials=3, epochs=2, device="cpu", trial_batch=1, workers=2))
+    held = claim(out / "results.sqlite", format_key(("m", "linear", "cog_l1", None, 22)), 600, worker="elsewhere")
+    threading.Timer(15.0, release, (held,)).start()  # after the workers' pass has left it
+    assert _probe(config, out, "m") == 2
+    assert sorted(r["seed"] for r in read_rows(out / "results.sqlite")) == [22, 37]
