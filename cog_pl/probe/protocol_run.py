@@ -224,10 +224,10 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     cells = functools.partial(CellMaker, results=results, model=model, domain=domain, protocol=protocol, plan=plan,
                               device=str(device), allow_class_mismatch=allow_class_mismatch)
     if len(slots) > 1:
-        loop["show"](f"probe grid {model}/{domain}: {len(todo)} cells on {len(slots)} workers "
-                     f"({slots[0].threads} thread(s) each, {slots[0].device})")
         if not isinstance(storage, (str, os.PathLike)):
             raise TypeError(f"worker processes open the storage themselves: pass its path or URL, not {storage!r}")
+        loop["show"](f"probe grid {model}/{domain}: {len(todo)} cells on {len(slots)} workers "
+                     f"({slots[0].threads} thread(s) each, {slots[0].device})")
         with worker_pool(cells(root=str(root), storage=str(storage)), slots) as pool:
             return make_cells(pool, make_cell, todo, **loop)
     if not todo:
