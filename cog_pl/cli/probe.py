@@ -150,9 +150,11 @@ def _claimed(beside: Path, cell: str, plan):
     it: two ``probe tune`` of one study take turns, the second finding it tuned."""
     from cog_pl.probe.claims import claim, heartbeat, release
 
-    while (held := claim(beside, cell, plan.stale_after)) is None:
-        log.info("%s is held by another worker; waiting", cell)
+    if (held := claim(beside, cell, plan.stale_after)) is None:
+        log.info("%s is held by another worker; waiting for it", cell)
+    while held is None:
         time.sleep(1.0)
+        held = claim(beside, cell, plan.stale_after)
     try:
         with heartbeat(held, plan.renew_every):
             yield

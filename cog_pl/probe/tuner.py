@@ -70,7 +70,7 @@ class SearchPlan:
 
     @property
     def renew_every(self) -> float:
-        """Seconds between renewals of a held cell's claim: ``heartbeat_every``, and four per ``stale_after``."""
+        """Seconds between renewals of a held claim: ``heartbeat_every``, and at least four per ``stale_after``."""
         return min(self.heartbeat_every, self.stale_after / 4)
 
     @property
