@@ -9,7 +9,12 @@ their own values and digest them the same way. The digest names a cell's Optuna 
 a study made under other values is never resumed.
 
 Resuming skips a row only when its identity equals the run's; a row of another identity is refused before any work,
-naming the values that differ (:func:`refusal`; ``overwrite``: made again and replaced).
+naming the values that differ (:func:`refusal`; ``overwrite``: made again and replaced, and the rows of the same model,
+method and domain outside the run's grid that another identity made are removed: :func:`remove_stale`).
+
+The identity holds nothing of a row's seed or shot count (the row's key holds those), so it is also the row's
+*protocol key* (:func:`protocol_key`): what two rows of one (model, method, domain, shots) cell must share to be
+averaged (:func:`cog_pl.report.tables.split_protocols`).
 """
 
 from __future__ import annotations
@@ -144,3 +149,59 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
             elif announce:
                 log.info("skip %s: row exists, made with the same inputs", format_key(key))
     return todo
+
+
+#: The fields of a row holding the values its identity digests (the linear probe's ``protocol``, ``search``,
+#: ``precision`` and ``features``; the k-NN's ``knn``; fine-tuning's ``finetune``): the values named when two rows'
+#: protocols differ. A row of a method that keeps its values elsewhere is told apart by its ``identity`` alone.
+IDENTITY_FIELDS = ("protocol", "search", "precision", "features", "knn", "finetune")
+_NAMED_BY_LEAF = ("protocol.", "search.", "knn.", "finetune.")  # named by their last part: trials, mode, ks, epochs
+
+
+def protocol_key(row: dict[str, Any]) -> str | None:
+    """What two rows of one cell must share to be averaged: the row's ``identity`` (every value its number depends
+    on but its seed and shot count); None for a row that records none (written by hand, or before identities)."""
+    return row.get("identity")
+
+
+def protocol_differences(row: dict[str, Any], other: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(name, the row's value, the other's) of each value of :data:`IDENTITY_FIELDS` in which two rows differ; the
+    identity digests when they differ in nothing recorded there; none when their protocol keys are equal."""
+    if protocol_key(row) == protocol_key(other):
+        return []
+    have, mine = (_flat({k: r[k] for k in IDENTITY_FIELDS if k in r}) for r in (row, other))
+    names = list(dict.fromkeys([*have, *mine]))
+    none = "<not recorded>"
+    diff = [(k.rpartition(".")[2] if k.startswith(_NAMED_BY_LEAF) else k, have.get(k, none), mine.get(k, none))
+            for k in names if have.get(k, none) != mine.get(k, none)]
+    return diff or [("identity", protocol_key(row), protocol_key(other))]
+
+
+def describe(diff: list[tuple[str, Any, Any]], side: int, limit: int = 3) -> str:
+    """One side (1: the first values, 2: the second) of :func:`differences`' or :func:`protocol_differences`'
+    values as ``name=value, ...`` (the first ``limit``, then how many more)."""
+    more = f" (and {len(diff) - limit} more)" if len(diff) > limit else ""
+    return ", ".join(f"{d[0]}={_short(d[side])}" for d in diff[:limit]) + more
+
+
+def remove_stale(results, *, model: str, method: str, domain: str, seeds, shots, want: dict[str, Any],
+                 compare: Callable[[dict, dict], list] | None = None) -> int:
+    """Remove the rows of ``model``, ``method`` and ``domain`` outside the grid of ``seeds`` x ``shots`` that another
+    identity made (``compare(row, want)``: the values that differ, :func:`differences` by default): a run with
+    ``overwrite`` would not make them again, and a table never averages them with its rows. One log line says how
+    many were removed and what made them; returns that count."""
+    from cog_pl.results import delete_row, read_rows, row_key
+
+    compare = compare or differences
+    grid = {(n, seed) for n in shots for seed in seeds}
+    stale = [(row_key(r), compare(r, want)) for r in read_rows(results) if row_key(r)[:3] == (model, method, domain)
+             and (r.get("shots"), r["seed"]) not in grid]
+    stale = [(key, diff) for key, diff in stale if diff]
+    for key, _ in stale:
+        delete_row(results, key)
+    if stale:
+        cells = ", ".join(f"shots={k[3] or 'all'}/seed={k[4]}" for k, _ in stale[:6])
+        log.info("%s/%s/%s: removed %d stale row(s) outside this run's grid (%s%s), made with %s; this run has %s",
+                 model, method, domain, len(stale), cells, ", ..." if len(stale) > 6 else "",
+                 describe(stale[0][1], 1), describe(stale[0][1], 2))
+    return len(stale)

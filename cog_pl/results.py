@@ -162,6 +162,19 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
         return [json.loads(r[0]) for r in cur]
 
 
+def row_times(path: str | os.PathLike) -> dict[tuple, str]:
+    """When each row was last written (UTC, ISO 8601 to the second), by its key (:func:`row_key`); what tells a
+    cell's newest rows from older ones (:func:`cog_pl.report.tables.split_protocols`)."""
+    if not Path(path).exists():
+        return {}
+    with _connect(path) as con:
+        if con is None:
+            return {}
+        cur = con.execute("SELECT model, method, domain, shots, seed, updated FROM rows")
+        return {(model, method, domain, shots or None, seed): updated
+                for model, method, domain, shots, seed, updated in cur}
+
+
 def get_row(path: str | os.PathLike, key: tuple) -> dict[str, Any] | None:
     """The row of ``key`` (as :func:`row_key` makes it), None where there is none."""
     if len(key) != len(KEY_FIELDS):

@@ -33,7 +33,7 @@ from torch import Tensor
 from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device, resolve_precision
 from cog_pl.features.pair import StorePair, open_pair
-from cog_pl.identity import cells_todo, digest, features_identity, format_key
+from cog_pl.identity import cells_todo, digest, features_identity, format_key, remove_stale
 from cog_pl.predictions import Predictions
 from cog_pl.probe.data import l2_normalize, load_store, train_labels
 from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
@@ -245,6 +245,9 @@ def run_knn_protocol(root: str | os.PathLike | StorePair, results: str | os.Path
     want = knn_identity(features_identity(pair), settings, protocol, precision)
     todo = knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,
                     protocol=protocol, overwrite=overwrite)
+    if overwrite:  # the rows of other values this grid would not make again
+        remove_stale(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
+                     compare=_differences)
     if not todo:
         return []
     rows = knn_rows(pair, todo, model=model, domain=domain, protocol=protocol, settings=settings, device=device,

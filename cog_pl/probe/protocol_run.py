@@ -25,7 +25,7 @@ from torch import Tensor
 from cog_pl.data.sampling import check_shots
 from cog_pl.device import fits, resolve_device
 from cog_pl.features.pair import StorePair, open_pair
-from cog_pl.identity import cells_todo, features_identity, wanted
+from cog_pl.identity import cells_todo, features_identity, remove_stale, wanted
 from cog_pl.identity import study_name as identity_study_name
 from cog_pl.predictions import Predictions
 from cog_pl.probe.claims import worker_id
@@ -219,6 +219,9 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     model, domain = pair.names(model, domain)
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
                      shots=shots, device=device, overwrite=overwrite)
+    if overwrite:  # the rows of other settings this grid would not make again
+        remove_stale(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots,
+                     want=wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device)))
     slots = [] if workers is None or not todo else grid_slots(workers, pair, protocol, len(todo), device, threads)
     loop = {"wait_held": wait, "show": progress or log.info, "workers": max(1, len(slots))}
     cells = functools.partial(CellMaker, results=results, model=model, domain=domain, protocol=protocol, plan=plan,

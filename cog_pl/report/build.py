@@ -21,9 +21,17 @@ from cog_pl.report.concept_tables import (
 from cog_pl.report.concepts import concept_report
 from cog_pl.report.html import report_html
 from cog_pl.report.plots import plot_domains, plot_few_shot, plot_methods, plot_similarity_curves, plot_variants
-from cog_pl.report.tables import csv_table, official_cells, probe_cells, report_markdown, summarize
+from cog_pl.report.tables import (
+    csv_table,
+    official_cells,
+    probe_cells,
+    report_markdown,
+    split_protocols,
+    stale_markdown,
+    summarize,
+)
 from cog_pl.report.variants import variant_lines, variants_markdown
-from cog_pl.results import read_rows
+from cog_pl.results import read_rows, row_times
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +63,9 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     ``features`` (the feature stores' root), the images each store skipped as unreadable are counted. The concept
     sections come from the predictions stored beside the rows (:mod:`cog_pl.report.concepts`; similarity from
     ``levels``, a level or benchmark file, else WordNet; every bootstrap seeded by ``seed``); ``html``: also
-    ``report.html`` (:mod:`cog_pl.report.html`)."""
+    ``report.html`` (:mod:`cog_pl.report.html`). A cell's rows of an older protocol than its newest row's are left
+    out of every table, figure and analysis and listed in a section of their own
+    (:func:`~cog_pl.report.tables.split_protocols`)."""
     started = time.perf_counter()
     rows = read_rows(results)
     if not rows:
@@ -67,6 +77,7 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     if models:
         keep = set(models) | ({baseline} if baseline else set())
         rows = [r for r in rows if r["model"] in keep]
+    rows, stale = split_protocols(rows, row_times(results))  # a cell's older protocols: listed, never averaged
     cells = summarize(rows, baseline)
     official = official_cells(cells)  # the probes' figures
     variants = variant_lines(rows)
@@ -75,7 +86,7 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     files = {"markdown": out / "report.md", "csv": out / "results.csv", "domains": out / "domains.png"}
     markdown = (report_markdown(cells, baseline, variants_markdown(variants) if variants else "",
                                 summary_columns(concepts), relative_intervals(concepts), concepts_markdown(concepts))
-                + (skipped_markdown(features, models) if features is not None else ""))
+                + (skipped_markdown(features, models) if features is not None else "") + stale_markdown(stale, rows))
     with atomic_open(files["markdown"]) as fh:
         fh.write(markdown)
     with atomic_open(files["csv"]) as fh:

@@ -8,6 +8,13 @@ table (:mod:`cog_pl.report.variants`). Cells are grouped by the rows' ``method``
 main tables are the linear probes'; fine-tuned models (method ``finetune``, paper App. C.2) are set against their
 linear probes in a section of their own; other probe methods (``knn``) are set beside the linear probe per domain
 (:func:`methods_markdown`) and get rows of their own in the few-shot tables.
+
+A cell averages rows of one protocol only (:func:`cog_pl.identity.protocol_key`: every value a row's number depends
+on but its seed and shot count): :func:`split_protocols` keeps each cell's newest protocol and sets the other rows
+apart as stale (:func:`stale_markdown` lists them), and :func:`summarize` refuses rows of two protocols in one cell.
+A cell shows its n where it is not the protocol's seed count. A relative compares a row with the baseline's row of the
+same method (k-NN with k-NN, fine-tuned with fine-tuned); where the baseline has none, the relative is empty and
+``relative_note`` says why.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from cog_pl.protocol import DOMAINS, split_domain
-from cog_pl.results import DEFAULT_METHOD, METHODS, method_of
+from cog_pl.identity import describe, protocol_differences, protocol_key
+from cog_pl.protocol import DOMAINS, ProbeProtocol, split_domain
+from cog_pl.results import DEFAULT_METHOD, METHODS, method_of, row_key
 
 DOMAIN_LABELS = {"in1k": "IN-1K", **{f"cog_l{i}": f"L{i}" for i in range(1, 6)}}
 
@@ -55,15 +63,80 @@ class Cell:
     top5: float
     seeds: int
     relative: float | None = None  # top-1 minus the baseline's, in points
+    expected: int | None = None  # the protocol's seed count (None: its rows record none)
+    protocol: str | None = None  # the rows' protocol key (cog_pl.identity.protocol_key)
+    relative_to: str | None = None  # the baseline cell the relative is taken against: "<model>/<method>"
+    relative_note: str | None = None  # why there is no relative
 
     @property
     def shots_label(self) -> str:
         return "All" if self.shots is None else str(self.shots)
 
+    @property
+    def value(self) -> str:
+        """Mean ± std of top-1, with n where it is not the protocol's seed count (:func:`spread`)."""
+        return spread(self.top1, self.top1_std, self.seeds, self.expected)
 
-def spread(mean: float, std: float, n: int) -> str:
-    """``56.90 ± 0.42`` over two or more seeds; ``56.90 (n = 1)`` for one seed, which has no spread to show."""
-    return f"{mean:.2f} ± {std:.2f}" if n >= 2 else f"{mean:.2f} (n = {n})"
+
+def spread(mean: float, std: float, n: int, expected: int | None = None) -> str:
+    """``56.90 ± 0.42`` over two or more seeds, ``56.90 ± 0.42 (n = 2)`` where the protocol has ``expected`` seeds
+    and n is not that; ``56.90 (n = 1)`` for one seed, which has no spread to show."""
+    if n < 2:
+        return f"{mean:.2f} (n = {n})"
+    return f"{mean:.2f} ± {std:.2f}" + (f" (n = {n})" if expected is not None and n != expected else "")
+
+
+def expected_seeds(row: dict) -> int | None:
+    """The seed count of the protocol a row was made under: the seeds its ``protocol`` records, else the published
+    protocol's for a row made by cog-pl (it records an identity); None for a row written by hand."""
+    recorded = (row.get("protocol") or {}).get("seeds") if isinstance(row.get("protocol"), dict) else None
+    if recorded:
+        return len(recorded)
+    return len(ProbeProtocol().seeds) if protocol_key(row) else None
+
+
+def _cell_of(row: dict) -> tuple:
+    return row["model"], method_of(row), row["domain"], row.get("shots")
+
+
+def split_protocols(rows: Iterable[dict], times: Mapping[tuple, str] | None = None) -> tuple[list[dict], list[dict]]:
+    """(rows kept, stale rows): in each (model, method, domain, shots) cell holding rows of several protocols
+    (:func:`cog_pl.identity.protocol_key`), the rows of the protocol of the cell's newest row (``times``: when each
+    row was written, by key, :func:`cog_pl.results.row_times`) are kept and the others are stale, in their order."""
+    rows, times = list(rows), times or {}
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[_cell_of(r)].append(r)
+    stale_ids = set()
+    for rs in groups.values():
+        if len({protocol_key(r) for r in rs}) > 1:
+            newest = max(rs, key=lambda r: times.get(row_key(r), ""))
+            stale_ids |= {id(r) for r in rs if protocol_key(r) != protocol_key(newest)}
+    return [r for r in rows if id(r) not in stale_ids], [r for r in rows if id(r) in stale_ids]
+
+
+def stale_markdown(stale: Sequence[dict], kept: Sequence[dict]) -> str:
+    """A report section listing the ``stale`` rows (per cell and protocol: the seeds and the values that differ
+    from the cell's kept rows); empty when there are none."""
+    if not stale:
+        return ""
+    cells: dict[tuple, dict] = {}
+    for r in kept:
+        cells.setdefault(_cell_of(r), r)
+    by: dict[tuple, list[dict]] = defaultdict(list)
+    for r in stale:
+        by[(*_cell_of(r), protocol_key(r) or "")].append(r)
+    lines = ["", "## Stale rows: made under another protocol than their cell's newest rows, left out of every table",
+             "", "Not averaged with the cell's rows, nor used by any figure or analysis. `cog-pl run ... --overwrite` "
+             "removes the rows of its model, method and domain that its settings would not make again.", "",
+             "| model | method | domain | shots | seeds | made with | the cell's rows have |", "|---" * 7 + "|"]
+    for (model, method, domain, shots, _), rs in sorted(by.items(), key=lambda kv: (
+            kv[0][0], list(METHODS).index(kv[0][1]), domain_key(kv[0][2]), -1 if kv[0][3] is None else kv[0][3])):
+        diff = protocol_differences(rs[0], cells[model, method, domain, shots])
+        seeds = ", ".join(str(s) for s in sorted({r["seed"] for r in rs}))
+        lines.append(f"| {model} | {METHODS[method]} | {domain_label(domain)} | {'All' if shots is None else shots} "
+                     f"| {seeds} | {describe(diff, 1)} | {describe(diff, 2)} |")
+    return "\n".join(lines) + "\n"
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -74,22 +147,34 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
-    """Aggregate rows over seeds per (model, method, domain, shots); with a ``baseline`` model, fill ``relative``
-    against the baseline's linear probe on the same domain and shots (the paper's reference, for every method)."""
+    """Aggregate rows over seeds per (model, method, domain, shots); rows of two protocols in one cell are refused
+    (:func:`split_protocols` sets a cell's older ones apart). With a ``baseline`` model, fill ``relative`` against the
+    baseline's cell of the same method, domain and shots, and ``relative_note`` where it has none."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
-        groups[r["model"], method_of(r), r["domain"], r.get("shots")].append(r)
+        groups[_cell_of(r)].append(r)
     cells = {}
     for (model, method, domain, shots), rs in groups.items():
+        mixed = [r for r in rs if protocol_key(r) != protocol_key(rs[0])]
+        if mixed:
+            raise ValueError(f"rows of {model}/{method}/{domain}/shots={shots or 'all'} were made under two protocols "
+                             f"({describe(protocol_differences(rs[0], mixed[0]), 1)} against "
+                             f"{describe(protocol_differences(rs[0], mixed[0]), 2)}); a cell averages rows of one "
+                             "protocol: cog_pl.report.split_protocols keeps each cell's newest")
         top1, std = mean_std([float(r["test_top1"]) for r in rs])
         top5, _ = mean_std([float(r.get("test_top5", math.nan)) for r in rs])
         cells[model, method, domain, shots] = Cell(model, method, domain, shots, top1, std, top5,
-                                                   len({r["seed"] for r in rs}))
+                                                   len({r["seed"] for r in rs}), expected=expected_seeds(rs[0]),
+                                                   protocol=protocol_key(rs[0]))
     if baseline:
         for key, c in list(cells.items()):
-            base = cells.get((baseline, DEFAULT_METHOD, key[2], key[3]))
+            base = cells.get((baseline, *key[1:]))
             if base is not None:
-                cells[key] = Cell(**{**asdict(c), "relative": c.top1 - base.top1})
+                cells[key] = Cell(**{**asdict(c), "relative": c.top1 - base.top1,
+                                     "relative_to": f"{baseline}/{c.method}"})
+            else:
+                cells[key] = Cell(**{**asdict(c), "relative_note": f"{baseline} has no {METHODS[c.method]} row on "
+                                                                   f"{domain_label(c.domain)}, shots {c.shots_label}"})
     return sorted(cells.values(), key=lambda c: (c.model, list(METHODS).index(c.method), domain_key(c.domain),
                                                  -1 if c.shots is None else c.shots))
 
@@ -120,7 +205,7 @@ def markdown_table(cells: Sequence[Cell], shots: int | None = None, relative: bo
             elif relative:
                 vals.append("–" if c.relative is None else f"{c.relative:+.2f}")
             else:
-                vals.append(spread(c.top1, c.top1_std, c.seeds))
+                vals.append(c.value)
             if c is not None and (m, d) in (notes or {}) and vals[-1] != "–":
                 vals[-1] += f" {notes[m, d]}"
         vals += [(extra or {}).get(m, {}).get(k, "–") for k in columns]
@@ -132,10 +217,12 @@ def csv_table(cells: Sequence[Cell]) -> str:
     """Long format: one line per cell."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["model", "method", "domain", "shots", "top1_mean", "top1_std", "top5_mean", "seeds", "top1_relative"])
+    w.writerow(["model", "method", "domain", "shots", "top1_mean", "top1_std", "top5_mean", "seeds", "top1_relative",
+                "relative_to", "relative_note", "protocol"])
     for c in cells:
         w.writerow([c.model, c.method, c.domain, c.shots_label, f"{c.top1:.4f}", f"{c.top1_std:.4f}", f"{c.top5:.4f}",
-                    c.seeds, "" if c.relative is None else f"{c.relative:.4f}"])
+                    c.seeds, "" if c.relative is None else f"{c.relative:.4f}", c.relative_to or "",
+                    c.relative_note or "", (c.protocol or "")[:12]])
     return buf.getvalue()
 
 
@@ -156,6 +243,13 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
     if baseline and any(c.relative is not None for c in official):
         parts += ["", f"## Relative to {baseline} (top-1 points)", "",
                   markdown_table(official, None, relative=True, notes=intervals)]
+        lacking = sorted({c.relative_note for c in official if c.relative_note})
+        if lacking:
+            parts += ["", "–: no relative where the baseline has no row of the same method: " + "; ".join(lacking)
+                      + "."]
+        if any(c.method != DEFAULT_METHOD for c in cells):
+            parts += ["", "results.csv sets each method against the baseline's row of the same method (column "
+                      "relative_to; relative_note says why where the baseline has none)."]
         if intervals:
             parts += ["", "[low, high]: 95 % paired bootstrap interval of the difference; n.s.: not significant "
                       "(paired permutation p ≥ 0.05); section Paired differences."]
@@ -189,10 +283,15 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
                       "|---" * (len(cols) + 1) + "|"]
             for m, i in lines:
                 method = methods[i]
-                vals = [f"{by[m, method, s].top1:.2f}" if (m, method, s) in by else "–" for s in cols]
+                vals = [_few_shot_value(by[m, method, s]) if (m, method, s) in by else "–" for s in cols]
                 name = m if method == DEFAULT_METHOD else f"{m} ({METHODS[method]})"
                 parts.append(f"| {name} | " + " | ".join(vals) + " |")
     return "\n".join(parts) + "\n"
+
+
+def _few_shot_value(c: Cell) -> str:
+    """A few-shot table's entry: the mean, with n where it is not the protocol's seed count."""
+    return f"{c.top1:.2f}" + (f" (n = {c.seeds})" if c.expected is not None and c.seeds != c.expected else "")
 
 
 def probe_methods(cells: Iterable[Cell]) -> list[str]:
@@ -224,7 +323,7 @@ def methods_markdown(cells: Sequence[Cell]) -> str:
             got = [by.get((m, method, d)) for d in domains]
             if any(got):
                 lines.append(f"| {m} | {METHODS[method]} | " + " | ".join(
-                    "–" if c is None else spread(c.top1, c.top1_std, c.seeds) for c in got) + " |")
+                    "–" if c is None else c.value for c in got) + " |")
     return "\n".join(lines)
 
 

@@ -1,0 +1,133 @@
+"""Rows carry their protocol and a table never mixes protocols (issue 37, items 4 and 5): a run resumed with other
+settings and ``overwrite`` removes the rows of its model, method and domain that it would not make again; a report
+cell averages the rows of its newest protocol only, lists the others as stale and shows its n where it is not the
+protocol's seed count; a relative sets each method against the baseline's row of the same method."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_probe_fixtures import write_features
+
+from cog_pl.identity import wanted
+from cog_pl.protocol import ProbeProtocol
+from cog_pl.report.tables import summarize
+from cog_pl.results import append_row, read_rows
+
+REPO = Path(__file__).resolve().parents[1]
+COG_PL = Path(sys.executable).with_name("cog-pl")  # the console script installed beside the test's Python
+SEARCH = {"mode": "fast", "startup_trials": 10, "trial_batch": 4}
+
+
+def _report(results: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([str(COG_PL), "report", "--results", str(results), "--out", str(out), *extra], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _csv(path: Path) -> dict[tuple, dict[str, str]]:
+    return {(r["model"], r["method"], r["domain"], r["shots"]): r for r in csv.DictReader(io.StringIO(path.read_text()))}
+
+
+def test_a_run_resumed_with_other_settings_is_never_averaged_with_the_old_rows(tmp_path, caplog):
+    from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+
+    out = tmp_path / "out"
+    for domain in ("cog_l1", "cog_l2"):
+        write_features(out / "features" / "m" / domain, classes=3, dim=8, per_class=20, test_per_class=4)
+    (tmp_path / "in21k").mkdir()
+
+    def config(seeds, trials: int, epochs: int, **kw) -> RunConfig:
+        return RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path / "in21k"), out=str(out),
+                         domains=("cog_l1", "cog_l2"), seeds=seeds, shots=(None,), check=False,
+                         probe=ProbeOptions(trials=trials, epochs=epochs, device="cpu", trial_batch=1), **kw)
+
+    results = out / "results.sqlite"
+    assert _probe(config((22, 37, 45), 3, 2), out, "m") == 6  # the first run: three seeds, 3 trials x 2 epochs
+    assert _probe(config((22,), 3, 2, overwrite=True), out, "m") == 0  # the same settings: its other seeds stay
+    assert len(read_rows(results)) == 6
+    with caplog.at_level(logging.INFO, logger="cog_pl.identity"):
+        assert _probe(config((22, 37), 2, 1, overwrite=True), out, "m") == 4  # resumed: other seeds and settings
+    rows = read_rows(results)
+    assert sorted((r["domain"], r["seed"], r["protocol"]["trials"], r["protocol"]["epochs"]) for r in rows) == [
+        ("cog_l1", 22, 2, 1), ("cog_l1", 37, 2, 1), ("cog_l2", 22, 2, 1), ("cog_l2", 37, 2, 1)]
+    removed = [r.getMessage() for r in caplog.records if "stale" in r.getMessage()]
+    assert removed == [f"m/linear/{d}: removed 1 stale row(s) outside this run's grid (shots=all/seed=45), made with "
+                       "epochs=2, trials=3; this run has epochs=1, trials=2" for d in ("cog_l1", "cog_l2")]
+
+    _report(results, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    by = {(r["domain"]): r["test_top1"] for r in rows if r["seed"] == 22}
+    other = {(r["domain"]): r["test_top1"] for r in rows if r["seed"] == 37}
+    line = next(x for x in text.splitlines() if x.startswith("| m |"))
+    for d in ("cog_l1", "cog_l2"):  # the two rows of the new protocol, n shown: the protocol has five seeds
+        assert f"{(by[d] + other[d]) / 2:.2f} ± " in line and line.count("(n = 2)") == 2
+    assert "Stale rows" not in text
+    cells = _csv(tmp_path / "report" / "results.csv")
+    assert cells["m", "linear", "cog_l1", "All"]["seeds"] == "2"
+
+
+def _row(model: str, method: str, domain: str, seed: int, top1: float, trials: int = 30, epochs: int = 100) -> dict:
+    """A linear probe's row with the identity fields a real one records (:func:`cog_pl.identity.wanted`)."""
+    protocol = replace(ProbeProtocol(), trials=trials, epochs=epochs)
+    features = {"train": {"model": model, "domain": domain, "meta_sha256": "ab" * 32}}
+    want = wanted(features, protocol, SEARCH, "32-true")
+    return {"model": model, "method": method, "domain": domain, "shots": None, "seed": seed, "test_top1": top1,
+            "test_top5": top1 + 10, **want}
+
+
+def _set_updated(results: Path, seeds: tuple[int, ...], when: str) -> None:
+    con = sqlite3.connect(results)
+    with con:
+        con.execute(f"UPDATE rows SET updated=? WHERE seed IN ({', '.join('?' * len(seeds))})", (when, *seeds))
+    con.close()
+
+
+def test_a_cell_averages_its_newest_protocol_and_lists_the_other_rows_as_stale(tmp_path):
+    results = tmp_path / "results.sqlite"
+    old = {22: 70.0, 37: 71.0, 45: 72.0, 77: 73.0, 93: 74.0}  # a default run: 30 trials x 100 epochs, five seeds
+    for seed, top1 in old.items():
+        append_row(results, _row("m", "linear", "in1k", seed, top1))
+    _set_updated(results, tuple(old), "2026-12-01T10:00:00+00:00")
+    for seed, top1 in ((22, 60.0), (37, 61.0)):  # resumed with --seeds 22 37 --trials 5 --epochs 10 --overwrite
+        append_row(results, _row("m", "linear", "in1k", seed, top1, trials=5, epochs=10))
+    _set_updated(results, (22, 37), "2026-12-01T11:00:00+00:00")
+
+    _report(results, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| m | 60.50 ± 0.71 (n = 2) |" in text  # the newest protocol's two rows, never the old three
+    assert "| m | linear probe | IN-1K | All | 45, 77, 93 | epochs=100, trials=30 | epochs=10, trials=5 |" in text
+    cell = _csv(tmp_path / "report" / "results.csv")["m", "linear", "in1k", "All"]
+    assert (cell["top1_mean"], cell["seeds"]) == ("60.5000", "2")
+    assert cell["protocol"] == read_rows(results)[0]["identity"][:12]  # seed 22: the new protocol's row
+    with pytest.raises(ValueError, match=r"rows of m/linear/in1k/shots=all were made under two protocols \("
+                                         r"epochs=10, trials=5 against epochs=100, trials=30\)"):
+        summarize(read_rows(results))
+
+
+def test_relatives_set_each_method_against_the_baselines_row_of_that_method(tmp_path):
+    results = tmp_path / "results.sqlite"
+    top1 = {("resnet50", "linear"): 70.0, ("resnet50", "knn"): 60.0,
+            ("dino", "linear"): 75.0, ("dino", "knn"): 68.0, ("dino", "finetune"): 80.0}
+    for (model, method), value in top1.items():
+        for seed in (22, 37):
+            append_row(results, {"model": model, "method": method, "domain": "in1k", "shots": None, "seed": seed,
+                                 "test_top1": value + (seed == 37), "test_top5": 95.0})
+    _report(results, tmp_path / "report", "--baseline", "resnet50")
+    cells = _csv(tmp_path / "report" / "results.csv")
+    linear, knn, tuned = (cells["dino", m, "in1k", "All"] for m in ("linear", "knn", "finetune"))
+    assert (linear["top1_relative"], linear["relative_to"]) == ("5.0000", "resnet50/linear")
+    assert (knn["top1_relative"], knn["relative_to"]) == ("8.0000", "resnet50/knn")  # k-NN against k-NN, not linear
+    assert (tuned["top1_relative"], tuned["relative_to"]) == ("", "")  # the baseline was never fine-tuned
+    assert tuned["relative_note"] == "resnet50 has no fine-tuned row on IN-1K, shots All"
