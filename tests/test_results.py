@@ -57,15 +57,31 @@ def _format(path: Path) -> str:
         con.close()
 
 
-def _as_v1_csv(text: str) -> str:
-    """A format-2 results.csv as format 1 wrote it: no method column, fine-tuned models named ``<name>@finetune``."""
+def _as_v1_csv(text: str, finetune_relative: bool = True) -> str:
+    """A format-2 results.csv as format 1 wrote it: no method column, fine-tuned models named ``<name>@finetune``,
+    none of the columns after ``top1_relative``; without ``finetune_relative``, the fine-tuned rows' relative empty
+    (format 1's was against the baseline's linear probe, issue 37 sets it against the baseline's fine-tuned row)."""
     lines = list(csv.reader(io.StringIO(text)))
     assert lines[0][:3] == ["model", "method", "domain"]
+    end = lines[0].index("top1_relative") + 1
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow([lines[0][0], *lines[0][2:]])
+    w.writerow([lines[0][0], *lines[0][2:end]])
     for model, method, *rest in lines[1:]:
+        tuned = method == "finetune"
+        rest = rest[: end - 2] if finetune_relative or not tuned else [*rest[: end - 3], ""]
         w.writerow([model + ("@finetune" if method == "finetune" else ""), *rest])
+    return out.getvalue()
+
+
+def _with_method(v1_csv: str) -> str:
+    """A format-1 results.csv with format 2's method column (``<name>@finetune``: ``finetune``, else ``linear``)."""
+    lines = list(csv.reader(io.StringIO(v1_csv)))
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow([lines[0][0], "method", *lines[0][1:]])
+    for model, *rest in lines[1:]:
+        w.writerow([model.removesuffix("@finetune"), "finetune" if model.endswith("@finetune") else "linear", *rest])
     return out.getvalue()
 
 
@@ -88,7 +104,8 @@ def test_a_v1_file_migrates_in_place_and_reports_the_same_tables(tmp_path, capsy
     assert _format(path) == FORMAT
     assert _holds_old_report((out / "report.md").read_text(), (V1 / name / "report.md").read_text())
     assert "None of the 32 all-data rows has stored test predictions" in (out / "report.md").read_text()
-    assert _as_v1_csv((out / "results.csv").read_text()) == (V1 / name / "results.csv").read_text()
+    got = _as_v1_csv((out / "results.csv").read_text(), finetune_relative=False)
+    assert got == _as_v1_csv(_with_method((V1 / name / "results.csv").read_text()), finetune_relative=False)
 
 
 def test_migrated_rows_carry_the_method_in_key_and_row(tmp_path):
