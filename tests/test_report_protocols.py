@@ -131,3 +131,36 @@ def test_relatives_set_each_method_against_the_baselines_row_of_that_method(tmp_
     assert (knn["top1_relative"], knn["relative_to"]) == ("8.0000", "resnet50/knn")  # k-NN against k-NN, not linear
     assert (tuned["top1_relative"], tuned["relative_to"]) == ("", "")  # the baseline was never fine-tuned
     assert tuned["relative_note"] == "resnet50 has no fine-tuned row on IN-1K, shots All"
+
+
+def test_knn_overwrite_removes_the_rows_of_other_values_outside_its_grid(tmp_path, caplog):
+    from cog_pl.probe.knn_protocol import run_knn_protocol
+
+    root = write_features(tmp_path / "f", classes=4, dim=8, per_class=30, test_per_class=5)
+    results = tmp_path / "r.sqlite"
+    kw = {"model": "m", "domain": "cog_l2", "shots": (None, 4), "device": "cpu"}
+    run_knn_protocol(root, results, seeds=(22, 37, 45), precision="32-true", **kw)
+    run_knn_protocol(root, results, seeds=(22,), precision="32-true", overwrite=True, **kw)  # same values: all kept
+    assert len(read_rows(results)) == 6
+    with caplog.at_level(logging.INFO, logger="cog_pl.identity"):
+        run_knn_protocol(root, results, seeds=(22, 37), precision="64-true", overwrite=True, **kw)
+    assert sorted((r["shots"] or 0, r["seed"], r["precision"]) for r in read_rows(results)) == [
+        (0, 22, "64-true"), (0, 37, "64-true"), (4, 22, "64-true"), (4, 37, "64-true")]
+    assert [r.getMessage() for r in caplog.records if "stale" in r.getMessage()] == [
+        "m/knn/cog_l2: removed 2 stale row(s) outside this run's grid (shots=all/seed=45, shots=4/seed=45), made "
+        "with precision=32-true; this run has precision=64-true"]
+
+
+def test_finetune_overwrite_removes_the_rows_of_other_inputs_outside_its_seeds(tmp_path):
+    from cog_pl.finetune.compare import _differences, finetune_identity
+    from cog_pl.identity import remove_stale
+
+    results = tmp_path / "r.sqlite"
+    old, new = (finetune_identity("resnet50", None, recipe={}, epochs=e, batch_size=128, precision="32-true",
+                                  transform=None, benchmark=None) for e in (10, 2))
+    for seed, want in ((22, old), (37, old), (45, new)):
+        append_row(results, {"model": "resnet50", "method": "finetune", "domain": "in1k", "shots": None,
+                             "seed": seed, "test_top1": 70.0, **want})
+    assert remove_stale(results, model="resnet50", method="finetune", domain="in1k", seeds=(22,), shots=(None,),
+                        want=new, compare=_differences) == 1  # seed 37's other epochs; seed 45's row stays
+    assert [r["seed"] for r in read_rows(results)] == [22, 45]

@@ -7,14 +7,15 @@ from cog_pl.demo.run import DemoSummary
 from cog_pl.progress import duration
 from cog_pl.report.concept_tables import interval_text
 from cog_pl.report.concepts import paired_to_baseline, stored_predictions
-from cog_pl.report.tables import markdown_table, official_cells, summarize
-from cog_pl.results import read_rows
+from cog_pl.report.tables import markdown_table, official_cells, split_protocols, summarize
+from cog_pl.results import read_rows, row_times
 
 
 def format_demo_summary(s: DemoSummary) -> str:
     """Plain text for the end of ``cog-pl demo``: what took how long, the linear probes on all data (absolute and
     relative to the baseline), and where the report and the plots are."""
     rows = [r for r in read_rows(s.out / "results.sqlite") if r["model"] in s.models]
+    rows, _ = split_protocols(rows, row_times(s.out / "results.sqlite"))  # as the report: its stale rows listed there
     cells = official_cells(summarize(rows, s.baseline))
     seeds = sorted({c.seeds for c in cells if c.shots is None})
     width = max(len(k) for k in s.seconds) + 2
