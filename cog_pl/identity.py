@@ -169,12 +169,32 @@ def protocol_differences(row: dict[str, Any], other: dict[str, Any]) -> list[tup
     identity digests when they differ in nothing recorded there; none when their protocol keys are equal."""
     if protocol_key(row) == protocol_key(other):
         return []
-    have, mine = (_flat({k: r[k] for k in IDENTITY_FIELDS if k in r}) for r in (row, other))
-    names = list(dict.fromkeys([*have, *mine]))
+    return value_differences(_recorded(row), _recorded(other)) or [
+        ("identity", protocol_key(row), protocol_key(other))]
+
+
+def value_differences(have: dict[str, Any], mine: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(name, value in ``have``, value in ``mine``) of each flat value in which the two differ; ``protocol.trials``
+    is named ``trials``, ``search.mode`` ``mode``, and so on."""
     none = "<not recorded>"
-    diff = [(k.rpartition(".")[2] if k.startswith(_NAMED_BY_LEAF) else k, have.get(k, none), mine.get(k, none))
-            for k in names if have.get(k, none) != mine.get(k, none)]
-    return diff or [("identity", protocol_key(row), protocol_key(other))]
+    return [(k.rpartition(".")[2] if k.startswith(_NAMED_BY_LEAF) else k, have.get(k, none), mine.get(k, none))
+            for k in dict.fromkeys([*have, *mine]) if have.get(k, none) != mine.get(k, none)]
+
+
+def _recorded(row: dict[str, Any]) -> dict[str, Any]:
+    """The values of :data:`IDENTITY_FIELDS` a row records, flat; of ``search``, those the identity digests."""
+    values = {k: row[k] for k in IDENTITY_FIELDS if k in row}
+    if isinstance(values.get("search"), dict):
+        values["search"] = {k: v for k, v in values["search"].items() if k in SEARCH_KEYS}
+    return _flat(values)
+
+
+def settings_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The protocol values of a row that a run chooses, flat: every recorded identity value but the features' (what
+    the model is) and the protocol's seed and shot lists (the grid). The cells of one model and method made with
+    other settings are told apart in a report (:func:`cog_pl.report.tables.protocol_marks`)."""
+    return {k: v for k, v in _recorded(row).items()
+            if not k.startswith("features.") and k not in ("protocol.seeds", "protocol.shots")}
 
 
 def describe(diff: list[tuple[str, Any, Any]], side: int, limit: int = 3) -> str:

@@ -164,3 +164,22 @@ def test_finetune_overwrite_removes_the_rows_of_other_inputs_outside_its_seeds(t
     assert remove_stale(results, model="resnet50", method="finetune", domain="in1k", seeds=(22,), shots=(None,),
                         want=new, compare=_differences) == 1  # seed 37's other epochs; seed 45's row stays
     assert [r["seed"] for r in read_rows(results)] == [22, 45]
+
+
+def test_cells_of_one_model_made_with_other_settings_are_marked_and_relatives_say_so(tmp_path):
+    results = tmp_path / "results.sqlite"
+    for seed in (22, 37):  # an overwrite run stopped after IN-1K: L1 still holds the default run's rows
+        append_row(results, _row("m", "linear", "in1k", seed, 60.0 + (seed == 37), trials=5, epochs=10))
+        append_row(results, _row("m", "linear", "cog_l1", seed, 50.0 + (seed == 37)))
+        append_row(results, _row("resnet50", "linear", "in1k", seed, 55.0 + (seed == 37)))
+    _report(results, tmp_path / "report", "--baseline", "resnet50")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| m | 60.50 ± 0.71 (n = 2) [a] | 50.50 ± 0.71 (n = 2) [b] |" in text
+    assert "| m | +5.00 [a] | – |" in text
+    assert "- m, linear probe [a]: epochs=10, trials=5; cells IN-1K (All)" in text
+    assert "- m, linear probe [b]: epochs=100, trials=30; cells L1 (All)" in text
+    assert ("Relatives between cells of other settings: m on IN-1K: resnet50 made with epochs=100, trials=30, this "
+            "cell with epochs=10, trials=5.") in text
+    cell = _csv(tmp_path / "report" / "results.csv")["m", "linear", "in1k", "All"]
+    assert (cell["top1_relative"], cell["relative_to"]) == ("5.0000", "resnet50/linear")
+    assert cell["relative_note"] == "resnet50 made with epochs=100, trials=30, this cell with epochs=10, trials=5"

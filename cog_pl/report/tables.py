@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from cog_pl.identity import describe, protocol_differences, protocol_key
+from cog_pl.identity import describe, protocol_differences, protocol_key, settings_of, value_differences
 from cog_pl.protocol import DOMAINS, ProbeProtocol, split_domain
 from cog_pl.results import DEFAULT_METHOD, METHODS, method_of, row_key
 
@@ -66,7 +68,8 @@ class Cell:
     expected: int | None = None  # the protocol's seed count (None: its rows record none)
     protocol: str | None = None  # the rows' protocol key (cog_pl.identity.protocol_key)
     relative_to: str | None = None  # the baseline cell the relative is taken against: "<model>/<method>"
-    relative_note: str | None = None  # why there is no relative
+    relative_note: str | None = None  # why there is no relative, or how the baseline's settings differ
+    settings: tuple = ()  # the rows' settings (cog_pl.identity.settings_of) as sorted (name, JSON) pairs
 
     @property
     def shots_label(self) -> str:
@@ -163,20 +166,75 @@ def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
                              "protocol: cog_pl.report.split_protocols keeps each cell's newest")
         top1, std = mean_std([float(r["test_top1"]) for r in rs])
         top5, _ = mean_std([float(r.get("test_top5", math.nan)) for r in rs])
+        settings = tuple(sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in settings_of(rs[0]).items()))
         cells[model, method, domain, shots] = Cell(model, method, domain, shots, top1, std, top5,
                                                    len({r["seed"] for r in rs}), expected=expected_seeds(rs[0]),
-                                                   protocol=protocol_key(rs[0]))
+                                                   protocol=protocol_key(rs[0]), settings=settings)
     if baseline:
         for key, c in list(cells.items()):
             base = cells.get((baseline, *key[1:]))
             if base is not None:
                 cells[key] = Cell(**{**asdict(c), "relative": c.top1 - base.top1,
-                                     "relative_to": f"{baseline}/{c.method}"})
+                                     "relative_to": f"{baseline}/{c.method}", "relative_note": _unlike(c, base)})
             else:
                 cells[key] = Cell(**{**asdict(c), "relative_note": f"{baseline} has no {METHODS[c.method]} row on "
                                                                    f"{domain_label(c.domain)}, shots {c.shots_label}"})
     return sorted(cells.values(), key=lambda c: (c.model, list(METHODS).index(c.method), domain_key(c.domain),
                                                  -1 if c.shots is None else c.shots))
+
+
+_OWN_VALUES = ("model", "checkpoint_sha256", "transform")  # a fine-tuned model's own, not the run's choice
+
+
+def _settings(settings: tuple) -> dict[str, Any]:
+    return {k: json.loads(v) for k, v in settings}
+
+
+def _settings_diff(a: Cell, b: Cell) -> list[tuple[str, Any, Any]]:
+    """The settings in which two cells differ."""
+    return value_differences(_settings(a.settings), _settings(b.settings))
+
+
+def _unlike(c: Cell, base: Cell) -> str | None:
+    """How the baseline cell's settings differ from ``c``'s (None when alike): its relative is not like with like."""
+    diff = [d for d in _settings_diff(base, c) if d[0] not in _OWN_VALUES]
+    return f"{base.model} made with {describe(diff, 1)}, this cell with {describe(diff, 2)}" if diff else None
+
+
+def protocol_marks(cells: Iterable[Cell]) -> dict[tuple, str]:
+    """A letter per settings of each (model, method) whose cells were made with more than one (``a``, ``b``, ..., in
+    the order of the cells), by (model, method, settings); none for a model and method of one settings."""
+    seen: dict[tuple, list[tuple]] = defaultdict(list)
+    for c in cells:
+        if c.settings not in seen[c.model, c.method]:
+            seen[c.model, c.method].append(c.settings)
+    return {(m, method, st): chr(ord("a") + i) for (m, method), sts in seen.items() if len(sts) > 1
+            for i, st in enumerate(sts)}
+
+
+def _mark(c: Cell, marks: Mapping[tuple, str]) -> str:
+    letter = marks.get((c.model, c.method, c.settings))
+    return f" [{letter}]" if letter else ""
+
+
+def protocols_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str]) -> str:
+    """The legend of ``marks``: per model and method, each letter's cells and the settings that differ between
+    them; empty without marks."""
+    if not marks:
+        return ""
+    lines = ["## Cells made with other settings", "",
+             "Each cell averages rows of one protocol; a model's cells marked [a], [b], ... were made with other "
+             "settings, which differ in:", ""]
+    for (model, method) in dict.fromkeys((m, meth) for m, meth, _ in marks):
+        group = [c for c in cells if (c.model, c.method) == (model, method)]
+        order = list(dict.fromkeys(c.settings for c in group))
+        names = {d[0] for a in order for b in order for d in value_differences(_settings(a), _settings(b))}
+        for st in order:
+            where = ", ".join(f"{domain_label(c.domain)} ({c.shots_label})" for c in group if c.settings == st)
+            shown = [d for d in value_differences(_settings(st), {}) if d[0] in names]
+            lines.append(f"- {model}, {METHODS[method]} [{marks[model, method, st]}]: "
+                         f"{describe(shown, 1, len(shown))}; cells {where}")
+    return "\n".join(lines)
 
 
 def domains_of(cells: Sequence[Cell]) -> list[str]:
@@ -185,10 +243,12 @@ def domains_of(cells: Sequence[Cell]) -> list[str]:
 
 def markdown_table(cells: Sequence[Cell], shots: int | None = None, relative: bool = False,
                    extra: Mapping[str, Mapping[str, str]] | None = None,
-                   notes: Mapping[tuple[str, str], str] | None = None) -> str:
+                   notes: Mapping[tuple[str, str], str] | None = None,
+                   marks: Mapping[tuple, str] | None = None) -> str:
     """Models as rows, domains as columns, for one shots setting: ``mean ± std`` (or relative points). ``extra``:
     columns after the domains (model -> column -> text); ``notes``: text after a cell's value ((model, domain) ->
-    text, e.g. a relative difference's interval)."""
+    text, e.g. a relative difference's interval); ``marks``: :func:`protocol_marks` (by default, of ``cells``)."""
+    marks = protocol_marks(cells) if marks is None else marks
     sel = [c for c in cells if c.shots == shots]
     domains = domains_of(sel)
     models = sorted({c.model for c in sel})
@@ -208,6 +268,8 @@ def markdown_table(cells: Sequence[Cell], shots: int | None = None, relative: bo
                 vals.append(c.value)
             if c is not None and (m, d) in (notes or {}) and vals[-1] != "–":
                 vals[-1] += f" {notes[m, d]}"
+            if c is not None and vals[-1] != "–":
+                vals[-1] += _mark(c, marks)
         vals += [(extra or {}).get(m, {}).get(k, "–") for k in columns]
         lines.append(f"| {m} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
@@ -234,26 +296,31 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
     table (``variants``, markdown, from :func:`cog_pl.report.variants.variants_markdown`), the concept sections
     (``concepts``, :func:`cog_pl.report.concept_tables.concepts_markdown`) and one few-shot table per domain."""
     official = official_cells(cells)
+    marks = protocol_marks(cells)
     parts = ["# ImageNet-CoG results", "", "## Linear probes on all training data: test top-1 (%), mean ± std over "
-             "seeds", "", markdown_table(official, None, extra=summary)]
+             "seeds", "", markdown_table(official, None, extra=summary, marks=marks)]
     if summary:
         slope = any(k.startswith("slope") for cols in summary.values() for k in cols)
         parts += ["", "L1−L5: the top-1 drop from L1 to L5, paired by seed" + (
             "; slope: concept top-1 against similarity to the seen concepts (section Concepts)." if slope else ".")]
     if baseline and any(c.relative is not None for c in official):
         parts += ["", f"## Relative to {baseline} (top-1 points)", "",
-                  markdown_table(official, None, relative=True, notes=intervals)]
-        lacking = sorted({c.relative_note for c in official if c.relative_note})
+                  markdown_table(official, None, relative=True, notes=intervals, marks=marks)]
+        lacking = sorted({c.relative_note for c in official if c.relative_note and c.relative is None})
         if lacking:
             parts += ["", "–: no relative where the baseline has no row of the same method: " + "; ".join(lacking)
                       + "."]
+        unlike = sorted({f"{c.model} on {domain_label(c.domain)}: {c.relative_note}" for c in official
+                         if c.relative_note and c.relative is not None and c.shots is None})
+        if unlike:
+            parts += ["", "Relatives between cells of other settings: " + "; ".join(unlike) + "."]
         if any(c.method != DEFAULT_METHOD for c in cells):
             parts += ["", "results.csv sets each method against the baseline's row of the same method (column "
                       "relative_to; relative_note says why where the baseline has none)."]
         if intervals:
             parts += ["", "[low, high]: 95 % paired bootstrap interval of the difference; n.s.: not significant "
                       "(paired permutation p ≥ 0.05); section Paired differences."]
-    beside = methods_markdown(cells)
+    beside = methods_markdown(cells, marks)
     if beside:
         parts += ["", "## " + " beside ".join(METHODS[m] for m in reversed(probe_methods(cells)))
                   + ": test top-1 (%) on all data, mean ± std over seeds", "", beside]
@@ -267,6 +334,8 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
                   "The same concepts cut into five levels by another similarity to IN-1K (`cog-pl features regroup`; "
                   "the official levels are Lin's). The larger a measure's L1−L5 drop, the more its levels order the "
                   "concepts by how hard they are for the model. The drop is paired by seed.", "", variants]
+    if marks:
+        parts += ["", protocols_markdown(cells, marks)]
     if concepts:
         parts += ["", concepts.rstrip("\n")]
     shots = sorted({c.shots for c in cells if c.shots is not None})
@@ -283,7 +352,8 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
                       "|---" * (len(cols) + 1) + "|"]
             for m, i in lines:
                 method = methods[i]
-                vals = [_few_shot_value(by[m, method, s]) if (m, method, s) in by else "–" for s in cols]
+                vals = [_few_shot_value(by[m, method, s]) + _mark(by[m, method, s], marks) if (m, method, s) in by
+                        else "–" for s in cols]
                 name = m if method == DEFAULT_METHOD else f"{m} ({METHODS[method]})"
                 parts.append(f"| {name} | " + " | ".join(vals) + " |")
     return "\n".join(parts) + "\n"
@@ -307,9 +377,10 @@ def probe_cells(cells: Iterable[Cell]) -> list[Cell]:
     return [c for c in cells if not is_variant(c.domain) and c.method in methods]
 
 
-def methods_markdown(cells: Sequence[Cell]) -> str:
+def methods_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str] | None = None) -> str:
     """Markdown table of every probe method's top-1 per official domain on all data, a line per (model, method);
-    empty when the linear probe is the only method."""
+    empty when the linear probe is the only method. ``marks``: :func:`protocol_marks` (by default, of ``cells``)."""
+    marks = protocol_marks(cells) if marks is None else marks
     methods = probe_methods(cells)
     if len(methods) < 2:
         return ""
@@ -323,7 +394,7 @@ def methods_markdown(cells: Sequence[Cell]) -> str:
             got = [by.get((m, method, d)) for d in domains]
             if any(got):
                 lines.append(f"| {m} | {METHODS[method]} | " + " | ".join(
-                    "–" if c is None else c.value for c in got) + " |")
+                    "–" if c is None else c.value + _mark(c, marks) for c in got) + " |")
     return "\n".join(lines)
 
 
