@@ -37,7 +37,8 @@ def _report(results: Path, out: Path, *extra: str) -> subprocess.CompletedProces
 
 
 def _csv(path: Path) -> dict[tuple, dict[str, str]]:
-    return {(r["model"], r["method"], r["domain"], r["shots"]): r for r in csv.DictReader(io.StringIO(path.read_text()))}
+    lines = csv.DictReader(io.StringIO(path.read_text()))
+    return {(r["model"], r["method"], r["domain"], r["shots"]): r for r in lines}
 
 
 def test_a_run_resumed_with_other_settings_is_never_averaged_with_the_old_rows(tmp_path, caplog):
