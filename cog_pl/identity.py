@@ -216,7 +216,7 @@ def remove_stale(results, *, model: str, method: str, domain: str, seeds, shots,
     grid = {(n, seed) for n in shots for seed in seeds}
     stale = [(row_key(r), compare(r, want)) for r in read_rows(results) if row_key(r)[:3] == (model, method, domain)
              and (r.get("shots"), r["seed"]) not in grid]
-    stale = [(key, diff) for key, diff in stale if diff]
+    stale = [(key, sorted(diff, key=lambda d: d[0].startswith("features"))) for key, diff in stale if diff]
     for key, _ in stale:
         delete_row(results, key)
     if stale:

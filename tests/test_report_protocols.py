@@ -184,3 +184,36 @@ def test_cells_of_one_model_made_with_other_settings_are_marked_and_relatives_sa
     cell = _csv(tmp_path / "report" / "results.csv")["m", "linear", "in1k", "All"]
     assert (cell["top1_relative"], cell["relative_to"]) == ("5.0000", "resnet50/linear")
     assert cell["relative_note"] == "resnet50 made with epochs=100, trials=30, this cell with epochs=10, trials=5"
+
+
+@pytest.mark.slow  # 2026-12-02, shared 2 cores: 125 s (two runs); the probe stage's resume above stays fast
+def test_cog_pl_run_resumed_with_other_seeds_and_settings_reports_only_its_rows(onto, tmp_path):
+    """The issue's case through the installed `cog-pl run`: a run of three seeds, then `--seeds 22 37` with other
+    trials and epochs and `--overwrite`; the second run's report averages its two rows, n shown."""
+    from cog_pl.demo.synthetic import make_demo
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
+                      image_size=32, onto=onto)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(COG_PL), "run", "--model", "external:demo_cnn", "--in21k-root",
+                               str(tmp_path / "d" / "in21k"), "--benchmark", str(bench), "--out", str(out),
+                               "--domains", "cog_l2", "--no-check", "--num-workers", "0", "--batch-size", "16",
+                               "--shots", "all", "--probe-device", "cpu", "--trial-batch", "1", *extra],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    run("--seeds", "22", "37", "45", "--trials", "3", "--epochs", "2")
+    done = run("--seeds", "22", "37", "--trials", "2", "--epochs", "1", "--overwrite")
+    (removed,) = [line for line in done.stderr.splitlines() if "stale" in line]  # (the stores extracted again)
+    assert removed.startswith("demo_cnn/linear/cog_l2: removed 1 stale row(s) outside this run's grid "
+                              "(shots=all/seed=45), made with epochs=2, trials=3, features.train.meta_sha256=")
+    rows = read_rows(out / "results.sqlite")
+    assert sorted((r["seed"], r["protocol"]["trials"], r["protocol"]["epochs"]) for r in rows) == [
+        (22, 2, 1), (37, 2, 1)]
+    text = (out / "report" / "report.md").read_text()
+    mean = sum(r["test_top1"] for r in rows) / 2
+    assert f"| demo_cnn | {mean:.2f} ± " in text and "(n = 2) |" in text and "Stale rows" not in text
