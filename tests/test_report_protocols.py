@@ -177,8 +177,8 @@ def test_cells_of_one_model_made_with_other_settings_are_marked_and_relatives_sa
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| m | 60.50 ± 0.71 (n = 2) [a] | 50.50 ± 0.71 (n = 2) [b] |" in text
     assert "| m | +5.00 [a] | – |" in text
-    assert "- m, linear probe [a]: epochs=10, trials=5; cells IN-1K (All)" in text
-    assert "- m, linear probe [b]: epochs=100, trials=30; cells L1 (All)" in text
+    assert "| m | linear probe | [a] | epochs=10, trials=5 | IN-1K (All) |" in text
+    assert "| m | linear probe | [b] | epochs=100, trials=30 | L1 (All) |" in text
     assert ("Relatives between cells of other settings: m on IN-1K: resnet50 made with epochs=100, trials=30, this "
             "cell with epochs=10, trials=5.") in text
     cell = _csv(tmp_path / "report" / "results.csv")["m", "linear", "in1k", "All"]

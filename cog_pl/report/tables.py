@@ -224,7 +224,7 @@ def protocols_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str]) -> str
         return ""
     lines = ["## Cells made with other settings", "",
              "Each cell averages rows of one protocol; a model's cells marked [a], [b], ... were made with other "
-             "settings, which differ in:", ""]
+             "settings, which differ in:", "", "| model | method | mark | settings | cells |", "|---" * 5 + "|"]
     for (model, method) in dict.fromkeys((m, meth) for m, meth, _ in marks):
         group = [c for c in cells if (c.model, c.method) == (model, method)]
         order = list(dict.fromkeys(c.settings for c in group))
@@ -232,8 +232,8 @@ def protocols_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str]) -> str
         for st in order:
             where = ", ".join(f"{domain_label(c.domain)} ({c.shots_label})" for c in group if c.settings == st)
             shown = [d for d in value_differences(_settings(st), {}) if d[0] in names]
-            lines.append(f"- {model}, {METHODS[method]} [{marks[model, method, st]}]: "
-                         f"{describe(shown, 1, len(shown))}; cells {where}")
+            lines.append(f"| {model} | {METHODS[method]} | [{marks[model, method, st]}] | "
+                         f"{describe(shown, 1, len(shown))} | {where} |")
     return "\n".join(lines)
 
 
