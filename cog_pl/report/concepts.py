@@ -27,9 +27,16 @@ import numpy as np
 
 from cog_pl.analysis import concepts as ca
 from cog_pl.analysis.confusions import Confusion, most_taken_for, top_confusions
-from cog_pl.analysis.paired import SEED, PairedDifference, aligned, paired_difference
+from cog_pl.analysis.paired import SEED, PairedDifference, aligned, check_same_test_split, paired_difference
 from cog_pl.io import read_json
-from cog_pl.predictions import Predictions, missing_reason, read_noise_predictions, read_row_predictions
+from cog_pl.predictions import (
+    Predictions,
+    PredictionsError,
+    missing_reason,
+    noise_file,
+    read_noise_predictions,
+    read_row_predictions,
+)
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.report.tables import mean_std
 from cog_pl.report.variants import Stat
@@ -185,7 +192,8 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
             out.confusions[model, domain] = top_confusions([p.label for p in by_seed.values()],
                                                            [p.top5[:, 0] for p in by_seed.values()], num)
     if baseline:
-        out.paired, out.unpaired = paired_to_baseline(stored, baseline, sorted({r["model"] for r in rows}), seed)
+        out.paired, out.unpaired = paired_to_baseline(stored, baseline, sorted({r["model"] for r in rows}), seed,
+                                                      rows=rows, results=results)
     out.lin = _confusion_similarity(out)
     _noise(out, results, rows)
     return out
@@ -203,6 +211,11 @@ def _noise(out: ConceptReport, results: str | Path, rows: Sequence[dict[str, Any
             preds = read_noise_predictions(results, row, domain)
             if preds is not None and preds.classes and preds.meta.get("label_classes"):
                 labels = tuple(preds.meta["label_classes"])
+                shown = out.scores.get((row["model"], DEFAULT_METHOD, domain))
+                if shown is not None and tuple(shown.classes) != labels:
+                    raise PredictionsError(f"label-noise predictions {noise_file(results, row, domain)} name "
+                                           f"{len(labels)} concepts ({', '.join(labels[:2])}, ...) that are not "
+                                           f"{domain}'s ({', '.join(shown.classes[:2])}, ...): remove the file")
                 taken = most_taken_for([preds.label], [preds.top5[:, 0]], len(labels), len(preds.classes))
                 out.noise[row["model"], domain] = (taken, labels, preds.classes, int(row["seed"]))
 
@@ -228,10 +241,15 @@ def _curves(out: ConceptReport, linear: dict[str, list[ca.ConceptScores]]) -> No
 
 
 def paired_to_baseline(stored: dict[Cell, dict[int, Predictions]], baseline: str, models: Sequence[str],
-                       seed: int = SEED) -> tuple[dict[tuple[str, str], PairedDifference], dict[tuple[str, str], str]]:
+                       seed: int = SEED, rows: Iterable[dict[str, Any]] = (), results: str | Path = ""
+                       ) -> tuple[dict[tuple[str, str], PairedDifference], dict[tuple[str, str], str]]:
     """Each model's paired difference to ``baseline`` per official domain (linear probes, all data) from
-    ``stored`` (:func:`stored_predictions`), and why a (model, domain) has none."""
+    ``stored`` (:func:`stored_predictions`), and why a (model, domain) has none. Where ``rows`` (those of
+    ``results``) record the test split each was made on, a model tested on another split than the baseline's is
+    refused (:func:`~cog_pl.analysis.paired.check_same_test_split`)."""
     paired, unpaired = {}, {}
+    made = {(r["model"], r["domain"], int(r["seed"])): r for r in rows
+            if method_of(r) == DEFAULT_METHOD and r.get("shots") is None}
     for model in models:
         if model == baseline:
             continue
@@ -241,6 +259,9 @@ def paired_to_baseline(stored: dict[Cell, dict[int, Predictions]], baseline: str
                 if a is not None or b is not None:
                     unpaired[model, domain] = "predictions of one model lacking"
                 continue
+            for s in sorted(a.keys() & b.keys()):
+                if (model, domain, s) in made and (baseline, domain, s) in made:
+                    check_same_test_split(made[model, domain, s], made[baseline, domain, s], str(results))
             try:
                 ca_, cb, seeds = aligned(a, b)
             except ValueError as err:
