@@ -418,7 +418,8 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
     dm.device = trainer.strategy.root_device  # where batches are decoded; what decode="auto" is resolved for
     if dm.device.type == "cuda":  # NHWC convolutions on tensor cores: a layout, not a change of the protocol
         model.set_backbone(model.backbone, channels_last=True)
-    dm.model_meta = model.store_meta(str(trainer.precision))  # what existing stores are checked against
+    # what existing stores are checked against: the model read with the transform the images are read with
+    dm.model_meta = model.store_meta(str(trainer.precision), transform=dm.transform_config)
     dm.setup("predict")
     if trainer.is_global_zero:  # one rank finalises what an interrupted run wrote whole (as cog-pl extract does)
         dm.finish_ready(dm.model_meta, model.feature_dim)

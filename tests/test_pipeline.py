@@ -143,7 +143,7 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     own = TransformConfig(crop=40, resize=48)  # the backbone's own transform, unlike the registry's for external:
     # stores this run made (its model, weights, precision, transform) from images no longer there: the data half of
     # their identity is what this run's data would give (the run's official levels have more concepts)
-    made_by = FeatureExtractor("external:demo_cnn").store_meta()  # the model half of the identity: this run's
+    made_by = FeatureExtractor("external:demo_cnn").store_meta(transform=own)  # the model half: this run's
     write_level_stores(out / "features", model="demo_cnn", arch="external:demo_cnn", feature="penultimate",
                        definition=made_by["definition"], trusted_checkpoint=False, weights_sha256=None,
                        precision="32-true", transform=own.as_record())
