@@ -11,6 +11,9 @@ record (path, digest) of its file under ``<stem>.predictions/`` (:mod:`cog_pl.pr
 predictions were kept have none and stay valid.
 
 Which worker makes which row is not kept here but in a claims file beside this one (:mod:`cog_pl.probe.claims`).
+Table ``info(key, value)`` holds ``format`` and what the rows were made with that the report needs besides them
+(:func:`read_info`, :func:`write_info`; ``cog-pl run`` records the similarity source of the concept analyses and the
+feature stores' root: :mod:`cog_pl.report.concepts`).
 
 A version-1 file (key ``(model, domain, shots, seed)``, a development format no release wrote) is refused, as is any
 other format, naming the file and its format; it is never changed.
@@ -163,3 +166,20 @@ def delete_row(path: str | os.PathLike, key: tuple) -> bool:
         cur = con.execute(f"DELETE FROM rows WHERE {_KEY_MATCH}", (model, method, domain, shots or 0, seed))
         return cur.rowcount > 0
 
+
+def read_info(path: str | os.PathLike, key: str) -> Any:
+    """The value recorded under ``key`` in the file's ``info`` table (JSON), None where there is none (or no file)."""
+    if not Path(path).exists():
+        return None
+    with _connect(path) as con:
+        found = con.execute("SELECT value FROM info WHERE key=?", (key,)).fetchone() if con is not None else None
+    return None if found is None else json.loads(found[0])
+
+
+def write_info(path: str | os.PathLike, key: str, value: Any) -> None:
+    """Record ``value`` (JSON) under ``key`` in the file's ``info`` table, in one transaction (``format`` is this
+    module's own)."""
+    if key == "format":
+        raise ValueError("the results file's info key 'format' is written by cog_pl.results alone")
+    with _connect(path, write=True) as con:
+        con.execute("INSERT OR REPLACE INTO info VALUES (?, ?)", (key, json.dumps(value, sort_keys=True)))
