@@ -137,7 +137,7 @@ def aligned(a: Mapping[int, Predictions], b: Mapping[int, Predictions]) -> tuple
     return np.stack([c for _, c in rows_a]), np.stack([c for _, c in rows_b]), seeds
 
 
-def test_split_sha256(row: Mapping[str, Any]) -> str | None:
+def split_sha256_of(row: Mapping[str, Any]) -> str | None:
     """The digest of the test split a row was made on (its test store's ``split_sha256``, as the row's ``features``
     record it); None where the row does not record one (a plain store, IN-1K's official val set)."""
     found = ((row.get("features") or {}).get("test") or {}).get("split_sha256")
@@ -147,7 +147,7 @@ def test_split_sha256(row: Mapping[str, Any]) -> str | None:
 def check_same_test_split(a: Mapping[str, Any], b: Mapping[str, Any], where: str = "") -> None:
     """Refuse to pair rows made on two different test splits (both digests recorded and different): their
     predictions' dataset rows name other images, so matching them by row would compare unrelated answers."""
-    da, db = test_split_sha256(a), test_split_sha256(b)
+    da, db = split_sha256_of(a), split_sha256_of(b)
     if da is not None and db is not None and da != db:
         raise CogError(f"{where + ': ' if where else ''}cannot pair {_row_name(a)} (test split sha256 {da[:16]}) "
                        f"with {_row_name(b)} (test split sha256 {db[:16]}): they were tested on other images; "
