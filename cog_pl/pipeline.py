@@ -310,6 +310,8 @@ def run(cfg: RunConfig) -> RunSummary:
 
     spec = resolve_spec(cfg.model)  # an unknown model fails before any work
     check_results_file(Path(cfg.out) / "results.sqlite")  # so does a results file that cannot take the rows
+    if (Path(cfg.out) / "results.sqlite").is_file():  # and one whose rows were made on another benchmark
+        _record_report_inputs(cfg, Path(cfg.out))
     from cog_pl.levels.seen import run_seen_warnings
 
     for warning in run_seen_warnings(cfg.model, cfg.seen, cfg.benchmark, cfg.domains):
@@ -337,6 +339,8 @@ def run(cfg: RunConfig) -> RunSummary:
             stores += _regroup(cfg, out, model_name)
             seconds["regroup"] = time.perf_counter() - t
     written = 0
+    if runs("probe") or (cfg.report and runs("report")):
+        _record_report_inputs(cfg, out)
     if runs("probe"):
         if cfg.stage == "probe":
             _require_stores(stores)
@@ -356,9 +360,20 @@ def run(cfg: RunConfig) -> RunSummary:
 
     report = {}
     if cfg.report and runs("report"):
-        report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline,
-                              features=out / "features", levels=cfg.benchmark, html=cfg.html)
+        report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline, html=cfg.html)
     return RunSummary(out, stores, written, len(read_rows(out / "results.sqlite")), report, seconds)
+
+
+def _record_report_inputs(cfg: RunConfig, out: Path) -> None:
+    """Record in the results store what the report of its rows needs besides them, so that ``cog-pl report`` reads
+    the same as this run's report: the similarity source of the concept analyses (the benchmark file's; refused when
+    the store records another) and the feature stores' root."""
+    from cog_pl.report.build import FEATURES_INFO
+    from cog_pl.report.concepts import record_similarity_source
+    from cog_pl.results import write_info
+
+    record_similarity_source(out / "results.sqlite", cfg.benchmark)
+    write_info(out / "results.sqlite", FEATURES_INFO, str((out / "features").resolve()))
 
 
 def _require_stores(paths: Sequence[Path]) -> None:
@@ -418,7 +433,8 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
     dm.device = trainer.strategy.root_device  # where batches are decoded; what decode="auto" is resolved for
     if dm.device.type == "cuda":  # NHWC convolutions on tensor cores: a layout, not a change of the protocol
         model.set_backbone(model.backbone, channels_last=True)
-    dm.model_meta = model.store_meta(str(trainer.precision))  # what existing stores are checked against
+    # what existing stores are checked against: the model read with the transform the images are read with
+    dm.model_meta = model.store_meta(str(trainer.precision), transform=dm.transform_config)
     dm.setup("predict")
     if trainer.is_global_zero:  # one rank finalises what an interrupted run wrote whole (as cog-pl extract does)
         dm.finish_ready(dm.model_meta, model.feature_dim)

@@ -252,15 +252,25 @@ def noise_relative_path(model: str, source: str, target: str, seed: int) -> str:
     return f"{_part(model)}/{NOISE_FOLDER}/{_part(source)}/{_part(target)}/seed-{int(seed)}.npz"
 
 
+def noise_file(results: str | os.PathLike, source_row: dict[str, Any], target: str) -> Path:
+    """Where the label-noise predictions of ``source_row``'s probe on ``target`` lie beside ``results``."""
+    rel = noise_relative_path(source_row["model"], source_row["domain"], target, int(source_row["seed"]))
+    return predictions_root(results) / rel
+
+
 def read_noise_predictions(results: str | os.PathLike, source_row: dict[str, Any], target: str) -> Predictions | None:
     """The label-noise predictions of ``source_row``'s probe on ``target`` (None when none were stored); refused
     when made from another row than the current one (the source row made again since: another digest of its
-    predictions)."""
-    rel = noise_relative_path(source_row["model"], source_row["domain"], target, int(source_row["seed"]))
-    path = predictions_root(results) / rel
+    predictions) or for another model, source or target than their place says (a file of another level)."""
+    path = noise_file(results, source_row, target)
     if not path.is_file():
         return None
     preds = load_predictions(path)
+    made_for = (preds.meta.get("model"), preds.meta.get("domain"), (preds.meta.get("source") or {}).get("domain"))
+    if made_for != (source_row["model"], target, source_row["domain"]):
+        raise PredictionsError(f"label-noise predictions {path} are {made_for[0]}'s {made_for[2]} probe on "
+                               f"{made_for[1]}'s test images, not {source_row['model']}'s {source_row['domain']} "
+                               f"probe on {target}'s where they lie: cog-pl run makes them again, or remove the file")
     made_from = preds.meta.get("source", {}).get("row_predictions_sha256")
     if made_from != (source_row.get("predictions") or {}).get("sha256"):
         raise PredictionsError(f"label-noise predictions {path} were made from another {source_row['domain']} row "

@@ -11,10 +11,12 @@ record (path, digest) of its file under ``<stem>.predictions/`` (:mod:`cog_pl.pr
 predictions were kept have none and stay valid.
 
 Which worker makes which row is not kept here but in a claims file beside this one (:mod:`cog_pl.probe.claims`).
+Table ``info(key, value)`` holds ``format`` and what the rows were made with that the report needs besides them
+(:func:`read_info`, :func:`write_info`; ``cog-pl run`` records the similarity source of the concept analyses and the
+feature stores' root: :mod:`cog_pl.report.concepts`).
 
-A version-1 file (key ``(model, domain, shots, seed)``, fine-tuned rows as model ``<name>@finetune``) is migrated in
-place, in one transaction, the first time this code opens it: ``<name>@finetune`` becomes model ``<name>``, method
-``finetune``; every other row is a ``linear`` probe's.
+A version-1 file (key ``(model, domain, shots, seed)``, a development format no release wrote) is refused, as is any
+other format, naming the file and its format; it is never changed.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ _ROWS = """(
 _SCHEMA = (f"CREATE TABLE IF NOT EXISTS rows {_ROWS}; "
            "CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);")
 FORMAT = f"cog-pl-results v{FORMAT_VERSION}"
+#: A development format no release wrote: refused with a note saying so.
 _V1 = "cog-pl-results v1"
-_V1_FINETUNE_SUFFIX = "@finetune"
 
 
 def method_of(row: dict[str, Any]) -> str:
@@ -60,44 +62,6 @@ def row_key(row: dict[str, Any]) -> tuple:
     return row["model"], method_of(row), row["domain"], row["shots"], row["seed"]
 
 
-def _migrate_v1(path: Path) -> None:
-    """Rewrite a version-1 file as version 2 in one transaction (a process that migrated it first wins); on any
-    error the file is left as it was."""
-    con = sqlite3.connect(path, timeout=120, isolation_level=None)  # the migration's own BEGIN/COMMIT
-    try:
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            if con.execute("SELECT value FROM info WHERE key='format'").fetchone()[0] == _V1:
-                con.execute(f"CREATE TABLE rows_v2 {_ROWS}")
-                for model, row, updated in con.execute("SELECT model, row, updated FROM rows").fetchall():
-                    values = (*_v2_key_and_row(model, row), updated)
-                    con.execute("INSERT INTO rows_v2 VALUES (?, ?, ?, ?, ?, ?, ?)", values)
-                con.execute("DROP TABLE rows")
-                con.execute("ALTER TABLE rows_v2 RENAME TO rows")
-                con.execute("UPDATE info SET value=? WHERE key='format'", (FORMAT,))
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-    except (sqlite3.Error, KeyError, ValueError) as err:
-        raise ValueError(f"results file {path} is in format {_V1!r} and could not be migrated to {FORMAT!r} "
-                         f"(left unchanged): {err}") from err
-    finally:
-        con.close()
-
-
-def _v2_key_and_row(model: str, row: str) -> tuple:
-    """A version-1 row as version 2: model ``<name>@finetune`` is model ``<name>``, method ``finetune``."""
-    data = json.loads(row)
-    if model.endswith(_V1_FINETUNE_SUFFIX):
-        data["model"], data["method"] = model[: -len(_V1_FINETUNE_SUFFIX)], "finetune"
-    data["method"] = method_of(data)
-    if "format_version" in data:
-        data["format_version"] = FORMAT_VERSION
-    key = row_key(data)
-    return (*key[:3], key[3] or 0, key[4], json.dumps(data, sort_keys=True))
-
-
 def _open(path: Path, write: bool) -> sqlite3.Connection:
     if write:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,8 +73,8 @@ def _open(path: Path, write: bool) -> sqlite3.Connection:
 def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.Connection | None]:
     """A connection to a results file whose format row says it is ours, in this version. Readers open the file
     read-only and get None for an empty file; a writer creates the tables in a new or empty file. Both refuse a
-    database of something else (an Optuna study given as results, say) and another format version; both migrate a
-    version-1 file in place first; a folder given as the file is refused by name."""
+    database of something else (an Optuna study given as results, say) and another format version (version 1
+    included), leaving it as it was; a folder given as the file is refused by name."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"results file {path} is a folder; give a file path (e.g. {path / 'results.sqlite'})")
@@ -132,11 +96,10 @@ def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.C
         if found is None or "rows" not in tables:
             raise ValueError(f"results file {path} is not a cog-pl results database (an SQLite file without its "
                              f"tables: {', '.join(sorted(tables)) or 'none'})")
-        if found[0] == _V1:
-            _migrate_v1(path)
-            found = (FORMAT,)
         if found[0] != FORMAT:
-            raise ValueError(f"results file {path} is in format {found[0]!r}; this cog-pl reads and writes {FORMAT!r}")
+            note = " (a development format no release wrote; make its rows again)" if found[0] == _V1 else ""
+            raise ValueError(f"results file {path} is in format {found[0]!r}; this cog-pl reads and writes "
+                             f"{FORMAT!r}{note}")
         with con:
             yield con
     finally:
@@ -144,8 +107,7 @@ def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.C
 
 
 def check_results_file(path: str | os.PathLike) -> None:
-    """Refuse, before any work, a results file that exists but is not a results database of this format (a
-    version-1 file is migrated)."""
+    """Refuse, before any work, a results file that exists but is not a results database of this format."""
     if Path(path).exists():
         with _connect(path):
             pass
@@ -217,3 +179,20 @@ def delete_row(path: str | os.PathLike, key: tuple) -> bool:
         cur = con.execute(f"DELETE FROM rows WHERE {_KEY_MATCH}", (model, method, domain, shots or 0, seed))
         return cur.rowcount > 0
 
+
+def read_info(path: str | os.PathLike, key: str) -> Any:
+    """The value recorded under ``key`` in the file's ``info`` table (JSON), None where there is none (or no file)."""
+    if not Path(path).exists():
+        return None
+    with _connect(path) as con:
+        found = con.execute("SELECT value FROM info WHERE key=?", (key,)).fetchone() if con is not None else None
+    return None if found is None else json.loads(found[0])
+
+
+def write_info(path: str | os.PathLike, key: str, value: Any) -> None:
+    """Record ``value`` (JSON) under ``key`` in the file's ``info`` table, in one transaction (``format`` is this
+    module's own)."""
+    if key == "format":
+        raise ValueError("the results file's info key 'format' is written by cog_pl.results alone")
+    with _connect(path, write=True) as con:
+        con.execute("INSERT OR REPLACE INTO info VALUES (?, ?)", (key, json.dumps(value, sort_keys=True)))

@@ -259,7 +259,48 @@ def make_data(root: Path) -> dict[str, str]:
               protocol={"test_per_concept": 1, "min_train_per_concept": 2, "max_train_per_concept": 3}
               ).save(root / "bench.json")
     _odd_inputs(root, d)
+    _passing_inputs(root, d)
     return d
+
+
+def _passing_inputs(root: Path, d: dict[str, str]) -> None:
+    """The inputs of issue 37 (item 8) that passed as something else, into ``d``: two models' rows made on other
+    test splits, a label-noise predictions file of another level, a results file of format 1."""
+    import hashlib
+    import shutil
+
+    from concept_fixtures import simulated_results
+
+    from cog_pl.predictions import noise_relative_path, predictions_root
+    from cog_pl.results import append_row, read_rows
+
+    def split(model: str, domain: str) -> str:  # each model's level rows made on a split of its own
+        return hashlib.sha256(f"{model} {domain}".encode()).hexdigest()
+
+    (root / "splits").mkdir()
+    results, levels = simulated_results(root / "splits", {"base": 0.0, "other": 0.1}, seeds=(22,), n=4, images=3)
+    for row in read_rows(results):
+        if row["domain"] != "in1k":  # IN-1K's test set is the official val set: no split digest
+            append_row(results, {**row, "features": {"test": {"split_sha256": split(row["model"], row["domain"])}}})
+    d.update(split_results=str(results), split_levels=str(levels), split_base=split("base", "cog_l1")[:16],
+             split_other=split("other", "cog_l1")[:16])
+    (root / "noise").mkdir()
+    results, levels = simulated_results(root / "noise", {"m": 0.0}, seeds=(22,), n=4, images=3)
+    at = predictions_root(results)
+    shutil.copyfile(at / noise_relative_path("m", "in1k", "cog_l2", 22), at / noise_relative_path("m", "in1k",
+                                                                                                  "cog_l1", 22))
+    d.update(noise_results=str(results), noise_levels=str(levels),
+             noise_l1=str(at / noise_relative_path("m", "in1k", "cog_l1", 22)))
+    d["results_v1"] = str(root / "results_v1.sqlite")  # format 1: a development format no release wrote
+    with sqlite3.connect(d["results_v1"]) as con:
+        con.executescript("CREATE TABLE rows (model TEXT NOT NULL, domain TEXT NOT NULL, shots INTEGER NOT NULL, "
+                          "seed INTEGER NOT NULL, row TEXT NOT NULL, updated TEXT NOT NULL, PRIMARY KEY (model, "
+                          "domain, shots, seed)); CREATE TABLE info (key TEXT PRIMARY KEY, value TEXT NOT NULL); "
+                          "INSERT INTO info VALUES ('format', 'cog-pl-results v1');")
+        con.execute("INSERT INTO rows VALUES ('m@finetune', 'in1k', 0, 22, ?, '2025-01-01T00:00:00+00:00')",
+                    (json.dumps({"model": "m@finetune", "domain": "in1k", "shots": None, "seed": 22,
+                                 "test_top1": 70.0}),))
+    con.close()
 
 
 P = ("--probe-device", "cpu", "--trials", "1", "--epochs", "1", "--workdir", "{root}/w")  # a quick probe's options
@@ -481,4 +522,16 @@ CASES: tuple[Case, ...] = (
     Case("data check: a JSON file that is no benchmark file", ("data", "check", "--in21k-root", "{in21k}",
                                                                "--benchmark", "{foreign_bench}"),
          "benchmark file {foreign_bench} is not a cog-pl benchmark file", slow=True),
+    # inputs that passed as something else (issue 37, item 8)
+    Case("report --baseline: two models tested on other test splits", ("report", "--results", "{split_results}",
+                                                                        "--levels", "{split_levels}", "--baseline",
+                                                                        "base", "--out", "{root}/rep-split"),
+         "{split_results}: cannot pair other/linear/cog_l1/shots=all/seed=22 (test split sha256 {split_other}) with "
+         "base/linear/cog_l1/shots=all/seed=22 (test split sha256 {split_base})", absent=("{root}/rep-split",)),
+    Case("report: label-noise predictions of another level", ("report", "--results", "{noise_results}", "--levels",
+                                                               "{noise_levels}", "--out", "{root}/rep-noise"),
+         "label-noise predictions {noise_l1} are m's in1k probe on cog_l2's test images, not m's in1k probe on "
+         "cog_l1's", absent=("{root}/rep-noise",)),
+    Case("report: a results file of format 1", ("report", "--results", "{results_v1}", "--out", "{root}/rep-v1"),
+         "results file {results_v1} is in format 'cog-pl-results v1'", absent=("{root}/rep-v1",)),
 )

@@ -116,3 +116,24 @@ def test_pairs_that_cannot_be_compared_are_refused():
         aligned(a, {22: _preds(images, labels, np.ones(3, bool), classes=("x", "y", "z"))})
     with pytest.raises(ValueError, match="no test image in common"):
         aligned(a, {22: _preds(images + 10, labels, np.ones(3, bool))})
+
+
+def test_rows_of_two_test_splits_are_never_paired():
+    """Issue 37: predictions are matched by dataset row, which names other images in another test split; two rows
+    recording different split digests are refused, naming both rows and digests. Rows of one split, or rows that
+    record none (IN-1K's official val set, a plain store), pass."""
+    from cog_pl.analysis.paired import check_same_test_split, split_sha256_of
+    from cog_pl.errors import CogError
+
+    def row(model, split):
+        features = {"test": {"split_sha256": split}} if split else {"test": {"plain": True}}
+        return {"model": model, "method": "linear", "domain": "cog_l3", "shots": None, "seed": 22, "features": features}
+
+    ours, theirs = "a" * 64, "b" * 64
+    assert split_sha256_of(row("m", ours)) == ours and split_sha256_of(row("m", None)) is None
+    check_same_test_split(row("m", ours), row("base", ours))
+    check_same_test_split(row("m", ours), row("base", None))
+    with pytest.raises(CogError, match=f"^results.sqlite: cannot pair m/linear/cog_l3/shots=all/seed=22 \\(test split "
+                                       f"sha256 {ours[:16]}\\) with base/linear/cog_l3/shots=all/seed=22 \\(test split "
+                                       f"sha256 {theirs[:16]}\\): they were tested on other images"):
+        check_same_test_split(row("m", ours), row("base", theirs), "results.sqlite")

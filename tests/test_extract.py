@@ -261,3 +261,26 @@ def test_an_own_architecture_from_the_command_line(roots, tmp_path):
     assert main([*_args(roots, tmp_path / "b"), "--model.model", "external:test_extract:tiny_net",
                  "--data.domains", "[in1k]", "--data.splits", "[test]"]) == 0
     assert open_store(tmp_path / "b" / "tiny_net" / "in1k" / "test").features.shape[1] == 6
+
+
+def test_a_transform_given_only_to_the_datamodule_is_the_stores_definition(roots, tmp_path):
+    """Issue 37: the input a store states in its definition is the transform its images were read with, whoever was
+    given it: the datamodule alone (as `cog-pl run` and the demo pass theirs) makes the same definition as the
+    extractor given it, and a store made either way is reused by the other."""
+    model = FeatureExtractor(MODEL)  # its own transform: timm's pretrained config, 176 px
+    assert f", {model.transform_config.crop} px RGB, spec " in model.store_meta()["definition"]
+    assert model.transform_config.crop == 176
+    dm = ExtractionDataModule(out=str(tmp_path / "out"), model_name="resnet10t", in1k_root=str(roots[0]),
+                              domains=("in1k",), splits=("test",), transform=32, batch_size=3, num_workers=0)
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.predict(model, datamodule=dm)
+    meta = open_store(tmp_path / "out" / "resnet10t" / "in1k" / "test").meta
+    assert meta["transform"]["crop"] == 32 and ", 32 px RGB, spec " in meta["definition"]
+    given = FeatureExtractor(MODEL, transform=32).store_meta(str(trainer.precision))
+    assert meta["definition"] == given["definition"] and meta["transform"] == given["transform"]
+    again = ExtractionDataModule(out=str(tmp_path / "out"), model_name="resnet10t", in1k_root=str(roots[0]),
+                                 domains=("in1k",), splits=("test",), batch_size=3, num_workers=0)
+    again.model_meta = given  # the extractor given the transform: the store is its own, skipped
+    again.setup("predict")
+    assert again.skipped == [tmp_path / "out" / "resnet10t" / "in1k" / "test"] and not again.targets

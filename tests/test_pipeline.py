@@ -143,7 +143,7 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     own = TransformConfig(crop=40, resize=48)  # the backbone's own transform, unlike the registry's for external:
     # stores this run made (its model, weights, precision, transform) from images no longer there: the data half of
     # their identity is what this run's data would give (the run's official levels have more concepts)
-    made_by = FeatureExtractor("external:demo_cnn").store_meta()  # the model half of the identity: this run's
+    made_by = FeatureExtractor("external:demo_cnn").store_meta(transform=own)  # the model half: this run's
     write_level_stores(out / "features", model="demo_cnn", arch="external:demo_cnn", feature="penultimate",
                        definition=made_by["definition"], trusted_checkpoint=False, weights_sha256=None,
                        precision="32-true", transform=own.as_record())
@@ -224,6 +224,49 @@ def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys)
         assert flag in shown
     assert main([*argv, "--finetune-precision", "bf16-mixed"]) == 2  # the flag without --finetune
     assert "--finetune-precision: set for a run without fine-tuning; add --finetune" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # 2026-12-02, shared 2 cores: 115 s (a run and two reports as processes); the core stays fast:
+# tests/test_report_concepts.py::test_a_report_reads_the_similarity_source_its_store_records_and_removes_stale_files
+def test_report_after_run_leaves_one_consistent_set_of_files(onto, tmp_path):
+    """Issue 37: `cog-pl report` with its defaults, on a run's results and into its report folder, writes what the run
+    wrote: the same files (report.html included, rewritten), the same report (the similarity of the run's benchmark
+    file, which the results store records, and so the same slopes; the run's feature stores); a report file it does
+    not write is removed, and `--no-html` removes report.html."""
+    from cog_pl.demo.backbone import DemoCNN
+    from cog_pl.demo.pretrain import save_backbone
+    from cog_pl.demo.synthetic import make_demo
+    from cog_pl.report.concepts import SIMILARITY_INFO
+    from cog_pl.results import read_info
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=6, test_per_concept=3,
+                      image_size=32, onto=onto)
+    save_backbone(DemoCNN(), tmp_path / "demo_cnn.pt")
+    out, cog_pl = tmp_path / "out", Path(sys.executable).with_name("cog-pl")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    made = subprocess.run([str(cog_pl), "run", "--model", "external:demo_cnn", "--checkpoint",
+                           str(tmp_path / "demo_cnn.pt"), "--in21k-root", str(tmp_path / "d" / "in21k"), "--benchmark",
+                           str(bench), "--out", str(out), "--domains", "cog_l1", "cog_l5", "--no-check",
+                           "--num-workers", "0", "--seeds", "22", "--shots", "all", "--trials", "2", "--epochs", "2",
+                           "--accelerator", "cpu", "--probe-device", "cpu"], env=env, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr[-3000:]
+    folder = out / "report"
+    by_run = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert {"report.md", "results.csv", "concepts.csv", "concepts_similarity.png", "report.html"} <= set(by_run)
+    assert read_info(out / "results.sqlite", SIMILARITY_INFO)["file"] == str(bench.resolve())
+    run_md = by_run["report.md"].decode()
+    assert f"similarity to the seen concepts ({bench.name})" in run_md and "slope" in run_md
+    (folder / "methods.png").write_bytes(b"an older report's plot of a method no longer in the store")
+    stamp = (folder / "report.html").stat().st_mtime_ns
+    report = [str(cog_pl), "report", "--results", str(out / "results.sqlite"), "--out", str(folder)]
+    again = subprocess.run(report, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(by_run)  # the run's files, methods.png gone
+    assert (folder / "report.md").read_text() == run_md  # the same similarity, slopes, paired tables, stores
+    assert (folder / "report.html").stat().st_mtime_ns != stamp  # rewritten, never left from an older report
+    plain = subprocess.run([*report, "--no-html"], env=env, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(set(by_run) - {"report.html"})
 
 
 def test_bad_requests_fail_clearly(tmp_path, capsys):

@@ -125,12 +125,12 @@ def test_the_report_refuses_predictions_that_are_not_their_rows(store, tmp_path,
     assert "does not match its row twin/linear/cog_l4/None/" in err and row["predictions"]["path"] in err
 
 
-def test_report_command_writes_html_on_request_and_is_seeded(store, tmp_path, capsys):
+def test_report_command_writes_html_unless_told_not_and_is_seeded(store, tmp_path, capsys):
     results, levels = store
     common = ["report", "--results", str(results), "--baseline", "base", "--levels", str(levels)]
-    assert main([*common, "--out", str(tmp_path / "a")]) == 0
+    assert main([*common, "--out", str(tmp_path / "a"), "--no-html"]) == 0
     assert not (tmp_path / "a" / "report.html").exists() and (tmp_path / "a" / "concepts.csv").is_file()
-    assert main([*common, "--out", str(tmp_path / "b"), "--html"]) == 0
+    assert main([*common, "--out", str(tmp_path / "b")]) == 0  # report.html by default, as cog-pl run writes it
     assert main([*common, "--out", str(tmp_path / "c"), "--seed", "5"]) == 0
     out = capsys.readouterr().out
     assert "html: " in out and "report.html" in out
@@ -150,3 +150,33 @@ def test_similarity_from_wordnet_without_a_level_file(wordnet):
     assert info.measure == "lin" and "Lin similarity to the 1000 IN-1K concepts" in info.source
     assert [info.similarity[w] for w in wnids] == pytest.approx(list(sim))
     assert [info.closest[w] for w in wnids] == [resources.in1k_wnids()[i] for i in closest]
+
+
+def test_a_report_reads_the_similarity_source_its_store_records_and_removes_stale_files(store, tmp_path):
+    """Issue 37: without --levels, `cog-pl report` takes the similarity source the results store records (as
+    `cog-pl run` records its benchmark file's), never WordNet's similarity to IN-1K in its place: the same report as
+    given the file. Report files it does not write are removed; report.html is written by default. A run recording
+    another source into the store is refused in one line."""
+    from cog_pl.errors import CogError
+    from cog_pl.report.concepts import SIMILARITY_INFO, record_similarity_source
+    from cog_pl.results import read_info
+
+    results, levels = store
+    given = write_report(results, tmp_path / "given", baseline="base", levels=levels)
+    assert read_info(results, SIMILARITY_INFO) is None
+    record_similarity_source(results, levels)
+    assert read_info(results, SIMILARITY_INFO)["file"] == str(levels.resolve())
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / "methods.png").write_bytes(b"an older report's plot of a method no longer in the store")
+    (folder / "report.html").write_text("an older page")
+    assert main(["report", "--results", str(results), "--baseline", "base", "--out", str(folder)]) == 0
+    text = (folder / "report.md").read_text()
+    assert text == given["markdown"].read_text() and f"lin similarity to the seen concepts ({levels.name})" in text
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in given.values())
+    assert "html" in given and (folder / "report.html").read_text() != "an older page"
+    record_similarity_source(results, levels)  # the same source again: nothing to refuse
+    with pytest.raises(CogError, match=f"results file {results} holds rows whose concept similarity comes from "
+                                       f"{levels.resolve()} \\(60 concepts\\); this run's from WordNet, Lin "
+                                       "similarity to the 1000 IN-1K concepts: give this run another --out"):
+        record_similarity_source(results, None)

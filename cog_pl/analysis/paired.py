@@ -16,16 +16,19 @@ seeds of each seed's difference.
   every seed at once) flips the sign of ``D_i``; the statistic is ``|sum_i D_i|``; ``p = (1 + #{replicates at least
   as extreme}) / (1 + replicates)``. The sign flips of the images with ``|D_i| = j / S`` are one binomial draw.
 
-Both are seeded (``seed``) so a report is reproducible.
+Both are seeded (``seed``) so a report is reproducible. Two rows are paired only when made on one test split: rows
+recording different ``split_sha256`` digests are refused (:func:`check_same_test_split`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from cog_pl.errors import CogError
 from cog_pl.predictions import Predictions
 
 #: Replicates of the bootstrap and of the permutation test, the level of the interval, the report's seed.
@@ -132,6 +135,28 @@ def aligned(a: Mapping[int, Predictions], b: Mapping[int, Predictions]) -> tuple
     if any(not np.array_equal(labels[0], lab) for lab in labels[1:]):
         raise ValueError("the two models' predictions give other labels to the same test images")
     return np.stack([c for _, c in rows_a]), np.stack([c for _, c in rows_b]), seeds
+
+
+def split_sha256_of(row: Mapping[str, Any]) -> str | None:
+    """The digest of the test split a row was made on (its test store's ``split_sha256``, as the row's ``features``
+    record it); None where the row does not record one (a plain store, IN-1K's official val set)."""
+    found = ((row.get("features") or {}).get("test") or {}).get("split_sha256")
+    return str(found) if found else None
+
+
+def check_same_test_split(a: Mapping[str, Any], b: Mapping[str, Any], where: str = "") -> None:
+    """Refuse to pair rows made on two different test splits (both digests recorded and different): their
+    predictions' dataset rows name other images, so matching them by row would compare unrelated answers."""
+    da, db = split_sha256_of(a), split_sha256_of(b)
+    if da is not None and db is not None and da != db:
+        raise CogError(f"{where + ': ' if where else ''}cannot pair {_row_name(a)} (test split sha256 {da[:16]}) "
+                       f"with {_row_name(b)} (test split sha256 {db[:16]}): they were tested on other images; "
+                       "compare models made on one benchmark and split")
+
+
+def _row_name(row: Mapping[str, Any]) -> str:
+    return (f"{row.get('model')}/{row.get('method') or 'linear'}/{row.get('domain')}/shots={row.get('shots') or 'all'}"
+            f"/seed={row.get('seed')}")
 
 
 def positions(have: np.ndarray, want: np.ndarray) -> np.ndarray | None:

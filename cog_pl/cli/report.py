@@ -14,15 +14,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("models", nargs="*", help="models to show (default: all in the store)")
     p.add_argument("--results", type=Path, default=Path("results.sqlite"), help="results store (SQLite)")
     p.add_argument("--baseline", default=None, help="model the relative accuracies refer to, e.g. resnet50")
-    p.add_argument("--out", type=Path, default=Path("report"), help="folder for report.md, results.csv, PNGs")
+    p.add_argument("--out", type=Path, default=Path("report"),
+                   help="folder for report.md, results.csv, PNGs, report.html; report files of an earlier report "
+                        "that this one does not write are removed")
     p.add_argument("--features", type=Path, default=None,
-                   help="feature stores' root: count the images each store skipped as unreadable (--on-error skip)")
-    p.add_argument("--html", action=argparse.BooleanOptionalAction, default=False,
+                   help="feature stores' root: count the images each store skipped as unreadable (--on-error skip); "
+                        "default: the one the results store records (cog-pl run records its own)")
+    p.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                    help="also write report.html: the tables, the figures and a per-concept table to sort and filter, "
-                        "in one self-contained page (default: off; on in cog-pl run and demo)")
+                        "in one self-contained page (default: on, as in cog-pl run; --no-html removes an older one)")
     p.add_argument("--levels", type=Path, default=None,
                    help="level file (cog-pl levels build) or benchmark file giving each level concept's similarity to "
-                        "the seen concepts (any measure) and its closest seen concept; default: Lin similarity to "
+                        "the seen concepts (any measure) and its closest seen concept; default: the source the "
+                        "results store records (cog-pl run records its benchmark file's), else Lin similarity to "
                         "IN-1K from WordNet")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals and permutation tests")
     p.set_defaults(func=_report)

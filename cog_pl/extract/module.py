@@ -87,15 +87,28 @@ class FeatureExtractor(BackboneModule):
     def configure_callbacks(self) -> list:
         return [FeatureStoreWriter()] if self.hparams.write_stores else []
 
-    def store_meta(self, precision: str | None = None) -> dict[str, Any]:
-        """What every feature store made by this extractor records about the model."""
+    def store_meta(self, precision: str | None = None, transform: TransformConfig | None = None) -> dict[str, Any]:
+        """What every feature store made by this extractor records about the model. Its definition and transform
+        are of the transform the images are read with, whoever was given it: ``transform``, else the attached
+        datamodule's (an :class:`~cog_pl.extract.datamodule.ExtractionDataModule` given one of its own), else this
+        extractor's."""
         spec = self.backbone.spec
+        transform = transform or self._datamodule_transform() or self.transform_config
         return {
             "format": "cog-pl-features", "version": 1,
-            "model": spec.name, "arch": spec.arch, "feature": spec.feature, "definition": spec.definition(),
+            "model": spec.name, "arch": spec.arch, "feature": spec.feature, "definition": spec.definition(transform),
             "weights": self.backbone.weights, "weights_sha256": self.backbone.weights_sha256,
             "trusted_checkpoint": self.backbone.trusted,
-            "transform": self.transform_config.as_record(),
+            "transform": transform.as_record(),
             "precision": precision or (str(self.trainer.precision) if self._trainer is not None else None),
             **provenance(),
         }
+
+    def _datamodule_transform(self) -> TransformConfig | None:
+        """The transform of the datamodule the Trainer runs this extractor with, where it has one."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        try:
+            found = getattr(datamodule, "transform_config", None)
+        except ValueError:  # an ExtractionDataModule of transform "auto" that has nothing to take it from yet
+            return None
+        return found if isinstance(found, TransformConfig) else None

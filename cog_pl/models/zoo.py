@@ -22,8 +22,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from cog_pl.registry import Registry
+
+if TYPE_CHECKING:
+    from cog_pl.data.transforms import TransformConfig
 
 __all__ = ["BACKBONES", "EFFICIENTNET_LITE0", "ENTRY_POINT_GROUP", "PAPER_MODELS", "USER_LAYOUT", "BackboneSpec",
            "Layout", "Published", "add_spec", "load_entry_points", "resolve_spec", "seen_of_timm_tag"]
@@ -102,16 +106,18 @@ class BackboneSpec:
     def ignore(self) -> tuple[str, ...]:
         return self.layout.heads
 
-    def definition(self) -> str:
+    def definition(self, transform: TransformConfig | None = None) -> str:
         """What makes this spec's features, as recorded in every store: the feature, the input and a digest of
         everything that decides the numbers (architecture, layout, input), so a store made by another definition
-        is never resumed or reused."""
+        is never resumed or reused. ``transform`` (a :class:`~cog_pl.data.transforms.TransformConfig`): the input
+        pipeline that ran, whose crop is the input size stated (the spec's own ``image_size`` without one)."""
         facts = {k: v for k, v in asdict(self).items() if k not in ("group", "paper_name", "published", "note", "seen")}
         facts["layout"].pop("source")
         from cog_pl.identity import digest
 
         order, spec = "BGR" if self.bgr else "RGB", digest(facts)[:12]
-        return f"{self.arch} {self.feature} {self.feature_dim}-d, {self.image_size} px {order}, spec {spec}"
+        size = self.image_size if transform is None else transform.crop
+        return f"{self.arch} {self.feature} {self.feature_dim}-d, {size} px {order}, spec {spec}"
 
 
 _R50 = "torchvision:resnet50"

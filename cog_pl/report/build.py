@@ -31,7 +31,7 @@ from cog_pl.report.tables import (
     summarize,
 )
 from cog_pl.report.variants import variant_lines, variants_markdown
-from cog_pl.results import read_rows, row_times
+from cog_pl.results import read_info, read_rows, row_times
 
 logger = logging.getLogger(__name__)
 
@@ -56,18 +56,36 @@ def skipped_markdown(features: str | Path, models: Sequence[str] = ()) -> str:
             "| model | domain | split | skipped | first |\n|---|---|---|---|---|\n" + "\n".join(lines) + "\n")
 
 
+#: Every file a report may write into its folder; those a report does not write this time are removed, so a folder
+#: holds one report (:func:`write_report`).
+ARTEFACTS = ("report.md", "results.csv", "concepts.csv", "domains.png", "domains_relative.png", "few_shot.png",
+             "methods.png", "variants.png", "concepts_similarity.png", "concepts_similarity_relative.png",
+             "report.html")
+#: The results store's ``info`` key of the feature stores' root its rows were made from (``cog-pl run`` records it).
+FEATURES_INFO = "features"
+
+
+def recorded_features(results: str | Path) -> Path | None:
+    """The feature stores' root ``results`` records (:data:`FEATURES_INFO`), where it still exists."""
+    found = read_info(results, FEATURES_INFO)
+    return Path(found) if found and Path(found).is_dir() else None
+
+
 def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (),
                  baseline: str | None = None, features: str | Path | None = None, levels: str | Path | None = None,
-                 html: bool = False, seed: int = SEED) -> dict[str, Path]:
+                 html: bool = True, seed: int = SEED) -> dict[str, Path]:
     """Tables and plots of ``models`` (all models in the store when empty); returns the files written. With
-    ``features`` (the feature stores' root), the images each store skipped as unreadable are counted. The concept
-    sections come from the predictions stored beside the rows (:mod:`cog_pl.report.concepts`; similarity from
-    ``levels``, a level or benchmark file, else WordNet; every bootstrap seeded by ``seed``); ``html``: also
-    ``report.html`` (:mod:`cog_pl.report.html`). A cell's rows of an older protocol than its newest row's are left
-    out of every table, figure and analysis and listed in a section of their own
-    (:func:`~cog_pl.report.tables.split_protocols`)."""
+    ``features`` (the feature stores' root; by default the one the results store records), the images each store
+    skipped as unreadable are counted. The concept sections come from the predictions stored beside the rows
+    (:mod:`cog_pl.report.concepts`; similarity from ``levels``, a level or benchmark file, by default the source the
+    results store records, else WordNet; every bootstrap seeded by ``seed``); ``html``: also ``report.html``
+    (:mod:`cog_pl.report.html`). The files of :data:`ARTEFACTS` in ``out`` that this report does not write (a plot
+    of a method no longer shown, ``report.html`` without ``html``) are removed: ``cog-pl run`` and ``cog-pl report``
+    leave the same set. A cell's rows of an older protocol than its newest row's are left out of every
+    table, figure and analysis and listed in a section of their own (:func:`~cog_pl.report.tables.split_protocols`)."""
     started = time.perf_counter()
     rows = read_rows(results)
+    features = features if features is not None else recorded_features(results)
     if not rows:
         raise ValueError(f"results file {results} holds no rows (run `cog-pl run` or `cog-pl probe` first)")
     known = sorted({r["model"] for r in rows})
@@ -119,4 +137,14 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
         files["html"] = out / "report.html"
         with atomic_open(files["html"]) as fh:
             fh.write(report_html(markdown, figures, concept_lines, made))
+    _remove_stale(out, files)
     return files
+
+
+def _remove_stale(out: Path, files: dict[str, Path]) -> None:
+    """Remove the report files (:data:`ARTEFACTS`) in ``out`` that this report did not write."""
+    written = {p.name for p in files.values()}
+    for name in ARTEFACTS:
+        if name not in written and (out / name).is_file():
+            (out / name).unlink()
+            logger.info("removed %s: this report does not write it", out / name)

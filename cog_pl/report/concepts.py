@@ -10,7 +10,8 @@ stored, the seen concept each unseen concept is most often taken for. Rendering:
 
 Similarity comes from a level file or a benchmark file (``levels``: its ``similarity`` and ``closest_seen``, any
 measure), else from WordNet: Lin similarity to the benchmark's seen concepts (IN-1K by default), the measure of the
-official levels.
+official levels. ``cog-pl run`` records the source its rows were made with in the results store
+(:func:`record_similarity_source`), which a report given no ``levels`` uses (:func:`recorded_similarity`).
 """
 
 from __future__ import annotations
@@ -27,14 +28,22 @@ import numpy as np
 
 from cog_pl.analysis import concepts as ca
 from cog_pl.analysis.confusions import Confusion, most_taken_for, top_confusions
-from cog_pl.analysis.paired import SEED, PairedDifference, aligned, paired_difference
+from cog_pl.analysis.paired import SEED, PairedDifference, aligned, check_same_test_split, paired_difference
+from cog_pl.errors import CogError
 from cog_pl.io import read_json
-from cog_pl.predictions import Predictions, missing_reason, read_noise_predictions, read_row_predictions
+from cog_pl.predictions import (
+    Predictions,
+    PredictionsError,
+    missing_reason,
+    noise_file,
+    read_noise_predictions,
+    read_row_predictions,
+)
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.report.tables import mean_std
 from cog_pl.report.variants import Stat
 from cog_pl.resources import in1k_wnids, is_wnid
-from cog_pl.results import DEFAULT_METHOD, method_of
+from cog_pl.results import DEFAULT_METHOD, method_of, read_info, write_info
 
 log = logging.getLogger(__name__)
 Cell = tuple[str, str, str]  # (model, method, domain)
@@ -106,40 +115,90 @@ def _ontology():
     return build_ontology()
 
 
-def concept_info(levels: str | Path | None, wnids: Sequence[str]) -> ConceptInfo | None:
-    """The similarity of ``wnids`` (level concepts) to the seen concepts: from ``levels`` (a level file, or a
-    benchmark file whose meta holds them) where it has them, else Lin similarity from WordNet to the benchmark file's
-    seen concepts (IN-1K without one); None when no concept is a WordNet synset."""
-    seen, name = in1k_wnids(), "the 1000 IN-1K concepts"
-    if levels is not None:
-        if read_json(levels, "level or benchmark file").get("format") == "cog-pl-benchmark":
-            from cog_pl.benchmark import Benchmark
+#: The results store's ``info`` key of the similarity source (:func:`similarity_source`) its rows were made with.
+SIMILARITY_INFO = "similarity"
 
-            bench = Benchmark.load(levels)
-            content, meta = {}, bench.meta
-            seen, name = bench.in1k, f"the {len(bench.in1k)} seen concepts of {Path(levels).name}"
-        else:
-            from cog_pl.levels.builder import load_level_file
 
-            content = meta = load_level_file(levels)
-        sim = meta.get("similarity") or meta.get("lin_similarity_to_seen")
-        if sim:
-            measure = (content.get("settings", {}).get("protocol", {}).get("measure")
-                       or (meta.get("levels") if isinstance(meta.get("levels"), dict) else {}).get(
-                           "protocol", {}).get("measure")
-                       or ("lin" if "lin_similarity_to_seen" in meta else "similarity"))
-            return ConceptInfo({w: float(v) for w, v in sim.items()}, dict(meta.get("closest_seen") or {}), measure,
-                               Path(levels).name)
+def similarity_source(levels: str | Path | None) -> dict[str, Any]:
+    """Where each level concept's similarity to the seen concepts comes from, as the results store records it:
+    the values of ``levels`` (a level file, or a benchmark file whose meta holds them: ``similarity``, ``closest``,
+    ``measure``), else the seen concepts whose WordNet Lin similarity is taken (``seen``: a benchmark file's, None
+    for IN-1K). ``file``: the file it was read from (for the record, not compared)."""
+    seen, name = None, "the 1000 IN-1K concepts"
+    if levels is None:
+        return {"file": None, "measure": "lin", "seen": seen, "seen_name": name}
+    if read_json(levels, "level or benchmark file").get("format") == "cog-pl-benchmark":
+        from cog_pl.benchmark import Benchmark
+
+        bench = Benchmark.load(levels)
+        content, meta = {}, bench.meta
+        seen, name = list(bench.in1k), f"the {len(bench.in1k)} seen concepts of {Path(levels).name}"
+    else:
+        from cog_pl.levels.builder import load_level_file
+
+        content = meta = load_level_file(levels)
+    sim = meta.get("similarity") or meta.get("lin_similarity_to_seen")
+    if not sim:
+        return {"file": str(Path(levels).resolve()), "measure": "lin", "seen": seen, "seen_name": name}
+    recorded = meta.get("levels") if isinstance(meta.get("levels"), dict) else {}
+    measure = (content.get("settings", {}).get("protocol", {}).get("measure")
+               or recorded.get("protocol", {}).get("measure")
+               or ("lin" if "lin_similarity_to_seen" in meta else "similarity"))
+    return {"file": str(Path(levels).resolve()), "measure": measure, "source": Path(levels).name,
+            "similarity": {w: float(v) for w, v in sim.items()}, "closest": dict(meta.get("closest_seen") or {})}
+
+
+def record_similarity_source(results: str | Path, levels: str | Path | None) -> dict[str, Any]:
+    """Record in ``results`` the similarity source of ``levels`` (:func:`similarity_source`), which the report of its
+    rows then uses; refused in one line when the file already records another (rows made on another benchmark)."""
+    want, have = similarity_source(levels), read_info(results, SIMILARITY_INFO)
+    if have is None:
+        write_info(results, SIMILARITY_INFO, want)
+    elif _compared(have) != _compared(want):
+        raise CogError(f"results file {results} holds rows whose concept similarity comes from {_where(have)}; this "
+                       f"run's from {_where(want)}: give this run another --out")
+    return want
+
+
+def _compared(source: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in source.items() if k != "file"}
+
+
+def _where(source: dict[str, Any]) -> str:
+    if source.get("similarity"):
+        return f"{source.get('file') or source.get('source')} ({len(source['similarity'])} concepts)"
+    return f"WordNet, Lin similarity to {source.get('seen_name')}"
+
+
+def concept_info_of(source: dict[str, Any], wnids: Sequence[str]) -> ConceptInfo | None:
+    """The similarity of ``wnids`` (level concepts) to the seen concepts from a :func:`similarity_source`: its values,
+    else Lin similarity from WordNet to its seen concepts; None when no concept is a WordNet synset."""
+    if source.get("similarity"):
+        return ConceptInfo(dict(source["similarity"]), dict(source.get("closest") or {}), source["measure"],
+                           source.get("source") or Path(source["file"]).name)
     from cog_pl.wordnet.similarity import similarity_to_set
 
     onto = _ontology()
     known = [w for w in dict.fromkeys(wnids) if is_wnid(w) and w in onto.index]
-    seen = [w for w in seen if w in onto.index]
+    seen = [w for w in (source.get("seen") or in1k_wnids()) if w in onto.index]
     if not known or not seen:
         return None
     sim, closest = similarity_to_set(onto, known, seen)
     return ConceptInfo({w: float(s) for w, s in zip(known, sim)}, {w: seen[i] for w, i in zip(known, closest)},
-                       "lin", f"WordNet, Lin similarity to {name}")
+                       "lin", f"WordNet, Lin similarity to {source.get('seen_name')}")
+
+
+def concept_info(levels: str | Path | None, wnids: Sequence[str]) -> ConceptInfo | None:
+    """The similarity of ``wnids`` (level concepts) to the seen concepts: from ``levels`` (a level file, or a
+    benchmark file whose meta holds them) where it has them, else Lin similarity from WordNet to the benchmark file's
+    seen concepts (IN-1K without one); None when no concept is a WordNet synset."""
+    return concept_info_of(similarity_source(levels), wnids)
+
+
+def recorded_similarity(results: str | Path) -> dict[str, Any]:
+    """The similarity source ``results`` records (:func:`record_similarity_source`; ``cog-pl run`` does), else
+    WordNet's Lin similarity to IN-1K."""
+    return read_info(results, SIMILARITY_INFO) or similarity_source(None)
 
 
 def level_drops(rows: Iterable[dict[str, Any]]) -> dict[str, Stat]:
@@ -174,7 +233,9 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
     linear = {m: [s for (mm, meth, d), s in out.scores.items() if mm == m and meth == DEFAULT_METHOD
                   and d in LEVEL_OF_DOMAIN] for m in out.models}
     level_wnids = [w for ss in linear.values() for s in ss for w in s.classes]
-    out.info = concept_info(levels, level_wnids) if level_wnids else None
+    if level_wnids:
+        source = similarity_source(levels) if levels is not None else recorded_similarity(results)
+        out.info = concept_info_of(source, level_wnids)
     if out.info is not None:
         _curves(out, linear)
     for (model, method, domain), s in out.scores.items():
@@ -185,7 +246,8 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
             out.confusions[model, domain] = top_confusions([p.label for p in by_seed.values()],
                                                            [p.top5[:, 0] for p in by_seed.values()], num)
     if baseline:
-        out.paired, out.unpaired = paired_to_baseline(stored, baseline, sorted({r["model"] for r in rows}), seed)
+        out.paired, out.unpaired = paired_to_baseline(stored, baseline, sorted({r["model"] for r in rows}), seed,
+                                                      rows=rows, results=results)
     out.lin = _confusion_similarity(out)
     _noise(out, results, rows)
     return out
@@ -203,6 +265,11 @@ def _noise(out: ConceptReport, results: str | Path, rows: Sequence[dict[str, Any
             preds = read_noise_predictions(results, row, domain)
             if preds is not None and preds.classes and preds.meta.get("label_classes"):
                 labels = tuple(preds.meta["label_classes"])
+                shown = out.scores.get((row["model"], DEFAULT_METHOD, domain))
+                if shown is not None and tuple(shown.classes) != labels:
+                    raise PredictionsError(f"label-noise predictions {noise_file(results, row, domain)} name "
+                                           f"{len(labels)} concepts ({', '.join(labels[:2])}, ...) that are not "
+                                           f"{domain}'s ({', '.join(shown.classes[:2])}, ...): remove the file")
                 taken = most_taken_for([preds.label], [preds.top5[:, 0]], len(labels), len(preds.classes))
                 out.noise[row["model"], domain] = (taken, labels, preds.classes, int(row["seed"]))
 
@@ -228,10 +295,15 @@ def _curves(out: ConceptReport, linear: dict[str, list[ca.ConceptScores]]) -> No
 
 
 def paired_to_baseline(stored: dict[Cell, dict[int, Predictions]], baseline: str, models: Sequence[str],
-                       seed: int = SEED) -> tuple[dict[tuple[str, str], PairedDifference], dict[tuple[str, str], str]]:
+                       seed: int = SEED, rows: Iterable[dict[str, Any]] = (), results: str | Path = ""
+                       ) -> tuple[dict[tuple[str, str], PairedDifference], dict[tuple[str, str], str]]:
     """Each model's paired difference to ``baseline`` per official domain (linear probes, all data) from
-    ``stored`` (:func:`stored_predictions`), and why a (model, domain) has none."""
+    ``stored`` (:func:`stored_predictions`), and why a (model, domain) has none. Where ``rows`` (those of
+    ``results``) record the test split each was made on, a model tested on another split than the baseline's is
+    refused (:func:`~cog_pl.analysis.paired.check_same_test_split`)."""
     paired, unpaired = {}, {}
+    made = {(r["model"], r["domain"], int(r["seed"])): r for r in rows
+            if method_of(r) == DEFAULT_METHOD and r.get("shots") is None}
     for model in models:
         if model == baseline:
             continue
@@ -241,6 +313,9 @@ def paired_to_baseline(stored: dict[Cell, dict[int, Predictions]], baseline: str
                 if a is not None or b is not None:
                     unpaired[model, domain] = "predictions of one model lacking"
                 continue
+            for s in sorted(a.keys() & b.keys()):
+                if (model, domain, s) in made and (baseline, domain, s) in made:
+                    check_same_test_split(made[model, domain, s], made[baseline, domain, s], str(results))
             try:
                 ca_, cb, seeds = aligned(a, b)
             except ValueError as err:
