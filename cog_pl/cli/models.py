@@ -230,15 +230,36 @@ def _download(args: argparse.Namespace) -> int:
         raise ValueError(f"{spec.name}: {pub.manual}{conversion}; put it in {folder}/ (where cog-pl run looks)")
     from cog_pl.models.download import download, hash_prefix_of
 
+    from cog_pl.io import file_sha256
+    from cog_pl.models.files import write_download_record
+
     name = url.rsplit("/", 1)[-1].split("?")[0]
-    expected = None if args.no_hash_check else (pub.sha256_prefix if not args.url else None) or hash_prefix_of(name)
+    # what the zoo knows of the published file (a stated digest, or the prefix its published name carries), which a
+    # mirror's copy must match too; else the prefix the URL's own name carries
+    known = pub.sha256_prefix or hash_prefix_of(pub.file)
+    expected = None if args.no_hash_check else known or hash_prefix_of(name)
     folder.mkdir(parents=True, exist_ok=True)
     if name.endswith(".zip"):
-        archive = download(url, folder / name, expected, progress=not args.no_progress)
+        archive = download(url, folder / name, None if known else expected, progress=not args.no_progress)
         dest = _unzip(archive, pub.member or pub.file, folder / pub.file)
-    else:  # a mirror's file keeps its own name: the hash prefix it carries is its own
-        dest = download(url, folder / (name if args.url else pub.file), expected, progress=not args.no_progress)
-    print(f"{spec.name}: {dest}")
+    else:  # a mirror's file keeps its own name
+        whose = f" ({spec.name}'s published {pub.file})" if expected and expected == known else ""
+        dest = download(url, folder / (name if args.url else pub.file), expected, progress=not args.no_progress,
+                        prefix_of=whose)
+    digest = file_sha256(dest)
+    if known and expected == known and not digest.startswith(known):  # a zip's member, checked once unpacked
+        dest.unlink()
+        raise ValueError(f"{spec.name}: {dest} from {url}: sha256 {digest} does not start with the published "
+                         f"file's {known} (it was removed)")
+    verified = None if expected is None else ("the published file's digest" if expected == known
+                                              else "the digest its URL's name carries")
+    write_download_record(dest, url, digest, verified)
+    if verified is None:
+        print(f"{spec.name}: {dest} (unverified: "
+              + ("--no-hash-check" if args.no_hash_check else "the zoo knows no digest of it and its URL's name "
+                 "carries none") + f"; sha256 {digest}, recorded beside it)")
+    else:
+        print(f"{spec.name}: {dest} (sha256 {digest[:12]}..., verified against {verified})")
     return 0
 
 

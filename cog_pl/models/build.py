@@ -357,6 +357,7 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
             logger.info("%s: read %d tensors from %s [%s]; dropped %s", spec.name, report.loaded, path, container,
                         report.dropped_line())
         weights, digest = path, file_sha256(checkpoint)
+        _say_unverified(path)
     model = _feature_module(net, spec)
     model.eval().requires_grad_(False)
     if spec.feature_dim < 0:
@@ -365,6 +366,19 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
         spec = replace(spec, feature_dim=int(dim))
     logger.debug("built %s (%s) with %s weights", spec.name, spec.arch, weights)
     return Backbone(model, spec, weights, digest, report is not None and report.trusted, report)
+
+
+_UNVERIFIED_SAID: set[str] = set()
+
+
+def _say_unverified(path: str) -> None:
+    """Say once per process that a file ``cog-pl models download`` kept unverified is used."""
+    from cog_pl.models.files import unverified_note
+
+    note = unverified_note(path)
+    if note and path not in _UNVERIFIED_SAID:
+        _UNVERIFIED_SAID.add(path)
+        logger.warning(note)
 
 
 def _lite0_file() -> Path:

@@ -278,6 +278,10 @@ def adapt_state_dict(state: Mapping[str, torch.Tensor], layout: Layout, key_map:
             continue
         for pattern, repl in renames:
             key = re.sub(pattern, repl, key)
+        head = next((h for h in layout.heads if key.startswith(h)), None) if key_map else None
+        if head is not None:  # a head the user's renames revealed (e.g. '^backbone\.' -> '' before 'fc.')
+            heads[head + "*"] += 1
+            continue
         out[key] = value
     if layout.convert:
         out = _function(layout.convert)(out)
