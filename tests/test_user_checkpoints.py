@@ -172,3 +172,97 @@ def test_a_converted_file_keeps_the_trust_its_source_needed_into_stores_and_the_
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = (tmp_path / "report" / "report.md").read_text()
     assert f"resnet18's features were made from a checkpoint read with trust_checkpoint (code from {plain}" in text
+
+
+def test_a_download_kept_unverified_is_recorded_and_run_says_so(bench, tmp_path):
+    """DINO's published file carries no hash in its name and the zoo knows no digest of it: a mirror's copy is kept,
+    recorded unverified beside it, and ``run`` (which takes it from the models dir) says so in one line. The
+    mirror's file is the layout DINO publishes (facebookresearch/dino: a ResNet-50 state dict without its head)."""
+    from cog_pl.io import file_sha256
+
+    torch.manual_seed(0)
+    mirror = tmp_path / "mirror" / "dino_r50.pth"
+    mirror.parent.mkdir()
+    torch.save({k: v for k, v in torchvision.models.resnet50().state_dict().items() if not k.startswith("fc.")},
+               mirror)
+    models = tmp_path / "models"
+    proc = cog_pl("models", "download", "dino", models, "--url", mirror.as_uri(), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    dest = models / "dino" / "dino_r50.pth"
+    assert proc.stdout.strip() == (f"dino: {dest} (unverified: the zoo knows no digest of it and its URL's name "
+                                   f"carries none; sha256 {file_sha256(mirror)}, recorded beside it)")
+    record = json.loads((models / "dino" / "dino_r50.pth.download.json").read_text())
+    assert record == {"file": "dino_r50.pth", "url": mirror.as_uri(), "sha256": file_sha256(mirror), "verified": None}
+    proc = cog_pl("run", "--model", "dino", "--models-dir", models, "--in21k-root", bench["in21k"], "--benchmark",
+                  bench["benchmark"], "--out", tmp_path / "out", "--domains", "cog_l2", "--no-check", "--num-workers",
+                  "0", "--stage", "extract", "--accelerator", "cpu")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [ln for ln in proc.stderr.splitlines() if "is unverified" in ln]
+    assert len(said) == 1, proc.stderr[-3000:]
+    assert said[0].endswith(f"checkpoint {dest} is unverified: cog-pl models download fetched it from "
+                            f"{mirror.as_uri()} and checked its sha256 ({file_sha256(mirror)[:12]}...) against "
+                            "nothing (the zoo knows no digest of it)")
+
+
+#: The own-checkpoint tutorial's command lines, in its order (a line added there must be added here, to be run).
+TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorials" / "own-checkpoint.md"
+TUTORIAL_LINES = [
+    "cog-pl models check torchvision:resnet50 my_r50.pth",
+    "cog-pl run --model torchvision:resnet50 --checkpoint my_r50.pth --in1k-root /data/in1k --in21k-root /data/in21k "
+    "--out runs/mine",
+    "cog-pl models convert torchvision:resnet50 my_r50.jit my_r50_plain.pth --trust-checkpoint",
+    "cog-pl models check torchvision:resnet50 my_encoder.pth --checkpoint-prefix encoder.",
+    "cog-pl run --model torchvision:resnet50 --checkpoint my_encoder.pth --checkpoint-prefix encoder. --in1k-root "
+    "/data/in1k --in21k-root /data/in21k --out runs/encoder",
+    "cog-pl extract --config resnet50 --model.model torchvision:resnet50 --model.checkpoint my_encoder.pth "
+    "--model.prefix encoder. --data.in1k_root /data/in1k --data.in21k_root /data/in21k --data.out "
+    "runs/encoder/features",
+]
+
+
+@pytest.mark.slow
+def test_the_own_checkpoint_tutorial_runs_as_written(bench, tmp_path):
+    """Each line of docs/tutorials/own-checkpoint.md, run in a folder holding the files it names, made as users make
+    them: ``my_r50.pth`` a torchvision ResNet-50 saved by DDP in a training script's checkpoint, ``my_r50.jit`` a
+    TorchScript archive, ``my_encoder.pth`` an SSL checkpoint whose backbone sits under ``encoder.`` beside its
+    projector. The ImageNet roots are the one thing replaced: by the miniature benchmark (one level, one seed, one
+    trial of one epoch), as the docs' other lines run on generated data (tests/test_docs_commands.py)."""
+    from test_docs_commands import doc_commands
+
+    lines = doc_commands(TUTORIAL.read_text())
+    assert lines == TUTORIAL_LINES
+    torch.manual_seed(0)
+    r50 = torchvision.models.resnet50()
+    torch.save({"epoch": 100, "arch": "resnet50", "state_dict": ddp_state(r50), "optimizer": {}},
+               tmp_path / "my_r50.pth")
+    torch.jit.script(r50).save(str(tmp_path / "my_r50.jit"))
+    encoder = {f"encoder.{k}": v for k, v in r50.state_dict().items() if not k.startswith("fc.")}
+    projector = {"projector.0.weight": torch.zeros(128, 2048), "projector.0.bias": torch.zeros(128)}
+    torch.save({"state_dict": {**encoder, **projector}, "epoch": 200}, tmp_path / "my_encoder.pth")
+    tiny = {"--in1k-root /data/in1k --in21k-root /data/in21k":
+            f"--in21k-root {bench['in21k']} --benchmark {bench['benchmark']} --domains cog_l2 --no-check "
+            "--num-workers 0 --seeds 22 --shots all --trials 1 --epochs 1 --probe-device cpu --no-noise-predictions "
+            "--accelerator cpu",
+            "--data.in1k_root /data/in1k --data.in21k_root /data/in21k":
+            f"--data.in21k_root {bench['in21k']} --data.benchmark {bench['benchmark']} --data.domains [cog_l2] "
+            "--data.num_workers 0 --trainer.accelerator cpu"}
+    said = []  # each line's process, in the tutorial's order
+    for line in lines:
+        for typed, small in tiny.items():
+            line = line.replace(typed, small)
+        proc = cog_pl(*line.split()[1:], cwd=tmp_path)
+        assert proc.returncode == 0, f"{line}\n{proc.stderr[-3000:]}"
+        said.append(proc)
+    check, run, convert, _, run_encoder, extract = said
+    assert "wrapper prefix stripped: 'module.' (320 keys)" in check.stderr
+    assert "wrapper prefix stripped: 'module.' (320 keys)" in run.stderr
+    assert "container state_dict (beside epoch, arch, optimizer)" in run.stderr
+    assert "its source needed trust" in convert.stdout
+    assert torch.load(tmp_path / "my_r50_plain.pth", weights_only=True)["cog_pl_converted"]["trust_checkpoint"]
+    assert "key prefix taken: 'encoder.'" in run_encoder.stderr
+    for run in ("mine", "encoder"):
+        assert (tmp_path / "runs" / run / "report" / "report.html").is_file()
+        meta = json.loads((tmp_path / "runs" / run / "features" / "resnet50" / "cog_l2" / "test" / "meta.json")
+                          .read_text())
+        assert meta["weights"] == {"mine": "my_r50.pth", "encoder": "my_encoder.pth"}[run]
+    assert "already complete" in extract.stdout  # the run's stores: the file read alike by both commands
