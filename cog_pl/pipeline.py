@@ -139,6 +139,9 @@ class RunConfig:
     out: str = "cog_run"
     checkpoint: str | None = None
     trust_checkpoint: bool = False  # read a checkpoint safe loading refuses (its code runs); recorded in the stores
+    checkpoint_prefix: str | None = None  # how a user's checkpoint is read: build_backbone's prefix, key_map, in_order
+    checkpoint_key_map: dict[str, str] | None = None
+    checkpoint_in_order: bool = False
     domains: tuple[str, ...] = DOMAINS
     seeds: tuple[int, ...] = ProbeProtocol().seeds
     shots: tuple[int | None, ...] = (None, *ProbeProtocol().shots)
@@ -162,6 +165,12 @@ class RunConfig:
     noise_predictions: bool = True  # the label-noise check's predictions for the report (IN-1K probe on the levels)
     stage: str | None = None  # one of STAGES alone; None: every stage in turn
     storage: str | None = None  # the probes' Optuna storage (database URL, journal or SQLite file); None: out/optuna.db
+
+    @property
+    def checkpoint_kwargs(self) -> dict[str, Any]:
+        """How the checkpoint is read, as ``FeatureExtractor`` and ``FineTuneClassifier`` take it."""
+        return {"prefix": self.checkpoint_prefix, "key_map": self.checkpoint_key_map,
+                "in_order": self.checkpoint_in_order, "trust_checkpoint": self.trust_checkpoint}
 
     @property
     def variant_domains(self) -> tuple[str, ...]:
@@ -390,7 +399,7 @@ def _backbone_transform(cfg: RunConfig) -> Any:
     """The transform the extraction reads images with, for a stage that runs without it (fine-tuning alone)."""
     from cog_pl.extract.module import FeatureExtractor
 
-    return FeatureExtractor(cfg.model, cfg.checkpoint, trust_checkpoint=cfg.trust_checkpoint).transform_config
+    return FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs).transform_config
 
 
 def _check(cfg: RunConfig) -> None:
@@ -418,7 +427,7 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
     from cog_pl.extract.module import FeatureExtractor
 
     opts = cfg.extract
-    model = FeatureExtractor(cfg.model, cfg.checkpoint, trust_checkpoint=cfg.trust_checkpoint)
+    model = FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs)
     filter_known_warnings()
     trainer = L.Trainer(**opts.trainer_kwargs(), logger=False, enable_checkpointing=False,
                         enable_model_summary=False, enable_progress_bar=False,
@@ -557,6 +566,9 @@ def _finetune(cfg: RunConfig, out: Path, transform: Any) -> int:
     written, options = 0, dict(cfg.finetune)
     if cfg.trust_checkpoint:  # the backbone's file needs the opt-in: the fine-tuning recipe records it too
         options["recipe"] = {**(options.get("recipe") or {}), "trust_checkpoint": True}
+    reading = {k: v for k, v in cfg.checkpoint_kwargs.items() if v and k != "trust_checkpoint"}
+    if reading:  # the checkpoint is read as the extraction read it
+        options["recipe"] = {**(options.get("recipe") or {}), **reading}
     for seed in cfg.finetune_seed_values:
         logger.info("fine-tuning %s on %d domains, seed %d", cfg.model, len(cfg.domains), seed)
         rows = finetune_domains(cfg.model, cfg.checkpoint, str(out / "results.sqlite"), cfg.domains,

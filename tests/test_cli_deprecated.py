@@ -19,6 +19,8 @@ ALIASES = [
     (("probe", "protocol", "--features", "f", "--results", "r"), "--workers", "--probe-workers", "3", "workers"),
     (("probe", "knn", "--features", "f"), "--device", "--probe-device", "cuda:1", "device"),
     (("probe", "knn", "--features", "f"), "--precision", "--probe-precision", "64-true", "precision"),
+    (("models", "check", "timm:resnet10t", "f.pth"), "--prefix", "--checkpoint-prefix", "encoder.",
+     "checkpoint_prefix"),
     (("data", "check"), "--workers", "--num-workers", "2", "num_workers"),
 ]
 

@@ -201,7 +201,7 @@ def test_a_lightning_checkpoint_is_named_with_the_prefixes_it_holds(tmp_path):
     ckpt = tmp_path / "user.ckpt"
     trainer.save_checkpoint(ckpt)
     held = (r"a Lightning checkpoint \(Lightning 2\.[\d.]+\) whose state_dict holds the module's attributes "
-            r"backbone\. \(\d+ tensors\), head\. \(2 tensors\).*--model.prefix backbone\.")
+            r"backbone\. \(\d+ tensors\), head\. \(2 tensors\).*e\.g\. prefix='backbone\.'")
     with pytest.raises(CheckpointError, match=held):
         FeatureExtractor(MODEL, checkpoint=str(ckpt))
     with pytest.raises(CheckpointError, match=r"prefix 'net\.' was given"):

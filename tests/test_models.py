@@ -36,9 +36,11 @@ def test_wrong_prefix_is_refused_with_the_reason(tmp_path):
     torch.save({"state_dict": {"module.encoder_q." + k: v for k, v in src.model.state_dict().items()}}, path)
     with pytest.raises(ValueError, match="no checkpoint key starts with prefix 'backbone.'"):
         build_backbone("torchvision:resnet18", checkpoint=path, prefix="backbone.")
-    with pytest.raises(ValueError, match="carry the wrapper 'module.encoder_q.'") as err:
+    with pytest.raises(ValueError, match="carry the wrapper 'encoder_q.'") as err:  # DDP's module. stripped first
         build_backbone("torchvision:resnet18", checkpoint=path)  # the file's keys name the option that reads them
-    assert "--model.prefix module.encoder_q." in str(err.value) and str(path) in str(err.value)
+    assert "pass prefix='encoder_q.'" in str(err.value) and str(path) in str(err.value)  # the API's spelling
+    assert build_backbone("torchvision:resnet18", checkpoint=path, prefix="encoder_q.").report.stripped == \
+        "'module.' (122 keys)"
     with pytest.raises(ValueError, match="carry the wrapper 'encoder_q.'"):
         build_backbone("torchvision:resnet18", checkpoint=path, prefix="module.")
     assert build_backbone("torchvision:resnet18", checkpoint=path, prefix="module.encoder_q.").report.loaded == 100
@@ -48,7 +50,7 @@ def test_user_checkpoint_with_key_map(tmp_path):
     src = build_backbone("torchvision:resnet18")
     state = {k.replace("layer", "stage"): v for k, v in src.model.state_dict().items()}
     torch.save(state, tmp_path / "mine.pt")
-    with pytest.raises(ValueError, match="by their shapes, under other names .*--model.key_map"):
+    with pytest.raises(ValueError, match="by their shapes, under other names .*key_map="):
         build_backbone("torchvision:resnet18", checkpoint=tmp_path / "mine.pt")
     b = build_backbone("torchvision:resnet18", checkpoint=tmp_path / "mine.pt", key_map={r"^stage": "layer"})
     assert b.spec.feature_dim == 512

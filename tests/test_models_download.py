@@ -245,8 +245,9 @@ def test_part_longer_than_the_file_is_downloaded_again(server, tmp_path):
 
 @pytest.fixture
 def published(tmp_path):
-    """A server of a real checkpoint (a ResNet-50 state dict as torchvision publishes it), its name carrying the
-    prefix of its own sha256 as torchvision's names do."""
+    """A mirror of a real checkpoint (a ResNet-50 state dict without its head, as facebookresearch/barlowtwins
+    publishes ``resnet50.pth``; the zoo knows no digest of that file), its name carrying the prefix of its own
+    sha256 as torchvision's names do."""
     import io
 
     import torch
@@ -254,7 +255,7 @@ def published(tmp_path):
 
     buf = io.BytesIO()
     torch.manual_seed(0)
-    torch.save(torchvision.models.resnet50().state_dict(), buf)
+    torch.save({k: v for k, v in torchvision.models.resnet50().state_dict().items() if not k.startswith("fc.")}, buf)
     data = buf.getvalue()
     srv = ReplicaServer(data, f"resnet50-{hashlib.sha256(data).hexdigest()[:8]}.pth")
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -273,15 +274,17 @@ def test_models_download_resumes_after_a_cut_and_run_finds_the_file(published, t
 
     models = tmp_path / "models"
     published.cut_after = 2_000_000
-    assert main(["models", "download", "resnet50", str(models), "--url", published.url, "--no-progress"]) != 0
+    assert main(["models", "download", "barlowtwins", str(models), "--url", published.url, "--no-progress"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "interrupted at byte 2000000" in err[0] and published.url in err[0]
-    assert main(["models", "download", "resnet50", str(models), "--url", published.url, "--no-progress"]) == 0
-    dest = models / "resnet50" / published.name
-    assert capsys.readouterr().out.strip() == f"resnet50: {dest}"
+    assert main(["models", "download", "barlowtwins", str(models), "--url", published.url, "--no-progress"]) == 0
+    dest = models / "barlowtwins" / published.name
+    digest = hashlib.sha256(published.data).hexdigest()
+    assert capsys.readouterr().out.strip() == (f"barlowtwins: {dest} (sha256 {digest[:12]}..., verified against the "
+                                               "digest its URL's name carries)")
     assert dest.read_bytes() == published.data and published.requests[-1][2] == "bytes=2000000-"
-    assert default_checkpoint("resnet50", models) == str(dest)  # cog-pl run --model resnet50 takes it
-    assert main(["models", "check", "resnet50", str(dest)]) == 0
+    assert default_checkpoint("barlowtwins", models) == str(dest)  # cog-pl run --model barlowtwins takes it
+    assert main(["models", "check", "barlowtwins", str(dest)]) == 0
 
 
 def test_models_download_refuses_a_file_whose_hash_is_not_its_names(published, tmp_path, capsys):
@@ -289,10 +292,10 @@ def test_models_download_refuses_a_file_whose_hash_is_not_its_names(published, t
 
     published.name = "resnet50-00000000.pth"  # the content's digest does not start so
     url = published.url
-    assert main(["models", "download", "resnet50", str(tmp_path), "--url", url, "--no-progress"]) == 2
+    assert main(["models", "download", "barlowtwins", str(tmp_path), "--url", url, "--no-progress"]) == 2
     line = capsys.readouterr().err.strip()
     assert "does not start with the expected 00000000" in line and "\n" not in line
-    assert not any((tmp_path / "resnet50").glob("*"))
+    assert not any((tmp_path / "barlowtwins").glob("*"))
 
 
 def test_models_download_of_a_manual_file_says_where_to_get_it(tmp_path, capsys):
@@ -331,5 +334,5 @@ def test_models_download_extracts_the_member_of_a_release_zip(tmp_path, capsys):
         thread.join(5)
     dest = tmp_path / "obow" / pub.file
     assert dest.read_bytes() == b"the checkpoint's bytes"
-    assert sorted(p.name for p in dest.parent.iterdir()) == [pub.file]
-    assert capsys.readouterr().out.strip() == f"obow: {dest}"
+    assert sorted(p.name for p in dest.parent.iterdir()) == [pub.file, pub.file + ".download.json"]
+    assert capsys.readouterr().out.strip().startswith(f"obow: {dest} (unverified: the zoo knows no digest of it")

@@ -78,12 +78,15 @@ def run(argv: list[str], prog: str = "cog-pl extract") -> ExtractCLI | None:
     submit it (:func:`launch`)."""
     from cog_pl.cluster.options import cluster_options, split_argv
 
+    from cog_pl.models.checkpoints import EXTRACT_SPELLING, spelled
+
     given, rest = split_argv(argv)
     if "-h" in rest or "--help" in rest:
         return _cli(ExtractCLI, rest, prog)
     cluster = cluster_options(given)
     if cluster is None:
-        return _cli(ExtractCLI, argv, prog)
+        with spelled(EXTRACT_SPELLING):  # a message that suggests a loading option names the config key
+            return _cli(ExtractCLI, argv, prog)
     launch(rest, cluster, prog)
     return None
 

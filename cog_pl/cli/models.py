@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("file", type=Path)
     conv.add_argument("out", type=Path)
     _loading_options(conv)
+    conv.add_argument("--overwrite", action="store_true", help="replace OUT when it exists")
     conv.set_defaults(func=_convert)
     dl = msub.add_parser("download", help="fetch a model's published file into DIR/NAME/ (resumable)",
                          description="Downloads NAME's file from where its authors publish it into DIR/NAME/ "
@@ -52,9 +53,41 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _loading_options(p: argparse.ArgumentParser) -> None:
+    from cog_pl.cli.options import add_deprecated_alias
+
     p.add_argument("--trust-checkpoint", action="store_true",
                    help="read a file that safe loading refuses (TorchScript, dill): its code runs")
-    p.add_argument("--prefix", help="override the key prefix (users' files)")
+    add_deprecated_alias(p, "--prefix", add_checkpoint_options(p))
+
+
+def _key_map(text: str) -> dict[str, str]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object ({err.msg})") from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a JSON object of regex: replacement strings")
+    return value
+
+
+def add_checkpoint_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> argparse.Action:
+    """How a user's checkpoint is read, spelled alike in ``cog-pl run`` and ``cog-pl models check|convert``
+    (``cog-pl extract``'s ``--model.prefix``, ``--model.key_map``, ``--model.in_order``); returns the prefix's."""
+    prefix = p.add_argument("--checkpoint-prefix", default=None, metavar="PREFIX",
+                            help="read the weights under this key prefix (e.g. a LightningModule's backbone "
+                                 "attribute, backbone.); DDP's module. and torch.compile's _orig_mod. are stripped "
+                                 "from a user's file without it (as timm does)")
+    p.add_argument("--checkpoint-key-map", type=_key_map, default=None, metavar="JSON",
+                   help="rename the checkpoint's keys: a JSON object of regex: replacement, e.g. "
+                        "'{\"^encoder\\.\": \"\"}'")
+    p.add_argument("--checkpoint-in-order", action="store_true",
+                   help="map the checkpoint's tensors by position (same architecture, other names)")
+    return prefix
+
+
+def checkpoint_options(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`add_checkpoint_options`' values as :func:`~cog_pl.models.build_backbone`'s keywords."""
+    return {"prefix": args.checkpoint_prefix, "key_map": args.checkpoint_key_map, "in_order": args.checkpoint_in_order}
 
 
 def _norm(spec: Any) -> str:
@@ -107,32 +140,37 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_file(name: str, file: Path, trust: bool = False, prefix: str | None = None) -> dict[str, Any]:
+def check_file(name: str, file: Path, trust: bool = False, prefix: str | None = None,
+               key_map: dict[str, str] | None = None, in_order: bool = False) -> dict[str, Any]:
     """Load ``file`` as ``name`` reads it; the facts ``cog-pl models check`` reports."""
     import torch
 
     from cog_pl.models import build_backbone
 
-    backbone = build_backbone(name, file, prefix=prefix, trust_checkpoint=trust)
+    backbone = build_backbone(name, file, prefix=prefix, key_map=key_map, in_order=in_order, trust_checkpoint=trust)
     spec, report = backbone.spec, backbone.report
     with torch.inference_mode():
         dim = int(backbone.model(torch.zeros(1, 3, spec.image_size, spec.image_size)).shape[-1])
     if dim != spec.feature_dim:
         raise RuntimeError(f"{name}: the built network gives {dim}-d features, its spec says {spec.feature_dim}")
     return {"model": spec.name, "file": str(file), "sha256": backbone.weights_sha256, "container": report.container,
-            "prefix": report.prefix, "loaded": report.loaded, "dropped": report.dropped, "missing": 0,
+            "prefix": report.prefix, "stripped": report.stripped, "loaded": report.loaded, "dropped": report.dropped, "missing": 0,
             "other_objects": report.other_objects, "trusted": report.trusted, "converted_from": report.converted_from,
             "feature_dim": dim, "image_size": spec.image_size, "definition": spec.definition()}
 
 
 def _check(args: argparse.Namespace) -> int:
-    facts = check_file(args.name, args.file, args.trust_checkpoint, args.prefix)
+    from cog_pl.models.checkpoints import COMMAND_SPELLING, spelled
+
+    with spelled(COMMAND_SPELLING):
+        facts = check_file(args.name, args.file, args.trust_checkpoint, **checkpoint_options(args))
     lines = [("model", facts["model"]), ("file", facts["file"]), ("sha256", facts["sha256"]),
-             ("container", facts["container"]), ("prefix", repr(facts["prefix"])),
+             ("container", facts["container"]), ("wrapper stripped", facts["stripped"] or "none"),
+             ("prefix", repr(facts["prefix"])),
              ("tensors loaded", facts["loaded"]), ("tensors missing", 0),
              ("tensors dropped", ", ".join(f"{k} ({n})" for k, n in facts["dropped"].items()) or "none"),
              ("other objects", ", ".join(facts["other_objects"]) or "none"),
-             ("read with trust", "yes" if facts["trusted"] else "no"),
+             ("read with trust", _trust_line(facts)),
              ("feature", f"{facts['feature_dim']}-d at {facts['image_size']} px"),
              ("definition", facts["definition"])]
     width = max(len(k) for k, _ in lines)
@@ -142,20 +180,38 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trust_line(facts: dict[str, Any]) -> str:
+    source = facts["converted_from"] or {}
+    if source.get("trust_checkpoint"):
+        return f"yes: its source {source.get('source')} was, when cog-pl models convert read it"
+    return "yes" if facts["trusted"] else "no"
+
+
 def _convert(args: argparse.Namespace) -> int:
     from cog_pl.io import file_sha256
     from cog_pl.models.checkpoints import load_file, save_converted, take_container
     from cog_pl.models.zoo import resolve_spec
 
+    from cog_pl.models.checkpoints import COMMAND_SPELLING, spelled
+
     spec = resolve_spec(args.name)
-    check_file(args.name, args.file, args.trust_checkpoint, args.prefix)  # it loads, or one line says why
-    tensors, container, _ = take_container(load_file(args.file, args.trust_checkpoint), spec.layout, str(args.file),
-                                           spec.paper_name or spec.name)
+    if Path(args.out).resolve() == Path(args.file).resolve():
+        raise ValueError(f"output {args.out} is the input file itself: converting would replace it; name another "
+                         "output file")
+    if Path(args.out).exists() and not args.overwrite:
+        raise FileExistsError(f"output {args.out} exists; pass --overwrite to replace it")
+    with spelled(COMMAND_SPELLING):  # it loads, or one line says why
+        facts = check_file(args.name, args.file, args.trust_checkpoint, **checkpoint_options(args))
+    source = load_file(args.file, args.trust_checkpoint)
+    tensors, container, _ = take_container(source, spec.layout, str(args.file), spec.paper_name or spec.name)
     facts = {"model": spec.name, "source": Path(args.file).name, "source_sha256": file_sha256(args.file),
-             "container": container}
+             "container": container,
+             # its code ran to read it (or to read the file it was converted from): stores made from OUT say so
+             "trust_checkpoint": bool(facts["trusted"])}
     save_converted(tensors, args.out, facts)
     print(f"wrote {args.out}: {len(tensors)} tensors of {args.file} ({container}) as plain tensors; "
-          f"cog-pl run --model {spec.name} --checkpoint {args.out} reads it without trust")
+          f"cog-pl run --model {spec.name} --checkpoint {args.out} reads it without trust"
+          + ("; its source needed trust, which the stores made from it record" if facts["trust_checkpoint"] else ""))
     return 0
 
 
@@ -174,15 +230,36 @@ def _download(args: argparse.Namespace) -> int:
         raise ValueError(f"{spec.name}: {pub.manual}{conversion}; put it in {folder}/ (where cog-pl run looks)")
     from cog_pl.models.download import download, hash_prefix_of
 
+    from cog_pl.io import file_sha256
+    from cog_pl.models.files import write_download_record
+
     name = url.rsplit("/", 1)[-1].split("?")[0]
-    expected = None if args.no_hash_check else (pub.sha256_prefix if not args.url else None) or hash_prefix_of(name)
+    # what the zoo knows of the published file (a stated digest, or the prefix its published name carries), which a
+    # mirror's copy must match too; else the prefix the URL's own name carries
+    known = pub.sha256_prefix or hash_prefix_of(pub.file)
+    expected = None if args.no_hash_check else known or hash_prefix_of(name)
     folder.mkdir(parents=True, exist_ok=True)
     if name.endswith(".zip"):
-        archive = download(url, folder / name, expected, progress=not args.no_progress)
+        archive = download(url, folder / name, None if known else expected, progress=not args.no_progress)
         dest = _unzip(archive, pub.member or pub.file, folder / pub.file)
-    else:  # a mirror's file keeps its own name: the hash prefix it carries is its own
-        dest = download(url, folder / (name if args.url else pub.file), expected, progress=not args.no_progress)
-    print(f"{spec.name}: {dest}")
+    else:  # a mirror's file keeps its own name
+        whose = f" ({spec.name}'s published {pub.file})" if expected and expected == known else ""
+        dest = download(url, folder / (name if args.url else pub.file), expected, progress=not args.no_progress,
+                        prefix_of=whose)
+    digest = file_sha256(dest)
+    if known and expected == known and not digest.startswith(known):  # a zip's member, checked once unpacked
+        dest.unlink()
+        raise ValueError(f"{spec.name}: {dest} from {url}: sha256 {digest} does not start with the published "
+                         f"file's {known} (it was removed)")
+    verified = None if expected is None else ("the published file's digest" if expected == known
+                                              else "the digest its URL's name carries")
+    write_download_record(dest, url, digest, verified)
+    if verified is None:
+        print(f"{spec.name}: {dest} (unverified: "
+              + ("--no-hash-check" if args.no_hash_check else "the zoo knows no digest of it and its URL's name "
+                 "carries none") + f"; sha256 {digest}, recorded beside it)")
+    else:
+        print(f"{spec.name}: {dest} (sha256 {digest[:12]}..., verified against {verified})")
     return 0
 
 

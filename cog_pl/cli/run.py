@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cog_pl.cli.data import add_source_options
+from cog_pl.cli.models import add_checkpoint_options, checkpoint_options
 from cog_pl.cli.options import NUM_WORKERS, add_no_longer_needed, add_skip_policy, at_least, loader_workers_value
 from cog_pl.cli.probe import workers_value
 from cog_pl.cluster.options import add_launcher_options, cluster_options, split_argv
@@ -118,6 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trust-checkpoint", action="store_true",
                    help="read a checkpoint that safe loading refuses (TorchScript, dill): its code runs; recorded "
                         "in every store")
+    add_checkpoint_options(p)  # how a user's file is read: as models check reads it
     p.add_argument("--in1k-root", help="IN-1K with train/ and val/, or its webdataset shards or HF tars")
     p.add_argument("--in21k-root", help="IN-21K: a folder or a tar per synset, or webdataset shards")
     add_source_options(p)
@@ -256,19 +258,27 @@ def _run(args: argparse.Namespace) -> int:
 
     configs = [_config(args, extract, {} if args.finetune else None, model=model,
                        checkpoint=given or default_checkpoint(model, args.models_dir),
-                       trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root, in21k_root=args.in21k_root,
+                       trust_checkpoint=args.trust_checkpoint, **_checkpoint_fields(args), in1k_root=args.in1k_root, in21k_root=args.in21k_root,
                        out=args.out, domains=tuple(args.domains), benchmark=args.benchmark, check=not args.no_check,
                        overwrite=args.overwrite, seen=args.seen, stage=args.stage, storage=args.storage)
                for model, given in zip(models, checkpoints or [None] * len(models))]
     if cluster is not None:
         return _launch(args, configs, cluster)
-    summary = run(configs[0])
+    from cog_pl.models.checkpoints import COMMAND_SPELLING, spelled
+
+    with spelled(COMMAND_SPELLING):  # a message that suggests a loading option names run's
+        summary = run(configs[0])
     if not summary.lead:  # another rank of a distributed extraction: rank zero reports
         return 0
     if "markdown" in summary.report:
         print(summary.report["markdown"].read_text())
     print(format_summary(summary, (*configs[0].domains, *configs[0].variant_domains)))
     return 0
+
+
+def _checkpoint_fields(args: argparse.Namespace) -> dict:
+    """``--checkpoint-prefix``, ``--checkpoint-key-map``, ``--checkpoint-in-order`` as RunConfig's fields."""
+    return {f"checkpoint_{k}": v for k, v in checkpoint_options(args).items()}
 
 
 def _launch(args: argparse.Namespace, configs: list[RunConfig], cluster: ClusterOptions) -> int:

@@ -103,6 +103,8 @@ class FineTuneClassifier(BackboneModule):
         prefix: overrides the checkpoint's key prefix (:func:`~cog_pl.models.build_backbone`).
         channels_last: run convolutions in NHWC memory format.
         trust_checkpoint: read a checkpoint that safe loading refuses: its code runs.
+        key_map: regex -> replacement renames of the checkpoint's keys (:func:`~cog_pl.models.build_backbone`).
+        in_order: map the checkpoint's tensors by position (same architecture, other names).
 
     Example:
         >>> import lightning as L
@@ -116,14 +118,16 @@ class FineTuneClassifier(BackboneModule):
                  optimizer: str = "sgd", lr: float = 0.01, backbone_lr_scale: float = 0.1,
                  weight_decay: float = 1e-4, momentum: float = 0.9, warmup_epochs: float = 1.0,
                  label_smoothing: float = 0.1, augment: bool = True, crop_scale: tuple[float, float] = (0.35, 1.0),
-                 prefix: str | None = None, channels_last: bool = False, trust_checkpoint: bool = False) -> None:
+                 prefix: str | None = None, channels_last: bool = False, trust_checkpoint: bool = False,
+                 key_map: dict[str, str] | None = None, in_order: bool = False) -> None:
         super().__init__()
         if optimizer not in ("sgd", "adamw"):
             raise ValueError(f"optimizer={optimizer!r}; expected 'sgd' or 'adamw'")
         if not 0 < crop_scale[0] <= crop_scale[1] <= 1:
             raise ValueError(f"crop_scale={tuple(crop_scale)!r}; expected 0 < min <= max <= 1")
         self.save_hyperparameters()
-        self.set_backbone(build_backbone(model, checkpoint, prefix, trust_checkpoint=trust_checkpoint), channels_last)
+        self.set_backbone(build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint),
+                          channels_last)
         self.net.requires_grad_(True).train()  # built for extraction: frozen, in eval mode
         self.head = nn.Linear(self.backbone.spec.feature_dim, num_classes)
         nn.init.zeros_(self.head.bias)

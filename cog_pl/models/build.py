@@ -26,6 +26,7 @@ from cog_pl.models.checkpoints import (
     load_file,
     load_in_order,
     load_into,
+    strip_wrappers,
     take_container,
 )
 from cog_pl.models.transform import backbone_transform
@@ -323,8 +324,13 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
         path = str(checkpoint)
         obj = load_file(checkpoint, trust_checkpoint)
         tensors, container, others = take_container(obj, spec.layout, path, spec.paper_name or spec.name)
-        report = LoadReport(path, container, spec.layout.prefix, other_objects=others, trusted=trust_checkpoint,
-                            converted_from=obj.get(CONVERTED) if isinstance(obj, Mapping) else None)
+        users = spec.layout.container is None  # a user's file, not a published one (which is read exactly)
+        tensors, stripped = strip_wrappers(tensors, path, spec.layout.prefix) if users else (tensors, "")
+        converted = obj.get(CONVERTED) if isinstance(obj, Mapping) else None
+        # a file `cog-pl models convert` wrote from one read with trust: its source's code ran, which stays recorded
+        trusted = trust_checkpoint or bool(isinstance(converted, Mapping) and converted.get("trust_checkpoint"))
+        report = LoadReport(path, container, spec.layout.prefix, other_objects=others, trusted=trusted,
+                            converted_from=converted, stripped=stripped)
         if in_order:  # the file's head is part of the order: load it, then remove it
             report.loaded = load_in_order(net, tensors, path)
             net = _without_head(net, spec)
@@ -342,10 +348,16 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
                 f"{f' ({spec.published.file})' if spec.published else ''}? cog-pl models check {spec.name} FILE "
                 "shows what it holds"))
             report.loaded = load_into(net, state, f"checkpoint {path}", f"{spec.name} ({spec.arch})", hint)
-        if report.dropped:
+        if users:  # what was found where, as timm's load_checkpoint logs the state_dict_key it used
+            beside = f" (beside {', '.join(others[:6])}{' ...' if len(others) > 6 else ''})" if others else ""
+            logger.info("%s: read %d tensors from %s: container %s%s; wrapper prefix stripped: %s; key prefix "
+                        "taken: %r; dropped %s", spec.name, report.loaded, path, container, beside,
+                        stripped or "none", spec.layout.prefix, report.dropped_line())
+        elif report.dropped:
             logger.info("%s: read %d tensors from %s [%s]; dropped %s", spec.name, report.loaded, path, container,
                         report.dropped_line())
         weights, digest = path, file_sha256(checkpoint)
+        _say_unverified(path)
     model = _feature_module(net, spec)
     model.eval().requires_grad_(False)
     if spec.feature_dim < 0:
@@ -353,7 +365,20 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
             dim = model(torch.zeros(1, 3, spec.image_size, spec.image_size)).shape[-1]
         spec = replace(spec, feature_dim=int(dim))
     logger.debug("built %s (%s) with %s weights", spec.name, spec.arch, weights)
-    return Backbone(model, spec, weights, digest, trust_checkpoint and checkpoint is not None, report)
+    return Backbone(model, spec, weights, digest, report is not None and report.trusted, report)
+
+
+_UNVERIFIED_SAID: set[str] = set()
+
+
+def _say_unverified(path: str) -> None:
+    """Say once per process that a file ``cog-pl models download`` kept unverified is used."""
+    from cog_pl.models.files import unverified_note
+
+    note = unverified_note(path)
+    if note and path not in _UNVERIFIED_SAID:
+        _UNVERIFIED_SAID.add(path)
+        logger.warning(note)
 
 
 def _lite0_file() -> Path:

@@ -14,12 +14,14 @@ that needs more (a TorchScript archive, a ``dill`` pickle of other objects) is r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import re
 import warnings
 import zipfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +41,42 @@ CONTAINER_KEYS = ("state_dict", "model_state_dict", "model", "network", "net", "
 CONVERTED = "cog_pl_converted"
 #: The key every Lightning checkpoint has beside its ``state_dict`` (``lightning`` and ``pytorch_lightning`` alike).
 LIGHTNING_KEY = "pytorch-lightning_version"
-TRUST_HINT = ("if you trust the file, pass trust_checkpoint=True (--model.trust_checkpoint true, cog-pl run "
-              "--trust-checkpoint), or re-save it once as plain tensors with cog-pl models convert")
+#: Prefixes that wrappers put before every key of the network they wrap, stripped from users' files in this order
+#: before anything else, as timm 1.0.31 ``timm/models/_helpers.py`` ``clean_state_dict`` strips them (``module.``:
+#: ``DistributedDataParallel`` and ``DataParallel``; ``_orig_mod.``: ``torch.compile``, outside or inside DDP).
+WRAPPER_PREFIXES = ("_orig_mod.", "module.", "_orig_mod.")
+
+#: How the loading options are spelled where a load was asked for, for the messages that suggest one: the Python
+#: API's keywords (:func:`~cog_pl.models.build_backbone`, ``FeatureExtractor``), ``cog-pl extract``'s config keys,
+#: and ``cog-pl run`` / ``cog-pl models check|convert``'s options. A command sets its own with :func:`spelled`.
+API_SPELLING = {"prefix": "prefix={!r}", "key_map": "key_map={{REGEX: REPLACEMENT}}", "in_order": "in_order=True",
+                "trust": "trust_checkpoint=True"}
+EXTRACT_SPELLING = {"prefix": "--model.prefix {}", "key_map": "--model.key_map '{{REGEX: REPLACEMENT}}'",
+                    "in_order": "--model.in_order true", "trust": "--model.trust_checkpoint true"}
+COMMAND_SPELLING = {"prefix": "--checkpoint-prefix {}", "key_map": "--checkpoint-key-map '{{REGEX: REPLACEMENT}}'",
+                    "in_order": "--checkpoint-in-order", "trust": "--trust-checkpoint"}
+_SPELLING: ContextVar[dict[str, str]] = ContextVar("cog_pl_checkpoint_option_spelling", default=API_SPELLING)
+
+
+@contextlib.contextmanager
+def spelled(spelling: dict[str, str]) -> Iterator[None]:
+    """Within the block, messages suggest the loading options as ``spelling`` writes them (a command's own)."""
+    token = _SPELLING.set(spelling)
+    try:
+        yield
+    finally:
+        _SPELLING.reset(token)
+
+
+def option(name: str, value: str = "") -> str:
+    """The loading option ``name`` (prefix, key_map, in_order, trust) as the command in use spells it."""
+    return _SPELLING.get()[name].format(value)
+
+
+def trust_hint() -> str:
+    """What to do about a file that safe loading refuses, in the spelling of the command in use."""
+    return (f"if you trust the file, pass {option('trust')}, or re-save it once as plain tensors with cog-pl models "
+            "convert")
 
 
 def _safe_globals() -> list[Any]:
@@ -67,12 +103,14 @@ def is_torchscript(path: str | Path) -> bool:
 def load_file(path: str | Path, trust: bool = False) -> Any:
     """The unpickled content of a checkpoint file; nothing from the file runs unless ``trust``."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a folder, not a weights file: name the file in it")
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     if is_torchscript(path):
         if not trust:
             raise CheckpointError(f"checkpoint {path} is a TorchScript archive: reading it runs its code, so it was "
-                                  f"not opened; {TRUST_HINT}")
+                                  f"not opened; {trust_hint()}")
         with warnings.catch_warnings():  # torch.jit is deprecated, but is how such an archive is read
             warnings.simplefilter("ignore", FutureWarning)
             return dict(torch.jit.load(str(path), map_location="cpu").state_dict())
@@ -86,7 +124,7 @@ def load_file(path: str | Path, trust: bool = False) -> Any:
         found = re.search(r"[Uu]nsupported (?:global: )?GLOBAL ([\w.]+)", text)
         if found:
             raise CheckpointError(f"checkpoint {path} pickles {found.group(1)}, which safe loading refuses (nothing "
-                                  f"from the file ran); {TRUST_HINT}") from err
+                                  f"from the file ran); {trust_hint()}") from err
         reason = text.strip().splitlines()[0] if text.strip() else type(err).__name__  # torch's is long
         raise CheckpointError(f"cannot read checkpoint {path}: {reason}") from err
 
@@ -103,6 +141,7 @@ class LoadReport:
     other_objects: list[str] = field(default_factory=list)  # non-weight entries beside the container
     trusted: bool = False
     converted_from: dict | None = None
+    stripped: str = ""  # the wrapper prefixes taken off every key (DDP's module., torch.compile's _orig_mod.)
 
     def dropped_line(self) -> str:
         return ", ".join(f"{k} ({n})" for k, n in self.dropped.items()) or "nothing"
@@ -141,7 +180,7 @@ def lightning_note(obj: Any, prefix: str = "") -> str:
     first = held.most_common(1)[0][0]
     given = f" (prefix {prefix!r} was given)" if prefix else ""
     return (f"; it is a Lightning checkpoint (Lightning {version}) whose state_dict holds the module's attributes "
-            f"{listed}{given}: pass the backbone's, e.g. prefix={first!r} (--model.prefix {first})")
+            f"{listed}{given}: pass the backbone's, e.g. {option('prefix', first)}")
 
 
 def _own_weights(obj: Any) -> str:
@@ -189,6 +228,26 @@ def take_container(obj: Any, layout: Layout, path: str, name: str) -> tuple[dict
     return _tensors(inner), "/".join(layout.container) or "(the file is the state dict)", others
 
 
+def strip_wrappers(state: Mapping[str, torch.Tensor], path: str, keep: str = "") -> tuple[dict[str, torch.Tensor], str]:
+    """A user's tensor dict without the wrapper prefixes of :data:`WRAPPER_PREFIXES` (key by key, as timm's
+    ``clean_state_dict``); returns it and what was stripped (``""``: nothing). A wrapper that ``keep`` (a prefix the
+    user gave) starts with is left for that prefix to take."""
+    wrappers = tuple(w for w in WRAPPER_PREFIXES if not keep.startswith(w))
+    out, stripped = {}, Counter()
+    for key, value in state.items():
+        clean = key
+        for wrapper in wrappers:
+            if clean.startswith(wrapper):
+                clean = clean[len(wrapper):]
+        if clean != key:
+            stripped[key[:len(key) - len(clean)]] += 1
+        if clean in out:
+            raise CheckpointError(f"checkpoint {path} holds {clean} both with and without a wrapper prefix "
+                                  f"({', '.join(stripped)}): pass the one to read with {option('prefix', 'PREFIX')}")
+        out[clean] = value
+    return out, ", ".join(f"{w!r} ({n} keys)" for w, n in stripped.items())
+
+
 def _tensors(obj: Mapping) -> dict[str, torch.Tensor]:
     return {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
 
@@ -219,6 +278,10 @@ def adapt_state_dict(state: Mapping[str, torch.Tensor], layout: Layout, key_map:
             continue
         for pattern, repl in renames:
             key = re.sub(pattern, repl, key)
+        head = next((h for h in layout.heads if key.startswith(h)), None) if key_map else None
+        if head is not None:  # a head the user's renames revealed (e.g. '^backbone\.' -> '' before 'fc.')
+            heads[head + "*"] += 1
+            continue
         out[key] = value
     if layout.convert:
         out = _function(layout.convert)(out)
@@ -285,14 +348,14 @@ def _misfit(source: str, arch: str, own: dict[str, torch.Tensor], state: Mapping
     found = len(own) - len(missing)
     wrapper = guess_prefix(list(state), list(own)) if found < len(own) // 2 else None
     if wrapper:
-        fix = hint or f"; pass --model.prefix {wrapper} (cog-pl models check: --prefix {wrapper})"
+        fix = hint or f"; pass {option('prefix', wrapper)}"
         return (f"{source} does not fit {arch}: its keys carry the wrapper {wrapper!r} "
                 f"({found} of {len(own)} backbone tensors found as named){fix}")
     model_shapes = Counter(tuple(v.shape) for k, v in own.items())
     if found < len(own) // 2 and Counter(tuple(v.shape) for v in state.values()) == model_shapes:
         return (f"{source} holds the {len(state)} tensors of {arch} by their shapes, under other names (e.g. "
-                f"{unexpected[0]} where the model has {missing[0]}): rename them with --model.key_map "
-                f"'{{REGEX: REPLACEMENT}}' or map them by position with --model.in_order true{hint}")
+                f"{unexpected[0]} where the model has {missing[0]}): rename them with {option('key_map')} or map them "
+                f"by position with {option('in_order')}{hint}")
     if found < len(own) // 2 or len(shapes) > len(own) // 4:
         return (f"{source} holds another architecture than {arch}: {found - len(shapes)} of {len(own)} backbone "
                 f"tensors found with their shapes (file keys e.g. {', '.join(list(state)[:3])}){hint}")
@@ -301,7 +364,7 @@ def _misfit(source: str, arch: str, own: dict[str, torch.Tensor], state: Mapping
         problems.append(f"{len(missing)} backbone tensors missing (e.g. {', '.join(missing[:4])})")
     if unexpected:
         problems.append(f"{len(unexpected)} unexpected tensors (e.g. {', '.join(unexpected[:4])}); "
-                        "wrong --model.prefix or a head to drop?")
+                        f"wrong {option('prefix', 'PREFIX')} or a head to drop?")
     if shapes:
         problems.append(f"{len(shapes)} shape mismatches (e.g. {'; '.join(shapes[:3])})")
     return f"{source} does not fit {arch}: " + "; ".join(problems) + hint

@@ -90,12 +90,13 @@ def size(n: float) -> str:
 
 
 def download(url: str, dest: Path, sha256_prefix: str | None = None, progress: bool = True,
-             timeout: float = 60) -> Path:
+             timeout: float = 60, prefix_of: str = "") -> Path:
     """Download ``url`` to ``dest`` through ``<dest>.part`` (resumed where one exists) and return ``dest``.
 
     With ``sha256_prefix`` the file's SHA-256 must start with it, else the part is removed and a ``ValueError``
     says so; a ``dest`` that exists and matches is returned without a request (without a prefix, existing is enough).
     Network failures raise :class:`DownloadError` naming the URL; ``timeout`` is per connect and per read, in seconds.
+    ``prefix_of``: whose digest the prefix is, for the message (e.g. ``" (resnet50's published file)"``).
     """
     dest = Path(dest)
     prefix = None if sha256_prefix is None else sha256_prefix.lower()
@@ -117,7 +118,7 @@ def download(url: str, dest: Path, sha256_prefix: str | None = None, progress: b
     digest = file_sha256(part)
     if prefix is not None and not digest.startswith(prefix):
         part.unlink(missing_ok=True)
-        raise ValueError(f"{dest} from {url}: sha256 {digest} does not start with the expected {prefix} "
+        raise ValueError(f"{dest} from {url}: sha256 {digest} does not start with the expected {prefix}{prefix_of} "
                          "(the download was removed)")
     os.replace(part, dest)
     _fsync_dir(dest.parent)

@@ -71,6 +71,23 @@ def recorded_features(results: str | Path) -> Path | None:
     return Path(found) if found and Path(found).is_dir() else None
 
 
+def trusted_markdown(features: str | Path, models: Sequence[str] = ()) -> str:
+    """One line per model whose feature stores under ``features`` were made from a checkpoint read with trust
+    (meta.json ``trusted_checkpoint``: code from the file, or from the file it was converted from, ran)."""
+    trusted = {}
+    for meta in sorted(Path(features).glob("*/*/*/meta.json")):
+        model = meta.parts[-4]
+        try:
+            facts = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(facts, dict) and facts.get("trusted_checkpoint") and (not models or model in models):
+            trusted.setdefault(model, facts.get("weights"))
+    return "".join(f"\n{model}'s features were made from a checkpoint read with trust_checkpoint (code from "
+                   f"{weights} or the file it was converted from ran when it was read).\n"
+                   for model, weights in trusted.items())
+
+
 def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (),
                  baseline: str | None = None, features: str | Path | None = None, levels: str | Path | None = None,
                  html: bool = True, seed: int = SEED) -> dict[str, Path]:
@@ -104,7 +121,8 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     files = {"markdown": out / "report.md", "csv": out / "results.csv", "domains": out / "domains.png"}
     markdown = (report_markdown(cells, baseline, variants_markdown(variants) if variants else "",
                                 summary_columns(concepts), relative_intervals(concepts), concepts_markdown(concepts))
-                + (skipped_markdown(features, models) if features is not None else "") + stale_markdown(stale, rows))
+                + (skipped_markdown(features, models) + trusted_markdown(features, models)
+                   if features is not None else "") + stale_markdown(stale, rows))
     with atomic_open(files["markdown"]) as fh:
         fh.write(markdown)
     with atomic_open(files["csv"]) as fh:
