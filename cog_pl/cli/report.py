@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cog_pl.cli.options import at_least
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="result tables (markdown, CSV) and plots from a results store",
@@ -24,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="level file (cog-pl levels build) or benchmark file giving each level concept's similarity to "
                         "the seen concepts (any measure) and its closest seen concept; default: Lin similarity to "
                         "IN-1K from WordNet")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals and permutation tests")
+    p.add_argument("--seed", type=at_least(0), default=0,
+                   help="seed of the bootstrap intervals and permutation tests (an integer of at least 0)")
     p.set_defaults(func=_report)
 
 
