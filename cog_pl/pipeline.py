@@ -109,6 +109,7 @@ class ProbeOptions:
     precision: str = "auto"  # "auto", "32-true" or "bf16-mixed" (SearchPlan)
     trial_batch: int | None = None  # None: SearchPlan's
     workers: int | str | None = None  # N or "auto": worker processes per grid (cog_pl.probe.workers); None: this one
+    stale_after: float | None = None  # seconds until a silent claim is taken over (SearchPlan); None: SearchPlan's
 
     @property
     def protocol(self) -> ProbeProtocol:
@@ -119,6 +120,8 @@ class ProbeOptions:
         from cog_pl.probe.tuner import SearchPlan
 
         batch = {} if self.trial_batch is None else {"trial_batch": self.trial_batch}
+        if self.stale_after is not None:
+            batch["stale_after"] = self.stale_after
         return SearchPlan(mode=self.mode, precision=self.precision, **batch)
 
 

@@ -260,6 +260,7 @@ def make_data(root: Path) -> dict[str, str]:
               ).save(root / "bench.json")
     _odd_inputs(root, d)
     _passing_inputs(root, d)
+    _claims_inputs(root)
     return d
 
 
@@ -301,6 +302,18 @@ def _passing_inputs(root: Path, d: dict[str, str]) -> None:
                     (json.dumps({"model": "m@finetune", "domain": "in1k", "shots": None, "seed": 22,
                                  "test_top1": 70.0}),))
     con.close()
+
+
+def _claims_inputs(root: Path) -> None:
+    """Claims files beside the results of :func:`_cell` tags ``clbad``, ``cldir``, ``clro`` (issue 37): not a
+    database, a folder, read-only."""
+    (root / "r-clbad.sqlite.claims").write_bytes(b"not an SQLite database\n" * 50)
+    (root / "r-cldir.sqlite.claims").mkdir()
+    with sqlite3.connect(root / "r-clro.sqlite.claims") as con:
+        con.execute("CREATE TABLE claims (cell TEXT PRIMARY KEY, worker TEXT NOT NULL, host TEXT NOT NULL, "
+                    "heartbeat REAL NOT NULL)")
+    con.close()
+    (root / "r-clro.sqlite.claims").chmod(0o444)
 
 
 P = ("--probe-device", "cpu", "--trials", "1", "--epochs", "1", "--workdir", "{root}/w")  # a quick probe's options
@@ -557,4 +570,24 @@ CASES: tuple[Case, ...] = (
     Case("extract: a folder as --model.checkpoint", ("extract", *XO, "--model.checkpoint", "{root}/levels",
                                                       "--data.out", "{root}/xout-dir"),
          "checkpoint {root}/levels is a folder, not a weights file", absent=("{root}/xout-dir",), slow=True),
+    # issue 37: the probe grid's claims file, the report's seed, the sbatch scripts' folder, run's --stale-after
+    Case("probe protocol: the claims file is not a database", ("probe", "protocol", "--features", "{feat}",
+                                                               *_cell("clbad"), "--seeds", "22", "--shots", "all"),
+         "{root}/r-clbad.sqlite.claims: the probe grid's claims file", absent=_none("clbad")),
+    Case("probe protocol: the claims file is a folder", ("probe", "protocol", "--features", "{feat}", *_cell("cldir"),
+                                                         "--seeds", "22", "--shots", "all"),
+         "{root}/r-cldir.sqlite.claims: the probe grid's claims file (which worker makes which cell) is a folder",
+         absent=_none("cldir"), slow=True),
+    Case("probe protocol: the claims file is read-only", ("probe", "protocol", "--features", "{feat}",
+                                                          *_cell("clro"), "--seeds", "22", "--shots", "all"),
+         "{root}/r-clro.sqlite.claims: cannot use the probe grid's claims file", absent=_none("clro"),
+         unix_permissions=True, slow=True),
+    Case("report: --seed -1", ("report", "--results", "{missing}.sqlite", "--seed", "-1"),
+         "argument --seed: -1 is below the minimum, 0", absent=("{root}/report",)),
+    Case("probe protocol: --launcher sbatch-scripts names a file", ("probe", "protocol", "--features", "{feat}",
+                                                                    "--results", "{root}/lsb/r.sqlite", "--launcher",
+                                                                    "sbatch-scripts", "{afile}"),
+         "--launcher sbatch-scripts {afile}: a file, not a folder", absent=("{root}/lsb/slurm",)),
+    Case("run: --stale-after 0", ("run", "--model", "timm:resnet10t", "--checkpoint", "{ckpt}", "--stale-after",
+                                  "0"), "--stale-after must be a positive number of seconds"),
 )

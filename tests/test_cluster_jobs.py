@@ -291,3 +291,28 @@ def test_a_submission_is_refused_while_an_earlier_one_does_the_same_work(tmp_pat
     states["10"] = [TaskState("10", "COMPLETED")]
     states["11"] = [TaskState("11_0", "FAILED")]
     launch.refuse_live(root, _graph())
+
+
+
+def test_scripts_that_fail_half_way_leave_no_script_and_the_earlier_submission_recorded(tmp_path, capsys):
+    """Issue 37: ``--launcher sbatch-scripts DIR`` writes its scripts all or none, and records the submission only
+    once they are written: a failure half-way (a folder stands where submit.sh goes, after the job's script) leaves
+    no script nor temporary file, and the earlier submission's jobs.json and the ids its submit.sh recorded as they
+    were."""
+    from test_probe_fixtures import write_features
+
+    features = write_features(tmp_path / "m" / "d", classes=3, dim=8, per_class=10, test_per_class=2)
+    argv = ["probe", "protocol", "--features", str(features), "--results", str(tmp_path / "o" / "r.sqlite"),
+            "--seeds", "22", "--shots", "all", "--launcher", "sbatch-scripts"]
+    assert main([*argv, str(tmp_path / "s")]) == 0, capsys.readouterr().err
+    ledger, record = tmp_path / "o" / "slurm" / "jobs.json", tmp_path / "o" / "slurm" / "submitted.tsv"
+    record.write_text("probe/m/d 101\n")  # the earlier submission's submit.sh ran
+    before = ledger.read_bytes()
+    (tmp_path / "s2" / "submit.sh").mkdir(parents=True)
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "s2")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(tmp_path / "s2" / "submit.sh") in err[0], err
+    assert [p.name for p in (tmp_path / "s2").iterdir()] == ["submit.sh"]  # no script, no temporary file
+    assert ledger.read_bytes() == before and record.read_text() == "probe/m/d 101\n"
+    assert read_ledger(tmp_path / "o")["earlier"] == []

@@ -4,14 +4,18 @@ claim was taken over is started over, so the grid's row equals an uninterrupted 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import re
+import socket
 import sqlite3
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from test_probe_fixtures import write_features
 
-from cog_pl.probe.claims import claim, claims_path, heartbeat, release, renew, worker_id
+from cog_pl.probe.claims import claim, claims_path, heartbeat, release, renew, this_machine, worker_id
 from cog_pl.probe.protocol_run import run_protocol
 from cog_pl.probe.study import ask_trials, open_study
 from cog_pl.probe.tuner import SearchPlan, search_space
@@ -134,3 +138,115 @@ def test_a_grid_leaves_a_held_cell_to_its_holder_or_waits_for_its_row(tmp_path, 
     (row,) = run_protocol(features, results, progress=lines.append, **grid)
     assert row["seed"] == 22 and time.monotonic() - started >= 2.0 and len(lines) == 2
     assert sorted(r["seed"] for r in read_rows(results)) == [22, 37]
+
+
+# --- issue 37: a claim names its holder's process; a resume on its machine takes over from a dead one at once -------
+
+DIES_HOLDING = """
+import os, sys
+from cog_pl.probe.claims import claim
+held = claim(sys.argv[1], sys.argv[2], stale_after=3600)
+assert held is not None
+print(os.getpid(), flush=True)
+os._exit(0)  # killed: its claim stays behind, never released
+"""
+
+
+def _dead_holder(results, cell: str = CELL) -> int:
+    """A process that claimed ``cell`` and died without releasing it; its process id (reaped: gone)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", DIES_HOLDING, str(results), cell], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return int(done.stdout)
+
+
+def test_a_claim_of_a_dead_process_on_this_machine_is_taken_over_at_once(tmp_path, caplog):
+    """A killed run's claims do not stall its resume: the holder's process no longer runs here, so its claim is
+    taken at once, long before its heartbeat would go stale."""
+    results = tmp_path / "r.sqlite"
+    pid = _dead_holder(results)
+    with caplog.at_level("WARNING", logger="cog_pl.probe.claims"):
+        mine = claim(results, CELL, stale_after=3600, worker="resumed")
+    assert mine is not None and mine.taken_over
+    assert f":{pid} (its process no longer runs on this machine)" in caplog.text
+    with sqlite3.connect(claims_path(results)) as con:  # the new holder recorded in its place
+        assert con.execute("SELECT worker, pid FROM holders WHERE cell=?", (CELL,)).fetchone() == ("resumed",
+                                                                                                     os.getpid())
+
+
+def test_a_live_holder_keeps_its_claim_and_a_reused_process_id_is_not_it(tmp_path):
+    """A holder whose process runs keeps its claim; a process that only reuses the holder's id (another start
+    time) is not the holder, whose claim is then taken at once."""
+    results = tmp_path / "r.sqlite"
+    assert claim(results, CELL, stale_after=3600, worker="live") is not None  # held by this very process
+    assert claim(results, CELL, stale_after=3600, worker="other") is None
+    with sqlite3.connect(claims_path(results)) as con:  # the holder's id now names a process started at another time
+        con.execute("UPDATE holders SET started='1' WHERE cell=?", (CELL,))
+    taken = claim(results, CELL, stale_after=3600, worker="other")
+    assert taken is not None and taken.taken_over
+
+
+def test_a_claim_of_another_host_waits_for_its_heartbeat(tmp_path):
+    """A process id means nothing on another machine: the claim of a holder on another host (here a dead process
+    of this one, its row saying another host) is left to it until its heartbeat is stale, then taken over."""
+    results = tmp_path / "r.sqlite"
+    _dead_holder(results)
+    with sqlite3.connect(claims_path(results)) as con:
+        con.execute("UPDATE holders SET machine=? WHERE cell=?", (f"other-host {this_machine()}", CELL))
+        con.execute("UPDATE claims SET host=replace(host, ?, 'other-host') WHERE cell=?", (socket.gethostname(), CELL))
+    assert claim(results, CELL, stale_after=60, worker="resumed") is None  # its heartbeat is fresh: left to it
+    _age(results, CELL, 61)
+    taken = claim(results, CELL, stale_after=60, worker="resumed")
+    assert taken is not None and taken.taken_over
+
+
+def test_a_claims_file_of_format_1_is_judged_by_heartbeats_as_before(tmp_path):
+    """A claims file an earlier cog_pl wrote (no holders table): its claims wait for their heartbeat, and the file
+    takes new claims with their holders."""
+    results = tmp_path / "r.sqlite"
+    with sqlite3.connect(claims_path(results)) as con:
+        con.execute("CREATE TABLE claims (cell TEXT PRIMARY KEY, worker TEXT NOT NULL, host TEXT NOT NULL, "
+                    "heartbeat REAL NOT NULL)")
+        con.execute("INSERT INTO claims VALUES (?, 'old', 'h:999999', ?)", (CELL, time.time()))
+    con.close()
+    assert claim(results, CELL, stale_after=60) is None  # no holder recorded: its process is not judged
+    other = claim(results, CELL.replace("22", "37"), stale_after=60)
+    assert other is not None and not other.taken_over
+    _age(results, CELL, 61)
+    assert claim(results, CELL, stale_after=60) is not None
+
+
+@pytest.mark.parametrize("kind", ["not a database", "a folder"])
+def test_a_claims_file_that_cannot_hold_claims_is_named(tmp_path, kind):
+    from cog_pl.probe.claims import ClaimsFileError
+
+    results = tmp_path / "r.sqlite"
+    if kind == "a folder":
+        claims_path(results).mkdir()
+    else:
+        claims_path(results).write_bytes(b"garbage, not SQLite\n" * 100)
+    with pytest.raises(ClaimsFileError, match=rf"^{re.escape(str(claims_path(results)))}: the probe grid's claims "
+                                              "file"):
+        claim(results, CELL, stale_after=60)
+
+
+def test_a_claims_file_that_cannot_be_written_is_named(tmp_path, monkeypatch):
+    """SQLite's own error (read-only, locked) comes with the file's path and role; a heartbeat retries it."""
+    from cog_pl.probe import claims
+    from cog_pl.probe.claims import ClaimsFileUnusable
+
+    results = tmp_path / "r.sqlite"
+    real = sqlite3.connect
+
+    def read_only(path, **kw):  # as SQLite opens a file this user may not write
+        return real(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, **kw)
+
+    claim(results, "other", stale_after=60)  # the file exists
+    monkeypatch.setattr(claims.sqlite3, "connect", read_only)
+    with pytest.raises(ClaimsFileUnusable, match=rf"^{re.escape(str(claims_path(results)))}: cannot use the probe "
+                                                 "grid's claims file .*readonly database"):
+        claim(results, CELL, stale_after=60)

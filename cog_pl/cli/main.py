@@ -122,16 +122,37 @@ def error_message(err: BaseException) -> str:
     return text
 
 
+#: Exit status of a command stopped by Ctrl-C (SIGINT): 128 + 2, as shells report it.
+INTERRUPTED = 130
+#: Commands that resume where an interrupted run stopped (finished stores and rows kept, the probe grid's claims
+#: released as its cells stop).
+RESUMABLE = ("run", "demo", "probe")
+
+
+def interrupted_line(command: str) -> str:
+    """The one line a command stopped by Ctrl-C prints."""
+    if command in RESUMABLE:
+        return (f"cog-pl {command}: interrupted; finished stores and rows are kept and claims released: run the same "
+                "command again to resume")
+    return f"cog-pl {command}: interrupted"
+
+
 def _debugging(verbose: bool) -> bool:
     return verbose or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 def report_errors(command: str, verbose: bool, run: Callable[[], int]) -> int:
     """Run a command; an error of what the user gave (status 2) or of the machine (status 1) is printed as one line
-    ``cog-pl COMMAND: error: ...``, its traceback only with ``--verbose`` or ``COG_PL_DEBUG=1``. Any other exception
-    is a defect of cog_pl: its traceback, then a line saying so (status 1)."""
+    ``cog-pl COMMAND: error: ...``, its traceback only with ``--verbose`` or ``COG_PL_DEBUG=1``. Ctrl-C prints one
+    line, :func:`interrupted_line` (status 130). Any other exception is a defect of cog_pl: its traceback, then a
+    line saying so (status 1)."""
     try:
         return run()
+    except KeyboardInterrupt:  # Ctrl-C: the work stopped as asked (what it held released on the way out)
+        if _debugging(verbose):
+            raise
+        print(interrupted_line(command), file=sys.stderr)
+        return INTERRUPTED
     except (*usage_errors(), *runtime_errors()) as err:
         if _debugging(verbose):
             raise
@@ -172,7 +193,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The ``cog-pl`` console script."""
-    sys.exit(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C before a command started (its imports, say)
+        print("cog-pl: interrupted", file=sys.stderr)
+        code = INTERRUPTED
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -263,6 +263,11 @@ ALLOW_CLASS_MISMATCH = ("probe a train and a test store without meta.json whose 
                         "refused); test labels the train split never has count as errors")
 
 
+#: ``--stale-after``'s help, in ``probe`` and ``run`` (:mod:`cog_pl.probe.claims`).
+STALE_AFTER_HELP = ("seconds without a heartbeat after which a worker's claim on a cell is taken over (default 120); "
+                    "a claim whose process no longer runs on this machine is taken over at once")
+
+
 def _features(p: argparse.ArgumentParser) -> None:
     p.add_argument("--features", required=True, help="directory with train/ and test/ (features.npy, labels.npy)")
     p.add_argument("--allow-class-mismatch", action="store_true", help=ALLOW_CLASS_MISMATCH)
@@ -279,8 +284,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trial-batch", type=int, help="trials per batch after TPE's startup (fast mode; default 5)")
     p.add_argument("--storage", help="Optuna storage: database URL, journal file (*.log) or SQLite file path")
     p.add_argument("--workdir", default="cog_probe_runs", help="where the default SQLite storage lives")
-    p.add_argument("--stale-after", type=float, help="seconds without a heartbeat after which another worker takes "
-                   "over a worker's claim on a cell (default 120)")
+    p.add_argument("--stale-after", type=float, help=STALE_AFTER_HELP)
     add_deprecated_alias(p, "--device", p.add_argument("--probe-device", dest="device", default="auto",
                                                        help="auto, cpu, cuda, cuda:1, ..."))
     add_deprecated_alias(p, "--precision", p.add_argument(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cog_pl.cli.options import at_least
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="result tables (markdown, CSV) and plots from a results store",
@@ -28,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the seen concepts (any measure) and its closest seen concept; default: the source the "
                         "results store records (cog-pl run records its benchmark file's), else Lin similarity to "
                         "IN-1K from WordNet")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals and permutation tests")
+    p.add_argument("--seed", type=at_least(0), default=0,
+                   help="seed of the bootstrap intervals and permutation tests (an integer of at least 0)")
     p.set_defaults(func=_report)
 
 

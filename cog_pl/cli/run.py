@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from cog_pl.cli.data import add_source_options
 from cog_pl.cli.models import add_checkpoint_options, checkpoint_options
 from cog_pl.cli.options import NUM_WORKERS, add_no_longer_needed, add_skip_policy, at_least, loader_workers_value
-from cog_pl.cli.probe import workers_value
+from cog_pl.cli.probe import STALE_AFTER_HELP, workers_value
 from cog_pl.cluster.options import add_launcher_options, cluster_options, split_argv
 from cog_pl.levels.measures import get_measure, list_measures
 from cog_pl.pipeline import STAGES
@@ -161,6 +161,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "*.journal, *.jsonl) or a SQLite file; default: OUT/optuna.db (with --launcher: "
                         "OUT/optuna.journal, which probe tasks on several nodes can share)")
     add_no_longer_needed(g, "--claim-cells", "every probe worker claims each cell before tuning it")
+    g.add_argument("--stale-after", type=float, default=None, help=STALE_AFTER_HELP)
     ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
                              "report the probes relative to it; default: off")
     ft.add_argument("--finetune-epochs", type=int, default=None, help="fine-tuning epochs")
@@ -202,7 +203,7 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
 
     probe = ProbeOptions(trials=args.trials, epochs=args.epochs, mode="exact" if args.exact else "fast",
                          device=args.probe_device, precision=args.probe_precision, trial_batch=args.trial_batch,
-                         workers=args.probe_workers)
+                         workers=args.probe_workers, stale_after=getattr(args, "stale_after", None))
     given = {"devices": args.finetune_devices, "accelerator": args.finetune_accelerator,
              "precision": args.finetune_precision, "epochs": getattr(args, "finetune_epochs", None)}
     given = {k: v for k, v in given.items() if v is not None}

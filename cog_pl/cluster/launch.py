@@ -75,11 +75,16 @@ def launch(jobs: Sequence[Job], opts: ClusterOptions, root: str | os.PathLike,
         from cog_pl.cluster.scripts import log_pattern, write_scripts
 
         record = folder / "submitted.tsv"
-        write_ledger(root, opts.launcher, jobs, {}, {j.key: log_pattern(folder / "logs", j) for j in jobs},
-                     results)
-        record.unlink(missing_ok=True)  # its ids went into the record of the last submission
         paths = write_scripts(jobs, opts, opts.scripts_dir or folder / "scripts", folder / "logs", record,
-                              workdir)
+                              workdir)  # all or none, before the submission is recorded
+        try:
+            write_ledger(root, opts.launcher, jobs, {}, {j.key: log_pattern(folder / "logs", j) for j in jobs},
+                         results)
+        except BaseException:  # no scripts of a submission that is not recorded
+            for path in paths:
+                path.unlink(missing_ok=True)
+            raise
+        record.unlink(missing_ok=True)  # its ids went into the record of the last submission
         print(f"wrote {len(jobs)} sbatch script{'s' * (len(jobs) > 1)}; submit them in order with: bash {paths[-1]}\n\n"
               f"{format_jobs(jobs, opts)}\n\nthen follow them with: cog-pl run --status {root}")
         return 0

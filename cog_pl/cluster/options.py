@@ -184,6 +184,9 @@ def cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
         raise ValueError(f"--launcher slurm takes no folder (got {' '.join(rest)}); sbatch-scripts DIR does")
     if len(rest) > 1:
         raise ValueError(f"--launcher sbatch-scripts takes one folder, got {' '.join(rest)}")
+    if rest and Path(rest[0]).exists() and not Path(rest[0]).is_dir():
+        raise ValueError(f"--launcher sbatch-scripts {rest[0]}: a file, not a folder; name a folder for the scripts "
+                         "(made where missing)")
     return ClusterOptions(launcher=name, scripts_dir=Path(rest[0]) if rest else None, dry_run=args.dry_run,
                           nodes=args.nodes, gpus_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task,
                           partition=args.partition, account=args.account, time_min=args.time_limit, mem=args.mem,

@@ -9,6 +9,7 @@ limit (``--signal=B:USR2@S``, to the batch shell) and requeues its job on it (``
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from cog_pl.cluster.jobs import Job
 from cog_pl.cluster.options import JOB_ENV, ClusterOptions
+from cog_pl.io import atomic_open
 
 REQUEUE = """\
 # SLURM sends USR2 to this script {delay} s before the time limit (and on preemption, where the cluster signals
@@ -108,23 +110,26 @@ submit() {{  # KEY SCRIPT [IDS IT DEPENDS ON...]
 
 def write_scripts(jobs: Sequence[Job], opts: ClusterOptions, folder: Path, logs: Path, record: Path,
                   workdir: Path) -> list[Path]:
-    """Write one script per job and ``submit.sh`` into ``folder``; returns their paths (``submit.sh`` last)."""
+    """Write one script per job and ``submit.sh`` into ``folder``; returns their paths (``submit.sh`` last). All or
+    none: each is written to a temporary file beside it, and they are renamed into place once every one is written
+    (a failure, a full disk say, leaves none of them)."""
     folder.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
-    paths, names = [], {}
+    texts, names = {}, {}
     submit = [SUBMIT.format(record=shlex.quote(str(record)))]
     for i, job in enumerate(jobs, 1):
         path = folder / f"{i:02d}-{job.name}.sbatch"
-        path.write_text(job_script(job, opts, logs, workdir))
-        path.chmod(0o755)
+        texts[path] = job_script(job, opts, logs, workdir)
         names[job.key] = f"job{i}"
         deps = " ".join(f'"${names[k]}"' for k in job.after)
         submit.append(f"{names[job.key]}=$(submit {shlex.quote(job.key)} {path.name}{' ' + deps if deps else ''})")
-        paths.append(path)
-    main = folder / "submit.sh"
-    main.write_text("\n".join(submit) + "\n")
-    main.chmod(0o755)
-    return [*paths, main]
+    texts[folder / "submit.sh"] = "\n".join(submit) + "\n"
+    with contextlib.ExitStack() as written:  # renamed into place when the block ends, removed on an error
+        for path, text in texts.items():
+            written.enter_context(atomic_open(path)).write(text)
+    for path in texts:
+        path.chmod(0o755)
+    return list(texts)
 
 
 def log_pattern(logs: Path, job: Job) -> str:

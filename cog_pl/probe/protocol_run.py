@@ -28,7 +28,7 @@ from cog_pl.features.pair import StorePair, open_pair
 from cog_pl.identity import cells_todo, features_identity, remove_stale, wanted
 from cog_pl.identity import study_name as identity_study_name
 from cog_pl.predictions import Predictions
-from cog_pl.probe.claims import worker_id
+from cog_pl.probe.claims import check_claims_file, worker_id
 from cog_pl.probe.data import (
     ProbeData,
     final_indices,
@@ -219,6 +219,8 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     model, domain = pair.names(model, domain)
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
                      shots=shots, device=device, overwrite=overwrite)
+    if todo:  # a claims file that cannot hold claims is named before any work
+        check_claims_file(results)
     if overwrite:  # the rows of other settings this grid would not make again
         remove_stale(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots,
                      want=wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device)))

@@ -14,7 +14,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing
+import multiprocessing.context
 import os
+import signal
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -122,17 +125,53 @@ def grid_slots(workers: int | str, pair: Any, protocol: Any, cells: int, device:
     return plan_workers(workers, device, cells, 2 * size, threads, flops)  # float16 on disk, float32 in memory
 
 
-def worker_pool(maker: CellMaker, slots: list[WorkerSlot]) -> ProcessPoolExecutor:
+class _WorkerProcess(multiprocessing.context.SpawnProcess):
+    """A worker process started with SIGINT ignored (kept through ``exec``): a Ctrl-C while it starts (its imports
+    take seconds) neither stops it with a traceback nor is lost, the parent stops the pool; its :func:`_start` then
+    takes SIGINT for the cell it makes (:func:`_interrupt`)."""
+
+    def start(self) -> None:
+        if threading.current_thread() is not threading.main_thread():  # signal handlers: main thread only
+            return super().start()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            super().start()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+class _WorkerContext(multiprocessing.context.SpawnContext):
+    Process = _WorkerProcess
+
+
+class WorkerPool(ProcessPoolExecutor):
+    """The grid's worker processes; leaving its block on an error (Ctrl-C among them) cancels the cells not started
+    and waits for the workers, which release the claims of the cells they were making."""
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.shutdown(wait=True, cancel_futures=exc_type is not None)
+        return False
+
+
+def worker_pool(maker: CellMaker, slots: list[WorkerSlot]) -> WorkerPool:
     """One spawned process per slot, each with its copy of ``maker`` (its stores and storage as paths) placed in
     its slot (:func:`_start`); :func:`make_cell` is their task."""
-    context = multiprocessing.get_context("spawn")
+    context = _WorkerContext()
     places = context.Queue()
     for place in enumerate(slots):
         places.put(place)
-    return ProcessPoolExecutor(len(slots), mp_context=context, initializer=_start, initargs=(maker, places))
+    return WorkerPool(len(slots), mp_context=context, initializer=_start, initargs=(maker, places))
 
 
 _MAKER: list[CellMaker] = []  # a worker process's own (:func:`_start`)
+_MAKING = threading.Event()  # set while the worker makes a cell
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """A worker's SIGINT (Ctrl-C reaches the whole process group): stops the cell it makes, whose claim is released
+    on the way out; an idle worker leaves the stopping to the parent, which shuts the pool down."""
+    if _MAKING.is_set():
+        raise KeyboardInterrupt
 
 
 def _start(maker: CellMaker, places: Any) -> None:
@@ -142,9 +181,14 @@ def _start(maker: CellMaker, places: Any) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     torch.set_num_threads(slot.threads)
+    signal.signal(signal.SIGINT, _interrupt)
     _MAKER.append(dataclasses.replace(maker, storage=resolve_storage(maker.storage), device=slot.device, index=index))
 
 
 def make_cell(cell: tuple[int | None, int], delay: float = 0.0) -> tuple[str, int, dict[str, Any] | None]:
     """A worker process's task: the cell made by its :class:`~cog_pl.probe.cells.CellMaker`."""
-    return _MAKER[0](cell, delay)
+    _MAKING.set()
+    try:
+        return _MAKER[0](cell, delay)
+    finally:
+        _MAKING.clear()
