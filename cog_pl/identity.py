@@ -130,12 +130,14 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
                announce: bool = True) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells of a method's grid whose row is missing or, with ``overwrite``, made with other inputs
     (``compare(row, want)``: the values that differ, :func:`differences` by default); a row made with other inputs is
-    refused otherwise, before any work, naming the row and the values that differ. ``announce``: log each row skipped
-    (off for a check made before the run that skips them)."""
+    refused otherwise, before any work, naming the row and the values that differ, and so is a row of another seed
+    in one of the grid's (model, method, domain, shots) cells (:func:`refuse_other_protocols`). ``announce``: log
+    each row skipped (off for a check made before the run that skips them)."""
     from cog_pl.results import read_rows, row_key
 
     compare = compare or differences
-    existing = {row_key(r): r for r in read_rows(results)}
+    rows = read_rows(results)
+    existing = {row_key(r): r for r in rows}
     todo = []
     for n in shots:
         for seed in seeds:
@@ -148,6 +150,9 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
                 todo.append((n, seed))
             elif announce:
                 log.info("skip %s: row exists, made with the same inputs", format_key(key))
+    if not overwrite:  # the cells it adds rows to
+        refuse_other_protocols(results, rows, model=model, method=method, domain=domain, seeds=seeds,
+                               shots={n for n, _ in todo}, want=want, compare=compare)
     return todo
 
 
@@ -225,3 +230,23 @@ def remove_stale(results, *, model: str, method: str, domain: str, seeds, shots,
                  model, method, domain, len(stale), cells, ", ..." if len(stale) > 6 else "",
                  describe(stale[0][1], 1), describe(stale[0][1], 2))
     return len(stale)
+
+
+def refuse_other_protocols(results, rows, *, model: str, method: str, domain: str, seeds, shots, want: dict[str, Any],
+                           compare: Callable[[dict, dict], list] | None = None) -> None:
+    """Refuse, in one line naming one of them and the values that differ, a run that would add rows to a (model,
+    method, domain, shots) cell whose rows of other seeds were made with other inputs: a cell averages rows of one
+    protocol, so the run would set them apart as stale without a word."""
+    from cog_pl.results import row_key
+
+    compare = compare or differences
+    for r in rows:
+        key = row_key(r)
+        if key[:3] == (model, method, domain) and key[3] in shots and key[4] not in seeds:
+            diff = compare(r, want)
+            if diff:
+                raise ValueError(
+                    f"{results}: row {format_key(key)} of a cell this run adds rows to was made with "
+                    f"{describe(diff, 1)}, this run has {describe(diff, 2)}; a cell averages rows of one protocol: "
+                    "run with its settings, or pass --overwrite (a grid then removes the rows of other settings "
+                    "outside it; the report lists any left as stale)")

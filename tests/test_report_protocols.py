@@ -217,3 +217,36 @@ def test_cog_pl_run_resumed_with_other_seeds_and_settings_reports_only_its_rows(
     text = (out / "report" / "report.md").read_text()
     mean = sum(r["test_top1"] for r in rows) / 2
     assert f"| demo_cnn | {mean:.2f} ± " in text and "(n = 2) |" in text and "Stale rows" not in text
+
+
+def test_a_run_adding_rows_to_a_cell_of_other_settings_is_refused_before_any_work(tmp_path):
+    from cog_pl.probe.protocol_run import run_protocol
+    from cog_pl.probe.tuner import SearchPlan
+
+    root = write_features(tmp_path / "f", classes=3, dim=8, per_class=20, test_per_class=4)
+    results, storage = tmp_path / "r.sqlite", tmp_path / "optuna.db"
+    kw = {"model": "m", "domain": "cog_l3", "shots": (None,), "storage": storage, "device": "cpu",
+          "plan": SearchPlan(startup_trials=2, trial_batch=1)}
+    run_protocol(root, results, seeds=(22, 37), protocol=replace(ProbeProtocol(), trials=3, epochs=2), **kw)
+    other = replace(ProbeProtocol(), trials=2, epochs=2)
+    with pytest.raises(ValueError, match=r"r\.sqlite: row m/linear/cog_l3/shots=all/seed=22 of a cell this run adds "
+                                         r"rows to was made with trials=3, this run has trials=2; a cell averages "
+                                         r"rows of one protocol: run with its settings, or pass --overwrite"):
+        run_protocol(root, results, seeds=(45,), protocol=other, **kw)
+    assert [r["seed"] for r in read_rows(results)] == [22, 37]
+    run_protocol(root, results, seeds=(45,), protocol=replace(ProbeProtocol(), trials=3, epochs=2), **kw)  # alike
+    assert [r["seed"] for r in read_rows(results)] == [22, 37, 45]
+
+
+def test_fine_tuning_another_seed_with_other_inputs_is_refused_before_any_training(tmp_path):
+    from cog_pl.finetune.compare import finetune_domains, finetune_identity
+
+    results = tmp_path / "r.sqlite"
+    want = finetune_identity("resnet10t", None, recipe={}, epochs=3, batch_size=4, precision="32-true",
+                             transform=None, benchmark=None)
+    append_row(results, {"model": "resnet10t", "method": "finetune", "domain": "in1k", "shots": None, "seed": 22,
+                         "test_top1": 70.0, **want})
+    with pytest.raises(ValueError, match=r"row resnet10t/finetune/in1k/shots=all/seed=22 of a cell this run adds "
+                                         r"rows to was made with epochs=3, transform=None, this run has epochs=1, "):
+        finetune_domains("timm:resnet10t", None, str(results), ["in1k"], in1k_root=str(tmp_path / "none"),
+                         in21k_root=None, epochs=1, batch_size=4, seed=37, precision="32-true")

@@ -17,7 +17,7 @@ from cog_pl.console import filter_known_warnings
 from cog_pl.device import resolve_precision, trainer_options
 from cog_pl.finetune.module import FineTuneClassifier, no_val_split
 from cog_pl.finetune.rows import METHOD, result_row
-from cog_pl.identity import digest, refusal, remove_stale
+from cog_pl.identity import digest, refusal, refuse_other_protocols, remove_stale
 from cog_pl.results import append_row, read_rows, row_key
 
 logger = logging.getLogger(__name__)
@@ -111,6 +111,9 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
     for domain in domains if overwrite else ():  # the rows of other seeds and inputs this run would not make again
         remove_stale(results, model=name, method=METHOD, domain=domain, seeds=(seed,), shots=(None,), want=want,
                      compare=_differences)
+    for domain in () if overwrite else todo:  # nor is a row added to a cell whose other seeds had other inputs
+        refuse_other_protocols(results, list(existing.values()), model=name, method=METHOD, domain=domain,
+                               seeds=(seed,), shots=(None,), want=want, compare=_differences)
     rows = []
     for domain in todo:
         common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers, "benchmark": benchmark,
