@@ -51,8 +51,8 @@ def test_an_unknown_wrapper_is_named_with_the_option_that_reads_it(tmp_path, cap
     torch.save({"state_dict": {"backbone.net." + k: v for k, v in resnet50_state.items()}}, path)
     assert main(["models", "check", "torchvision:resnet50", str(path)]) == 2
     line = _error_line(capsys)
-    assert "carry the wrapper 'backbone.net.'" in line and "--prefix backbone.net." in line
-    assert main(["models", "check", "torchvision:resnet50", str(path), "--prefix", "backbone.net."]) == 0
+    assert "carry the wrapper 'backbone.net.'" in line and line.endswith("pass --checkpoint-prefix backbone.net.")
+    assert main(["models", "check", "torchvision:resnet50", str(path), "--checkpoint-prefix", "backbone.net."]) == 0
     facts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert facts["container"] == "state_dict" and facts["prefix"] == "backbone.net." and facts["loaded"] == 265
     assert facts["dropped"] == {"head fc.*": 2}

@@ -13,6 +13,8 @@ torch/nn/parallel/distributed.py) and saved with ``torch.save`` as the ImageNet 
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -87,6 +89,50 @@ def test_models_check_reads_a_ddp_checkpoint_and_says_what_it_stripped(save, res
     assert "wrapper stripped  'module.' (122 keys)" in proc.stdout.splitlines()
 
 
+def test_a_suggested_option_is_spelled_as_the_command_in_use_takes_it(resnet18, tmp_path):
+    """The fast core of the commands' tests: one refusal, spelled for the Python API, ``cog-pl extract`` and
+    ``cog-pl run`` / ``models check``."""
+    from cog_pl.models import build_backbone
+    from cog_pl.models.checkpoints import COMMAND_SPELLING, EXTRACT_SPELLING, CheckpointError, spelled
+
+    path = tmp_path / "wrapped.pth"
+    torch.save({"state_dict": {f"module.backbone.net.{k}": v for k, v in resnet18.state_dict().items()}}, path)
+    said = {}
+    for where, spelling in (("api", None), ("extract", EXTRACT_SPELLING), ("command", COMMAND_SPELLING)):
+        with pytest.raises(CheckpointError) as err, spelled(spelling) if spelling else contextlib.nullcontext():
+            build_backbone("torchvision:resnet18", path)
+        said[where] = str(err.value)
+    assert said["api"].endswith("pass prefix='backbone.net.'")  # DDP's module. stripped first, then named
+    assert said["extract"].endswith("pass --model.prefix backbone.net.")
+    assert said["command"].endswith("pass --checkpoint-prefix backbone.net.")
+    read = build_backbone("torchvision:resnet18", path, prefix="backbone.net.").report
+    assert (read.stripped, read.prefix, read.loaded) == ("'module.' (122 keys)", "backbone.net.", 100)
+
+
+def test_a_download_kept_unverified_is_named_when_it_is_read(tmp_path, caplog):
+    """The fast core of the run test below: ``models download`` records the mirror's copy of a file whose digest the
+    zoo does not know, and reading it says so."""
+    import logging
+
+    from cog_pl.cli.main import main
+    from cog_pl.models import build_backbone
+
+    torch.manual_seed(0)
+    mirror = tmp_path / "dino_r50.pth"
+    torch.save({k: v for k, v in torchvision.models.resnet50().state_dict().items() if not k.startswith("fc.")},
+               mirror)
+    assert main(["models", "download", "dino", str(tmp_path / "models"), "--url", mirror.as_uri(),
+                 "--no-progress"]) == 0
+    dest = tmp_path / "models" / "dino" / mirror.name
+    with caplog.at_level(logging.WARNING, logger="cog_pl.models.build"):
+        build_backbone("dino", dest)
+    assert [r.getMessage() for r in caplog.records if "is unverified" in r.getMessage()] == [
+        f"checkpoint {dest} is unverified: cog-pl models download fetched it from {mirror.as_uri()} and checked its "
+        f"sha256 ({hashlib.sha256(mirror.read_bytes()).hexdigest()[:12]}...) against nothing (the zoo "
+        "knows no digest of it)"]
+
+
+@pytest.mark.slow
 def test_extract_and_run_read_a_ddp_checkpoint(resnet18, bench, tmp_path):
     """``extract`` writes the stores of a DDP-saved file; ``run`` reads the same file the same way (it reuses the
     stores: same weights, same reading) and probes them."""
@@ -114,6 +160,7 @@ def test_extract_and_run_read_a_ddp_checkpoint(resnet18, bench, tmp_path):
     assert [(r["model"], r["domain"]) for r in rows] == [("resnet18", "cog_l2")]
 
 
+@pytest.mark.slow
 def test_run_and_models_check_take_the_same_loading_options_and_messages_name_them(resnet18, bench, tmp_path):
     """A file under a wrapper of its own (``backbone.net.``): each command's refusal names its own option, which
     that command then accepts."""
@@ -121,7 +168,8 @@ def test_run_and_models_check_take_the_same_loading_options_and_messages_name_th
     torch.save({"state_dict": {f"backbone.net.{k}": v for k, v in resnet18.state_dict().items()}}, path)
     proc = cog_pl("models", "check", "torchvision:resnet18", path)
     assert proc.returncode == 2 and proc.stderr.strip().endswith("pass --checkpoint-prefix backbone.net."), proc.stderr
-    assert cog_pl("models", "check", "torchvision:resnet18", path, "--checkpoint-prefix", "backbone.net.").returncode == 0
+    proc = cog_pl("models", "check", "torchvision:resnet18", path, "--checkpoint-prefix", "backbone.net.")
+    assert proc.returncode == 0, proc.stderr
     keys = json.dumps({"^backbone\\.net\\.": ""})
     assert cog_pl("models", "check", "torchvision:resnet18", path, "--checkpoint-key-map", keys).returncode == 0
     run = ("run", "--model", "torchvision:resnet18", "--checkpoint", path, "--in21k-root", bench["in21k"],
@@ -174,6 +222,7 @@ def test_a_converted_file_keeps_the_trust_its_source_needed_into_stores_and_the_
     assert f"resnet18's features were made from a checkpoint read with trust_checkpoint (code from {plain}" in text
 
 
+@pytest.mark.slow
 def test_a_download_kept_unverified_is_recorded_and_run_says_so(bench, tmp_path):
     """DINO's published file carries no hash in its name and the zoo knows no digest of it: a mirror's copy is kept,
     recorded unverified beside it, and ``run`` (which takes it from the models dir) says so in one line. The

@@ -154,9 +154,10 @@ def check_file(name: str, file: Path, trust: bool = False, prefix: str | None = 
     if dim != spec.feature_dim:
         raise RuntimeError(f"{name}: the built network gives {dim}-d features, its spec says {spec.feature_dim}")
     return {"model": spec.name, "file": str(file), "sha256": backbone.weights_sha256, "container": report.container,
-            "prefix": report.prefix, "stripped": report.stripped, "loaded": report.loaded, "dropped": report.dropped, "missing": 0,
-            "other_objects": report.other_objects, "trusted": report.trusted, "converted_from": report.converted_from,
-            "feature_dim": dim, "image_size": spec.image_size, "definition": spec.definition()}
+            "prefix": report.prefix, "stripped": report.stripped, "loaded": report.loaded, "dropped": report.dropped,
+            "missing": 0, "other_objects": report.other_objects, "trusted": report.trusted,
+            "converted_from": report.converted_from, "feature_dim": dim, "image_size": spec.image_size,
+            "definition": spec.definition()}
 
 
 def _check(args: argparse.Namespace) -> int:

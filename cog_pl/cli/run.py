@@ -259,7 +259,8 @@ def _run(args: argparse.Namespace) -> int:
 
     configs = [_config(args, extract, {} if args.finetune else None, model=model,
                        checkpoint=given or default_checkpoint(model, args.models_dir),
-                       trust_checkpoint=args.trust_checkpoint, **_checkpoint_fields(args), in1k_root=args.in1k_root, in21k_root=args.in21k_root,
+                       trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root, in21k_root=args.in21k_root,
+                       **_checkpoint_fields(args),
                        out=args.out, domains=tuple(args.domains), benchmark=args.benchmark, check=not args.no_check,
                        overwrite=args.overwrite, seen=args.seen, stage=args.stage, storage=args.storage)
                for model, given in zip(models, checkpoints or [None] * len(models))]

@@ -250,7 +250,8 @@ class ExtractionDataModule(L.LightningDataModule):
                       else f"max_skipped={self.max_skipped} allows {cap}")
             raise StoreError(f"{path}: finished with {missing} of {rows} images missing (skipped as unreadable), but "
                              f"this run's {policy}; pass --overwrite to extract it again, or a policy that allows "
-                             "them (--on-error skip --max-skipped)")
+                             "them (--on-error skip --max-skipped N; cog-pl extract: --data.overwrite true, "
+                             "--data.on_error skip --data.max_skipped N)")
 
     def _done(self, path: Path, rows: int) -> np.ndarray:
         """Rows of a store an interrupted run wrote; under ``on_error="fail"`` less those it recorded as missing

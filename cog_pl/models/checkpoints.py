@@ -55,7 +55,7 @@ EXTRACT_SPELLING = {"prefix": "--model.prefix {}", "key_map": "--model.key_map '
                     "in_order": "--model.in_order true", "trust": "--model.trust_checkpoint true"}
 COMMAND_SPELLING = {"prefix": "--checkpoint-prefix {}", "key_map": "--checkpoint-key-map '{{REGEX: REPLACEMENT}}'",
                     "in_order": "--checkpoint-in-order", "trust": "--trust-checkpoint"}
-_SPELLING: ContextVar[dict[str, str]] = ContextVar("cog_pl_checkpoint_option_spelling", default=API_SPELLING)
+_SPELLING: ContextVar[dict[str, str] | None] = ContextVar("cog_pl_checkpoint_option_spelling", default=None)
 
 
 @contextlib.contextmanager
@@ -70,7 +70,7 @@ def spelled(spelling: dict[str, str]) -> Iterator[None]:
 
 def option(name: str, value: str = "") -> str:
     """The loading option ``name`` (prefix, key_map, in_order, trust) as the command in use spells it."""
-    return _SPELLING.get()[name].format(value)
+    return (_SPELLING.get() or API_SPELLING)[name].format(value)
 
 
 def trust_hint() -> str:
