@@ -200,7 +200,7 @@ def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys)
             "16", "--seeds", "22", "--shots", "all"]
     stages = ["--accelerator", "cpu", "--devices", "1", "--precision", "bf16-mixed",
               "--trials", "2", "--epochs", "2", "--probe-device", "cpu", "--probe-precision", "bf16-mixed",
-              "--trial-batch", "1",
+              "--trial-batch", "1", "--stale-after", "45",
               "--finetune", "--finetune-epochs", "1", "--finetune-accelerator", "cpu", "--finetune-devices", "1",
               "--finetune-precision", "bf16-mixed"]
     assert main([*argv, *stages]) == 0, capsys.readouterr().err
@@ -213,6 +213,7 @@ def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys)
     assert len(probes) == len(tuned) == 1
     for r in probes:
         assert r["device"] == "cpu" and r["precision"] == "bf16-mixed" and r["search"]["trial_batch"] == 1
+        assert r["search"]["stale_after"] == 45  # issue 37: run's --stale-after reaches the probes' claims
         assert r["search"]["precision"] == "bf16-mixed" and r["protocol"]["trials"] == 2
     for r in tuned:
         assert (r["precision"], r["devices"], r["accelerator"], r["epochs"]) == ("bf16-mixed", 1, "cpu", 1)

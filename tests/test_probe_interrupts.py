@@ -79,7 +79,6 @@ def _start_and_stop(features: Path, out: Path, sig: int, *extra: str) -> subproc
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
-@pytest.mark.slow  # 2026-12-02, 2 shared cores: about 40 s (three runs of the grid)
 def test_a_sigkilled_grid_resumes_at_once_on_its_machine(grid, tmp_path):
     """The killed run's claim is its own dead process's: the resume takes it over at once (the claim would go stale
     only after 600 s) and ends with the uninterrupted rows."""
@@ -109,7 +108,7 @@ def test_a_sigkilled_grid_resumes_at_once_on_its_machine(grid, tmp_path):
     assert _count(out)[1] == 0
 
 
-@pytest.mark.slow  # 2026-12-02, 2 shared cores: about 40 s (two worker processes started twice)
+@pytest.mark.slow  # 2026-12-02, 2 cores shared with other jobs: 53 s (two worker processes started twice)
 def test_ctrl_c_stops_a_grid_of_workers_in_one_line_and_the_resume_is_identical(grid, tmp_path):
     features, whole = grid
     out = tmp_path / "interrupted"
