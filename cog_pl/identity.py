@@ -14,7 +14,7 @@ method and domain outside the run's grid that another identity made are removed:
 
 The identity holds nothing of a row's seed or shot count (the row's key holds those), so it is also the row's
 *protocol key* (:func:`protocol_key`): what two rows of one (model, method, domain, shots) cell must share to be
-averaged (:func:`cog_pl.report.tables.split_protocols`).
+averaged (:func:`cog_pl.report.protocols.split_protocols`).
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def row_times(path: str | os.PathLike) -> dict[tuple, str]:
     """When each row was last written (UTC, ISO 8601 to the second), by its key (:func:`row_key`); what tells a
-    cell's newest rows from older ones (:func:`cog_pl.report.tables.split_protocols`)."""
+    cell's newest rows from older ones (:func:`cog_pl.report.protocols.split_protocols`)."""
     if not Path(path).exists():
         return {}
     with _connect(path) as con:

@@ -7,7 +7,8 @@ from cog_pl.demo.run import DemoSummary
 from cog_pl.progress import duration
 from cog_pl.report.concept_tables import interval_text
 from cog_pl.report.concepts import paired_to_baseline, stored_predictions
-from cog_pl.report.tables import markdown_table, official_cells, split_protocols, summarize
+from cog_pl.report.protocols import split_protocols
+from cog_pl.report.tables import markdown_table, official_cells, summarize
 from cog_pl.results import read_rows, row_times
 
 

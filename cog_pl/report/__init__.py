@@ -9,7 +9,7 @@ from cog_pl._lazy import lazy_exports
 _EXPORTS = {
     "write_report": ".build",
     "summarize": ".tables",
-    "split_protocols": ".tables",
+    "split_protocols": ".protocols",
     "report_markdown": ".tables",
     "markdown_table": ".tables",
     "csv_table": ".tables",

@@ -21,15 +21,8 @@ from cog_pl.report.concept_tables import (
 from cog_pl.report.concepts import concept_report
 from cog_pl.report.html import report_html
 from cog_pl.report.plots import plot_domains, plot_few_shot, plot_methods, plot_similarity_curves, plot_variants
-from cog_pl.report.tables import (
-    csv_table,
-    official_cells,
-    probe_cells,
-    report_markdown,
-    split_protocols,
-    stale_markdown,
-    summarize,
-)
+from cog_pl.report.protocols import split_protocols, stale_markdown
+from cog_pl.report.tables import csv_table, official_cells, probe_cells, report_markdown, summarize
 from cog_pl.report.variants import variant_lines, variants_markdown
 from cog_pl.results import read_info, read_rows, row_times
 
@@ -99,7 +92,7 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     (:mod:`cog_pl.report.html`). The files of :data:`ARTEFACTS` in ``out`` that this report does not write (a plot
     of a method no longer shown, ``report.html`` without ``html``) are removed: ``cog-pl run`` and ``cog-pl report``
     leave the same set. A cell's rows of an older protocol than its newest row's are left out of every
-    table, figure and analysis and listed in a section of their own (:func:`~cog_pl.report.tables.split_protocols`)."""
+    table, figure and analysis and listed in a section of their own (:func:`~cog_pl.report.protocols.split_protocols`)."""
     started = time.perf_counter()
     rows = read_rows(results)
     features = features if features is not None else recorded_features(results)

@@ -10,8 +10,8 @@ linear probes in a section of their own; other probe methods (``knn``) are set b
 (:func:`methods_markdown`) and get rows of their own in the few-shot tables.
 
 A cell averages rows of one protocol only (:func:`cog_pl.identity.protocol_key`: every value a row's number depends
-on but its seed and shot count): :func:`split_protocols` keeps each cell's newest protocol and sets the other rows
-apart as stale (:func:`stale_markdown` lists them), and :func:`summarize` refuses rows of two protocols in one cell.
+on but its seed and shot count): :func:`cog_pl.report.protocols.split_protocols` keeps each cell's newest protocol
+and sets the other rows apart as stale, and :func:`summarize` refuses rows of two protocols in one cell.
 A cell shows its n where it is not the protocol's seed count. A relative compares a row with the baseline's row of the
 same method (k-NN with k-NN, fine-tuned with fine-tuned); where the baseline has none, the relative is empty and
 ``relative_note`` says why.
@@ -30,7 +30,7 @@ from typing import Any
 
 from cog_pl.identity import describe, protocol_differences, protocol_key, settings_of, value_differences
 from cog_pl.protocol import DOMAINS, ProbeProtocol, split_domain
-from cog_pl.results import DEFAULT_METHOD, METHODS, method_of, row_key
+from cog_pl.results import DEFAULT_METHOD, METHODS, method_of
 
 DOMAIN_LABELS = {"in1k": "IN-1K", **{f"cog_l{i}": f"L{i}" for i in range(1, 6)}}
 
@@ -98,48 +98,9 @@ def expected_seeds(row: dict) -> int | None:
     return len(ProbeProtocol().seeds) if protocol_key(row) else None
 
 
-def _cell_of(row: dict) -> tuple:
+def cell_of(row: dict) -> tuple:
+    """The (model, method, domain, shots) cell of a row."""
     return row["model"], method_of(row), row["domain"], row.get("shots")
-
-
-def split_protocols(rows: Iterable[dict], times: Mapping[tuple, str] | None = None) -> tuple[list[dict], list[dict]]:
-    """(rows kept, stale rows): in each (model, method, domain, shots) cell holding rows of several protocols
-    (:func:`cog_pl.identity.protocol_key`), the rows of the protocol of the cell's newest row (``times``: when each
-    row was written, by key, :func:`cog_pl.results.row_times`) are kept and the others are stale, in their order."""
-    rows, times = list(rows), times or {}
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in rows:
-        groups[_cell_of(r)].append(r)
-    stale_ids = set()
-    for rs in groups.values():
-        if len({protocol_key(r) for r in rs}) > 1:
-            newest = max(rs, key=lambda r: times.get(row_key(r), ""))
-            stale_ids |= {id(r) for r in rs if protocol_key(r) != protocol_key(newest)}
-    return [r for r in rows if id(r) not in stale_ids], [r for r in rows if id(r) in stale_ids]
-
-
-def stale_markdown(stale: Sequence[dict], kept: Sequence[dict]) -> str:
-    """A report section listing the ``stale`` rows (per cell and protocol: the seeds and the values that differ
-    from the cell's kept rows); empty when there are none."""
-    if not stale:
-        return ""
-    cells: dict[tuple, dict] = {}
-    for r in kept:
-        cells.setdefault(_cell_of(r), r)
-    by: dict[tuple, list[dict]] = defaultdict(list)
-    for r in stale:
-        by[(*_cell_of(r), protocol_key(r) or "")].append(r)
-    lines = ["", "## Stale rows: made under another protocol than their cell's newest rows, left out of every table",
-             "", "Not averaged with the cell's rows, nor used by any figure or analysis. `cog-pl run ... --overwrite` "
-             "removes the rows of its model, method and domain that its settings would not make again.", "",
-             "| model | method | domain | shots | seeds | made with | the cell's rows have |", "|---" * 7 + "|"]
-    for (model, method, domain, shots, _), rs in sorted(by.items(), key=lambda kv: (
-            kv[0][0], list(METHODS).index(kv[0][1]), domain_key(kv[0][2]), -1 if kv[0][3] is None else kv[0][3])):
-        diff = protocol_differences(rs[0], cells[model, method, domain, shots])
-        seeds = ", ".join(str(s) for s in sorted({r["seed"] for r in rs}))
-        lines.append(f"| {model} | {METHODS[method]} | {domain_label(domain)} | {'All' if shots is None else shots} "
-                     f"| {seeds} | {describe(diff, 1)} | {describe(diff, 2)} |")
-    return "\n".join(lines) + "\n"
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -151,11 +112,12 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
     """Aggregate rows over seeds per (model, method, domain, shots); rows of two protocols in one cell are refused
-    (:func:`split_protocols` sets a cell's older ones apart). With a ``baseline`` model, fill ``relative`` against the
-    baseline's cell of the same method, domain and shots, and ``relative_note`` where it has none."""
+    (:func:`cog_pl.report.protocols.split_protocols` sets a cell's older ones apart). With a ``baseline`` model, fill
+    ``relative`` against the baseline's cell of the same method, domain and shots, and ``relative_note`` where it has
+    none or its settings differ."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
-        groups[_cell_of(r)].append(r)
+        groups[cell_of(r)].append(r)
     cells = {}
     for (model, method, domain, shots), rs in groups.items():
         mixed = [r for r in rs if protocol_key(r) != protocol_key(rs[0])]
