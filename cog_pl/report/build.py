@@ -92,7 +92,8 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     (:mod:`cog_pl.report.html`). The files of :data:`ARTEFACTS` in ``out`` that this report does not write (a plot
     of a method no longer shown, ``report.html`` without ``html``) are removed: ``cog-pl run`` and ``cog-pl report``
     leave the same set. A cell's rows of an older protocol than its newest row's are left out of every
-    table, figure and analysis and listed in a section of their own (:func:`~cog_pl.report.protocols.split_protocols`)."""
+    table, figure and analysis and listed in a section of their own
+    (:func:`~cog_pl.report.protocols.split_protocols`)."""
     started = time.perf_counter()
     rows = read_rows(results)
     features = features if features is not None else recorded_features(results)
