@@ -187,6 +187,27 @@ def test_run_and_models_check_take_the_same_loading_options_and_messages_name_th
     assert proc.returncode == 2 and proc.stderr.strip().endswith("pass --model.prefix backbone.net."), proc.stderr
 
 
+def test_convert_refuses_to_replace_its_input_and_an_existing_file(resnet18, tmp_path, capsys):
+    """``models convert`` of a readable file: onto itself (the same file by another path) refused, the file left
+    as it was; over an existing file refused without ``--overwrite``, replaced with it."""
+    from cog_pl.cli.main import main
+
+    path = save_ddp(tmp_path / "r18.pth", resnet18)
+    before = path.read_bytes()
+    assert main(["models", "convert", "torchvision:resnet18", str(path), str(tmp_path / "." / "r18.pth")]) == 2
+    assert capsys.readouterr().err.strip() == (f"cog-pl models: error: output {path} is the input file itself: "
+                                               "converting would replace it; name another output file")
+    assert path.read_bytes() == before
+    out = tmp_path / "plain.pth"
+    out.write_bytes(b"the user's other file")
+    assert main(["models", "convert", "torchvision:resnet18", str(path), str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (f"cog-pl models: error: output {out} exists; pass --overwrite to "
+                                               "replace it")
+    assert out.read_bytes() == b"the user's other file"
+    assert main(["models", "convert", "torchvision:resnet18", str(path), str(out), "--overwrite"]) == 0
+    assert torch.load(out, weights_only=True)["cog_pl_converted"]["trust_checkpoint"] is False
+
+
 def test_a_converted_file_keeps_the_trust_its_source_needed_into_stores_and_the_report(resnet18, tmp_path):
     """``models convert --trust-checkpoint`` of a TorchScript archive: the plain file reads without trust, its
     metadata says its source needed trust, the stores made from it record ``trusted_checkpoint`` and

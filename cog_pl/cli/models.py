@@ -193,14 +193,15 @@ def _convert(args: argparse.Namespace) -> int:
     from cog_pl.models.checkpoints import load_file, save_converted, take_container
     from cog_pl.models.zoo import resolve_spec
 
+    from cog_pl.errors import CogError
     from cog_pl.models.checkpoints import COMMAND_SPELLING, spelled
 
     spec = resolve_spec(args.name)
     if Path(args.out).resolve() == Path(args.file).resolve():
-        raise ValueError(f"output {args.out} is the input file itself: converting would replace it; name another "
-                         "output file")
+        raise CogError(f"output {args.out} is the input file itself: converting would replace it; name another "
+                       "output file")
     if Path(args.out).exists() and not args.overwrite:
-        raise FileExistsError(f"output {args.out} exists; pass --overwrite to replace it")
+        raise CogError(f"output {args.out} exists; pass --overwrite to replace it")
     with spelled(COMMAND_SPELLING):  # it loads, or one line says why
         facts = check_file(args.name, args.file, args.trust_checkpoint, **checkpoint_options(args))
     source = load_file(args.file, args.trust_checkpoint)
