@@ -77,7 +77,6 @@ def run(argv: list[str], prog: str = "cog-pl extract") -> ExtractCLI | None:
     """Run ``cog-pl extract ARGV``: LightningCLI ``predict`` (the only subcommand) on ``ARGV``; with ``--launcher``,
     submit it (:func:`launch`)."""
     from cog_pl.cluster.options import cluster_options, split_argv
-
     from cog_pl.models.checkpoints import EXTRACT_SPELLING, spelled
 
     given, rest = split_argv(argv)

@@ -189,12 +189,10 @@ def _trust_line(facts: dict[str, Any]) -> str:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from cog_pl.io import file_sha256
-    from cog_pl.models.checkpoints import load_file, save_converted, take_container
-    from cog_pl.models.zoo import resolve_spec
-
     from cog_pl.errors import CogError
-    from cog_pl.models.checkpoints import COMMAND_SPELLING, spelled
+    from cog_pl.io import file_sha256
+    from cog_pl.models.checkpoints import COMMAND_SPELLING, load_file, save_converted, spelled, take_container
+    from cog_pl.models.zoo import resolve_spec
 
     spec = resolve_spec(args.name)
     if Path(args.out).resolve() == Path(args.file).resolve():
@@ -230,9 +228,8 @@ def _download(args: argparse.Namespace) -> int:
     if url is None:
         conversion = f"; then convert it: {pub.conversion}" if pub.conversion else ""
         raise ValueError(f"{spec.name}: {pub.manual}{conversion}; put it in {folder}/ (where cog-pl run looks)")
-    from cog_pl.models.download import download, hash_prefix_of
-
     from cog_pl.io import file_sha256
+    from cog_pl.models.download import download, hash_prefix_of
     from cog_pl.models.files import write_download_record
 
     name = url.rsplit("/", 1)[-1].split("?")[0]
