@@ -154,3 +154,20 @@ def test_ctrl_c_in_a_cell_is_one_line_status_130_and_releases_the_claim(tmp_path
     monkeypatch.setattr(cells, "probe", probe)
     assert main([*_args(features, tmp_path / "out"), *small]) == 0
     assert _rows(tmp_path / "out") == _rows(tmp_path / "whole")
+
+
+def test_a_ctrl_c_a_lightning_trainer_ended_is_reported_as_interrupted(capsys):
+    """Lightning's Trainer turns Ctrl-C into ``sys.exit(1)`` after its own shutdown (extraction, fine-tuning): the
+    command still says it was interrupted, status 130; any other exit status passes through."""
+    from cog_pl.cli.main import report_errors
+
+    def trainer_interrupted() -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise SystemExit(1) from None
+
+    assert report_errors("run", False, trainer_interrupted) == 130
+    assert capsys.readouterr().err.strip() == interrupted_line("run")
+    with pytest.raises(SystemExit):
+        report_errors("run", False, lambda: (_ for _ in ()).throw(SystemExit(3)))

@@ -153,6 +153,11 @@ def report_errors(command: str, verbose: bool, run: Callable[[], int]) -> int:
             raise
         print(interrupted_line(command), file=sys.stderr)
         return INTERRUPTED
+    except SystemExit as done:  # a Lightning Trainer ends a Ctrl-C with sys.exit(1) (lightning.pytorch.trainer.call)
+        if not isinstance(done.__context__, KeyboardInterrupt) or _debugging(verbose):
+            raise
+        print(interrupted_line(command), file=sys.stderr)
+        return INTERRUPTED
     except (*usage_errors(), *runtime_errors()) as err:
         if _debugging(verbose):
             raise

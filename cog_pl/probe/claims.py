@@ -41,8 +41,9 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS claims (cell TEXT PRIMARY KEY, worker TEX
            "CREATE TABLE IF NOT EXISTS holders (cell TEXT PRIMARY KEY, worker TEXT NOT NULL, machine TEXT NOT NULL, "
            "pid INTEGER NOT NULL, started TEXT NOT NULL)")
 _WORKER: dict[int, str] = {}  # process id -> worker id, so that a forked child gets its own
-#: The claims file's format (``PRAGMA user_version``): 2 adds table ``holders``; a file of format 1 (0 in SQLite's
-#: header) is read and written as it is, its claims judged by their heartbeats alone.
+#: The claims file's format (``PRAGMA user_version``): 2 adds table ``holders``. A file of format 1 (0 in SQLite's
+#: header) gains the table when first used; its claims without a holder are judged by their heartbeats alone, and an
+#: older cog_pl, which never reads the table, works on a file of format 2 as before.
 FORMAT = 2
 #: What the messages call the file.
 ROLE = "the probe grid's claims file (which worker makes which cell)"

@@ -126,9 +126,10 @@ def grid_slots(workers: int | str, pair: Any, protocol: Any, cells: int, device:
 
 
 class _WorkerProcess(multiprocessing.context.SpawnProcess):
-    """A worker process started with SIGINT ignored (kept through ``exec``): a Ctrl-C while it starts (its imports
-    take seconds) neither stops it with a traceback nor is lost, the parent stops the pool; its :func:`_start` then
-    takes SIGINT for the cell it makes (:func:`_interrupt`)."""
+    """A worker process spawned with SIGINT ignored (the setting survives ``exec``): a Ctrl-C during its start-up
+    (imports take seconds) does not end it with a traceback; the parent, interrupted too, shuts the pool down. Its
+    :func:`_start` then takes SIGINT for the cell it makes (:func:`_interrupt`). The parent ignores SIGINT only
+    while it spawns the process (a fork and an exec)."""
 
     def start(self) -> None:
         if threading.current_thread() is not threading.main_thread():  # signal handlers: main thread only
@@ -137,7 +138,8 @@ class _WorkerProcess(multiprocessing.context.SpawnProcess):
         try:
             super().start()
         finally:
-            signal.signal(signal.SIGINT, previous)
+            # None: a handler not set from Python, which cannot be restored: Python's own instead
+            signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
 class _WorkerContext(multiprocessing.context.SpawnContext):
