@@ -182,6 +182,9 @@ def _download(args: argparse.Namespace) -> int:
         dest = _unzip(archive, pub.member or pub.file, folder / pub.file)
     else:  # a mirror's file keeps its own name: the hash prefix it carries is its own
         dest = download(url, folder / (name if args.url else pub.file), expected, progress=not args.no_progress)
+    from cog_pl.models.files import record_download
+
+    record_download(dest, spec.name, url)  # the file cog-pl run labels as the paper's (cog_pl.models.label)
     print(f"{spec.name}: {dest}")
     return 0
 
