@@ -331,5 +331,5 @@ def test_models_download_extracts_the_member_of_a_release_zip(tmp_path, capsys):
         thread.join(5)
     dest = tmp_path / "obow" / pub.file
     assert dest.read_bytes() == b"the checkpoint's bytes"
-    assert sorted(p.name for p in dest.parent.iterdir()) == [pub.file]
+    assert sorted(p.name for p in dest.parent.iterdir()) == [pub.file, pub.file + ".download.json"]  # and its record
     assert capsys.readouterr().out.strip() == f"obow: {dest}"
