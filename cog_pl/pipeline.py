@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 STAGES = ("check", "extract", "probe", "finetune", "report")
 #: Arguments of :func:`~cog_pl.finetune.compare.finetune_domains` the run sets itself, hence no ``finetune`` keys.
 FINETUNE_SET_BY_RUN = ("model", "checkpoint", "results", "domains", "in1k_root", "in21k_root", "benchmark",
-                       "transform", "seed", "progress", "overwrite")
+                       "transform", "seed", "progress", "overwrite", "label")
 
 
 def _is_whole_tar(root: str) -> bool:
@@ -168,6 +168,18 @@ class RunConfig:
     noise_predictions: bool = True  # the label-noise check's predictions for the report (IN-1K probe on the levels)
     stage: str | None = None  # one of STAGES alone; None: every stage in turn
     storage: str | None = None  # the probes' Optuna storage (database URL, journal or SQLite file); None: out/optuna.db
+    name: str | None = None  # the label of stores, rows and report (cog_pl.models.label); None: from the weights
+    random_weights: bool = False  # a network without a file initialised at random (labelled <name>@random)
+    models_dir: str | None = None  # where a paper model's file is looked for without checkpoint; None: $COG_PL_MODELS
+
+    @property
+    def label(self) -> str:
+        """The name of this run's stores (``features/<label>/``), rows and report lines: ``name``, else the paper
+        name for the published file, ``<name>@<stem>`` for other weights of a paper model's network,
+        ``<name>@random`` for random weights (:func:`cog_pl.models.label.model_label`)."""
+        file = Path(self.checkpoint) if self.checkpoint else None
+        stamp = (file.stat().st_size, file.stat().st_mtime_ns) if file is not None and file.is_file() else None
+        return _label_of(self.model, self.checkpoint, self.name, self.random_weights, stamp)
 
     @property
     def checkpoint_kwargs(self) -> dict[str, Any]:
@@ -257,6 +269,18 @@ class RunConfig:
                     else ""))
         if self.finetune is not None:
             self._check_finetune()
+        self._resolve_weights()
+
+    def _resolve_weights(self) -> None:
+        """The weights file, decided before any work: ``checkpoint``, else a paper model's file in ``models_dir``;
+        a model that needs weights and has none is refused unless ``random_weights``
+        (:func:`cog_pl.models.files.resolve_checkpoint`); a bad ``name`` is refused too."""
+        from cog_pl.models.files import resolve_checkpoint
+        from cog_pl.models.label import check_label
+
+        if self.name is not None:
+            check_label(self.name)
+        self.checkpoint = resolve_checkpoint(self.model, self.checkpoint, self.random_weights, self.models_dir)
 
     def _check_devices(self) -> None:
         """Refuse a probe mode, device or precision, or an extraction precision, before any work."""
@@ -287,6 +311,16 @@ class RunConfig:
             raise ValueError(f"finetune: {err}") from None
         if not self.finetune_seed_values:
             raise ValueError("finetune_seeds: give at least one seed")
+
+
+@functools.lru_cache(maxsize=32)
+def _label_of(model: str, checkpoint: str | None, name: str | None, random_weights: bool,
+              stamp: tuple[int, int] | None) -> str:
+    """:func:`cog_pl.models.label.model_label`, once per file's version (``stamp``: size, mtime; it reads the
+    checkpoint's digest)."""
+    from cog_pl.models.label import model_label
+
+    return model_label(model, checkpoint, name, random_weights)
 
 
 @dataclass
@@ -320,12 +354,16 @@ def run(cfg: RunConfig) -> RunSummary:
     from cog_pl.models import resolve_spec
     from cog_pl.results import check_results_file
 
-    spec = resolve_spec(cfg.model)  # an unknown model fails before any work
+    resolve_spec(cfg.model)  # an unknown model fails before any work
     check_results_file(Path(cfg.out) / "results.sqlite")  # so does a results file that cannot take the rows
+    from cog_pl.labels import check_label_weights
+    from cog_pl.levels.seen import run_seen_warnings
+    from cog_pl.models.build import weights_file
+
+    check_label_weights(cfg.label, weights_file(cfg.model, cfg.checkpoint), features=Path(cfg.out) / "features",
+                        results=Path(cfg.out) / "results.sqlite", overwrite=cfg.overwrite)  # before any work
     if (Path(cfg.out) / "results.sqlite").is_file():  # and one whose rows were made on another benchmark
         _record_report_inputs(cfg, Path(cfg.out))
-    from cog_pl.levels.seen import run_seen_warnings
-
     for warning in run_seen_warnings(cfg.model, cfg.seen, cfg.benchmark, cfg.domains):
         logger.warning("warning: %s", warning)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -335,7 +373,7 @@ def run(cfg: RunConfig) -> RunSummary:
     def runs(stage: str) -> bool:
         return cfg.stage in (None, stage)
 
-    model_name, transform, stores = spec.name, cfg.transform, cfg.store_paths(spec.name)
+    model_name, transform, stores = cfg.label, cfg.transform, cfg.store_paths(cfg.label)
     if cfg.check and runs("check"):
         t = time.perf_counter()
         _check(cfg)
@@ -402,7 +440,8 @@ def _backbone_transform(cfg: RunConfig) -> Any:
     """The transform the extraction reads images with, for a stage that runs without it (fine-tuning alone)."""
     from cog_pl.extract.module import FeatureExtractor
 
-    return FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs).transform_config
+    return FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs, name=cfg.name,
+                            random_weights=cfg.random_weights).transform_config
 
 
 def _check(cfg: RunConfig) -> None:
@@ -430,7 +469,8 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
     from cog_pl.extract.module import FeatureExtractor
 
     opts = cfg.extract
-    model = FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs)
+    model = FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs, name=cfg.name,
+                             random_weights=cfg.random_weights)
     filter_known_warnings()
     trainer = L.Trainer(**opts.trainer_kwargs(), logger=False, enable_checkpointing=False,
                         enable_model_summary=False, enable_progress_bar=False,
@@ -577,7 +617,7 @@ def _finetune(cfg: RunConfig, out: Path, transform: Any) -> int:
         rows = finetune_domains(cfg.model, cfg.checkpoint, str(out / "results.sqlite"), cfg.domains,
                                 in1k_root=cfg.in1k_root, in21k_root=cfg.in21k_root, benchmark=cfg.benchmark,
                                 transform=transform, seed=seed, progress=cfg.progress, overwrite=cfg.overwrite,
-                                **options)
+                                label=cfg.label, **options)
         written += len(rows)
     return written
 

@@ -261,6 +261,7 @@ def make_data(root: Path) -> dict[str, str]:
     _odd_inputs(root, d)
     _passing_inputs(root, d)
     _claims_inputs(root)
+    _label_inputs(root, d)
     return d
 
 
@@ -316,10 +317,28 @@ def _claims_inputs(root: Path) -> None:
     (root / "r-clro.sqlite.claims").chmod(0o444)
 
 
+def _label_inputs(root: Path, d: dict[str, str]) -> None:
+    """The inputs of the cases of issue 37's labels and weights, into ``d``: an empty models dir, one whose resnet50
+    folder holds two files, and an output folder whose resnet10t stores were made from another file."""
+    d["models_empty"] = str(root / "models-empty")
+    two = root / "models-two" / "resnet50"
+    two.mkdir(parents=True)
+    for name in ("a.pth", "b.pth"):
+        (two / name).write_bytes(b"weights")
+    d["models_two"] = str(two.parent)
+    store = root / "run-label" / "features" / "resnet10t" / "cog_l1" / "train"
+    store.mkdir(parents=True)
+    (store / "meta.json").write_text(json.dumps({"model": "resnet10t", "weights": "/elsewhere/first.pth",
+                                                 "weights_sha256": "ab" * 32}))
+    d["run_label"] = str(root / "run-label")
+    d["second"] = str(root / "second.pth")
+    Path(d["second"]).write_bytes(b"other weights")
+
+
 P = ("--probe-device", "cpu", "--trials", "1", "--epochs", "1", "--workdir", "{root}/w")  # a quick probe's options
 RES = ("--model", "m", "--domain", "cog_l2", "--results", "{root}/r.sqlite")
-X = ("--model.model", "timm:resnet10t", "--data.out", "{root}/xout", "--data.num_workers", "0",
-     "--trainer.accelerator", "cpu")
+X = ("--model.model", "timm:resnet10t", "--model.random_weights", "true", "--data.out", "{root}/xout",
+     "--data.num_workers", "0", "--trainer.accelerator", "cpu")
 
 
 def _cell(tag: str, knn: bool = False) -> tuple[str, ...]:
@@ -333,7 +352,8 @@ def _none(tag: str) -> tuple[str, ...]:
     return f"{{root}}/w-{tag}", f"{{root}}/r-{tag}.sqlite"
 
 
-XO = ("--model.model", "timm:resnet10t", "--data.num_workers", "0", "--trainer.accelerator", "cpu")
+XO = ("--model.model", "timm:resnet10t", "--model.random_weights", "true", "--data.num_workers", "0",
+      "--trainer.accelerator", "cpu")
 
 CASES: tuple[Case, ...] = (
     # wordnet and similarity
@@ -448,7 +468,8 @@ CASES: tuple[Case, ...] = (
     # LightningCLI commands
     Case("extract: unknown model", ("extract", "--model.model", "nosuch", "--data.out", "{root}/xout"), "nosuch",
          slow=True),
-    Case("extract: garbage checkpoint", (*("extract", *X), "--model.checkpoint", "{ckpt}"), "{ckpt}", slow=True),
+    Case("extract: garbage checkpoint", (*("extract", *X), "--model.random_weights", "false", "--model.checkpoint",
+                                         "{ckpt}"), "{ckpt}", slow=True),
     Case("extract: missing IN-21K root", (*("extract", *X), "--data.in21k_root", "{missing}", "--data.domains",
                                           "[cog_l1]"), "{missing}", slow=True),
     Case("extract: corrupt JPEG", (*("extract", *X), "--data.in21k_root", "{in21k}", "--data.domains", "[cog_l1]",
@@ -491,7 +512,7 @@ CASES: tuple[Case, ...] = (
                                               "--results", "{resdir}"),
          "results file {resdir} is a folder", absent=("{resdir}/*",), slow=True),
     Case("run: the results file is a folder", ("run", "--model", "resnet50", "--in1k-root", "{root}", "--in21k-root",
-                                               "{in21k}", "--out", "{rundir}"),
+                                               "{in21k}", "--out", "{rundir}", "--random-weights"),
          "results file {rundir}/results.sqlite is a folder", absent=("{rundir}/features", "{rundir}/results.sqlite/*"),
          slow=True),
     Case("probe tune: a storage port that is no number", ("probe", "tune", "--features", "{feat}", *_cell("port"),
@@ -590,4 +611,38 @@ CASES: tuple[Case, ...] = (
          "--launcher sbatch-scripts {afile}: a file, not a folder", absent=("{root}/lsb/slurm",)),
     Case("run: --stale-after 0", ("run", "--model", "timm:resnet10t", "--checkpoint", "{ckpt}", "--stale-after",
                                   "0"), "--stale-after must be a positive number of seconds"),
+    # issue 37: a model label names one set of weights; no silent random weights
+    Case("run: a paper model without its file", ("run", "--model", "resnet50", "--in21k-root", "{in21k}",
+                                                 "--domains", "cog_l1", "--out", "{root}/run-nofile", "--no-check"),
+         "resnet50 needs weights and has none: no file in {models_empty}/resnet50; fetch the published file with "
+         "cog-pl models download resnet50, give one with --checkpoint FILE, or pass --random-weights",
+         owner="A", env={"COG_PL_MODELS": "{models_empty}"}, absent=("{root}/run-nofile",)),
+    Case("run: two files in a paper model's folder", ("run", "--model", "resnet50", "--models-dir", "{models_two}",
+                                                      "--in21k-root", "{in21k}", "--domains", "cog_l1", "--out",
+                                                      "{root}/run-two", "--no-check"),
+         "2 files in {models_two}/resnet50 (a.pth, b.pth) and none is resnet50-19c8e357.pth", owner="A",
+         absent=("{root}/run-two",)),
+    Case("run: a timm model without weights", ("run", "--model", "timm:resnet10t", "--in21k-root", "{in21k}",
+                                               "--domains", "cog_l1", "--out", "{root}/run-timm", "--no-check"),
+         "timm:resnet10t is built without weights", owner="A", absent=("{root}/run-timm",)),
+    Case("run: --random-weights beside --checkpoint", ("run", "--model", "timm:resnet10t", "--checkpoint", "{second}",
+                                                       "--random-weights", "--in21k-root", "{in21k}", "--domains",
+                                                       "cog_l1", "--out", "{root}/run-both", "--no-check"),
+         "--random-weights and --checkpoint {second}: give one of them", owner="A", absent=("{root}/run-both",)),
+    Case("run: a label that is no folder name", ("run", "--model", "timm:resnet10t", "--checkpoint", "{second}",
+                                                 "--name", "../up", "--in21k-root", "{in21k}", "--domains", "cog_l1",
+                                                 "--out", "{root}/run-name", "--no-check"),
+         "--name '../up': a label is a folder name", owner="A", absent=("{root}/run-name",)),
+    Case("run: one label, two weights", ("run", "--model", "timm:resnet10t", "--checkpoint", "{second}",
+                                         "--in21k-root", "{in21k}", "--domains", "cog_l1", "--out", "{run_label}",
+                                         "--no-check"),
+         "label resnet10t already names /elsewhere/first.pth (sha256 abababababababab) in {run_label}/features/"
+         "resnet10t/cog_l1/train; this run's weights are {second} (sha256 ", owner="A",
+         absent=("{run_label}/results.sqlite", "{run_label}/optuna.db", "{run_label}/features/resnet10t/cog_l1/test")),
+    Case("extract: a paper model without its file", ("extract", "--config", "resnet50", "--data.out",
+                                                     "{root}/xout-nofile", "--data.in21k_root", "{in21k}",
+                                                     "--data.domains", "[cog_l1]"),
+         "no file in {models_empty}/resnet50; fetch the published file with cog-pl models download resnet50, give "
+         "one with --model.checkpoint FILE", owner="A", env={"COG_PL_MODELS": "{models_empty}"},
+         absent=("{root}/xout-nofile",), slow=True),
 )

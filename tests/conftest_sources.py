@@ -217,7 +217,7 @@ def extract(out: Path, domains: tuple[str, ...], in1k_root: Path | None = None, 
     """Extract ``domains`` with a seeded random resnet10t on CPU (``num_workers`` loader workers); ``{(domain,
     split): (features, labels, index, meta)}`` of the stores written."""
     torch.manual_seed(0)
-    model = FeatureExtractor(MODEL)
+    model = FeatureExtractor(MODEL, random_weights=True)
     dm = ExtractionDataModule(out=str(out), model_name="m", in1k_root=str(in1k_root) if in1k_root else None,
                               in21k_root=str(in21k_root) if in21k_root else None, domains=domains,
                               transform=model.transform_config, batch_size=4, num_workers=num_workers, **kw)

@@ -29,7 +29,12 @@ FULL = ("run --model dino --checkpoint {t}/shared/models/dino_resnet50_pretrain.
 def _roots(tmp_path: Path) -> None:
     for sub in ("data/in1k", "data/in21k", "shared/models"):
         (tmp_path / sub).mkdir(parents=True, exist_ok=True)
-    (tmp_path / "shared/models/dino_resnet50_pretrain.pth").write_bytes(b"")
+    from cog_pl.models.files import record_download
+
+    for model, name in (("dino", "dino_resnet50_pretrain.pth"), ("swav", "swav_800ep_pretrain.pth.tar")):
+        (tmp_path / "shared/models" / name).write_bytes(model.encode())
+        record_download(tmp_path / "shared/models" / name, model, name)  # fetched by cog-pl models download: the
+        # paper's file, labelled with the paper's name
 
 
 def _dry_run(tmp_path: Path, capsys, command: str = FULL) -> str:
@@ -65,7 +70,7 @@ def test_the_docs_show_the_dry_run_of_the_full_evaluation(tmp_path, capsys):
 def test_a_study_of_many_models_is_one_extraction_and_one_probe_array_per_model(tmp_path, capsys):
     command = FULL.replace("--model dino --checkpoint {t}/shared/models/dino_resnet50_pretrain.pth",
                            "--model dino swav --checkpoint {t}/shared/models/dino_resnet50_pretrain.pth "
-                           "{t}/shared/models/dino_resnet50_pretrain.pth")
+                           "{t}/shared/models/swav_800ep_pretrain.pth.tar")
     out = _dry_run(tmp_path, capsys, command.replace("/cog/dino", "/cog/study"))
     table = [line.split()[0] for line in out.splitlines()[3:9]]
     assert table == ["check", "extract/dino", "probe/dino", "extract/swav", "probe/swav", "report"]
@@ -102,7 +107,7 @@ def test_time_limits_in_sbatchs_forms(text, minutes):
 def test_launcher_options_that_cannot_work_are_refused_in_one_line(tmp_path, capsys, extra, message):
     _roots(tmp_path)
     argv = ["run", "--in1k-root", str(tmp_path / "data/in1k"), "--in21k-root", str(tmp_path / "data/in21k"), "--out",
-            str(tmp_path / "out"), *([] if "--model" in extra else ["--model", "dino"]), *extra,
+            str(tmp_path / "out"), *([] if "--model" in extra else ["--model", "dino"]), *extra, "--random-weights",
             *(["--dry-run"] if "--launcher" in extra else [])]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -118,7 +123,7 @@ def test_a_time_limit_sbatch_cannot_read_is_refused_by_the_parser(capsys):
 
 def test_a_probe_stage_without_its_stores_is_refused_naming_the_first(tmp_path, capsys):
     argv = ["run", "--model", "resnet50", "--in21k-root", str(tmp_path), "--domains", "cog_l2", "--out",
-            str(tmp_path / "out"), "--stage", "probe"]
+            str(tmp_path / "out"), "--stage", "probe", "--random-weights"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "feature store" in err and "cog_l2/train is not complete (2 of 2 are not): run the extract stage" in err
@@ -245,10 +250,17 @@ def test_claimed_cells_are_tuned_by_one_worker_alone(tmp_path):
     assert not worker.is_alive() and sorted((r["shots"] or 0) for r in made) == [0, 2]
 
 
-def test_extract_and_probe_protocol_take_the_launcher_too(tmp_path, capsys):
+def test_extract_and_probe_protocol_take_the_launcher_too(tmp_path, capsys, monkeypatch):
     from test_probe_fixtures import write_features
 
+    from cog_pl.models.files import record_download
+
     _roots(tmp_path)
+    paper = tmp_path / "models" / "resnet50" / "resnet50-19c8e357.pth"  # the config's model, downloaded
+    paper.parent.mkdir(parents=True)
+    paper.write_bytes(b"resnet50")
+    record_download(paper, "resnet50", paper.name)
+    monkeypatch.setenv("COG_PL_MODELS", str(tmp_path / "models"))
     argv = ["extract", "--config", str(REPO / "configs/extract/resnet50.yaml"), "--data.in1k_root",
             str(tmp_path / "data/in1k"), "--data.in21k_root", str(tmp_path / "data/in21k"), "--data.out",
             str(tmp_path / "features"), "--launcher", "slurm", "--nodes", "2", "--gpus-per-node", "4", "--dry-run"]

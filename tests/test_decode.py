@@ -92,7 +92,7 @@ def tree(tiny, tmp_path):  # noqa: F811
 
 def extract(root: Path, out: Path, decode: str, **kw) -> tuple[ExtractionDataModule, dict]:
     torch.manual_seed(0)
-    model = FeatureExtractor(MODEL)
+    model = FeatureExtractor(MODEL, random_weights=True)
     dm = ExtractionDataModule(out=str(out), model_name="m", in1k_root=str(root), domains=("in1k",),
                               splits=("test",), transform=TransformConfig(crop=64, resize=72), batch_size=5,
                               num_workers=0, decode=decode, **kw)
@@ -156,7 +156,7 @@ def test_the_device_decoder_on_cuda_gives_the_rows_of_pil_and_names_its_fallback
     with caplog.at_level(logging.INFO, logger="cog_pl.extract.decode_device"):
         for decode in ("pil", "gpu"):
             torch.manual_seed(0)
-            model = FeatureExtractor(MODEL)
+            model = FeatureExtractor(MODEL, random_weights=True)
             dm = ExtractionDataModule(out=str(tmp_path / decode), model_name="m", in1k_root=str(tree),
                                       domains=("in1k",), splits=("test",), batch_size=5, num_workers=0,
                                       transform=TransformConfig(crop=64, resize=72), decode=decode)

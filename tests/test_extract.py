@@ -24,13 +24,14 @@ def roots(tiny, tmp_path):  # noqa: F811
 
 def _args(roots, out, *extra):
     in1k, in21k = roots
-    return ["extract", "--model.model", MODEL, "--data.in1k_root", str(in1k), "--data.in21k_root", str(in21k),
+    return ["extract", "--model.model", MODEL, "--model.random_weights", "true", "--data.in1k_root", str(in1k),
+            "--data.in21k_root", str(in21k),
             "--data.out", str(out), "--data.num_workers", "0", "--data.batch_size", "4",
             "--trainer.accelerator", "cpu", "--trainer.devices", "1", *extra]
 
 
 def _stores(out):
-    return {(d, s): out / "resnet10t" / d / s for d in DOMAINS for s in ("train", "test")}
+    return {(d, s): out / "resnet10t@random" / d / s for d in DOMAINS for s in ("train", "test")}
 
 
 def test_extract_all_domains_then_skip(roots, tmp_path, capsys):
@@ -40,7 +41,7 @@ def test_extract_all_domains_then_skip(roots, tmp_path, capsys):
     stores = _stores(out)
     assert all(is_complete(p) for p in stores.values())
     # every row is the backbone's feature of the image at that dataset index
-    extractor = FeatureExtractor(MODEL)
+    extractor = FeatureExtractor(MODEL, random_weights=True)
     store = open_store(stores["cog_l3", "train"])
     extractor.net.load_state_dict(_weights_of_run(out))
     dm = ExtractionDataModule(out=str(tmp_path / "unused"), model_name="x", in1k_root=str(roots[0]),
@@ -52,7 +53,8 @@ def test_extract_all_domains_then_skip(roots, tmp_path, capsys):
     np.testing.assert_allclose(np.asarray(store.features, np.float32), ref, rtol=1e-2, atol=1e-2)
     np.testing.assert_array_equal(store.labels, [dataset[i]["label"] for i in range(len(dataset))])
     np.testing.assert_array_equal(store.index, np.arange(len(dataset)))
-    assert store.meta["model"] == "resnet10t" and store.meta["domain"] == "cog_l3" and store.meta["split"] == "train"
+    assert store.meta["model"] == "resnet10t@random"  # random weights, labelled so
+    assert store.meta["domain"] == "cog_l3" and store.meta["split"] == "train"
     assert store.meta["weights"] == "random" and store.meta["transform"] == extractor.transform_config.as_record()
     capsys.readouterr()
     mtimes = {k: (p / "features.npy").stat().st_mtime_ns for k, p in stores.items()}
@@ -64,7 +66,7 @@ def test_extract_all_domains_then_skip(roots, tmp_path, capsys):
 def _weights_of_run(out):
     """Random weights differ per run: the test saves none, so it reuses the seed-0 initialisation."""
     torch.manual_seed(0)
-    return FeatureExtractor(MODEL).net.state_dict()
+    return FeatureExtractor(MODEL, random_weights=True).net.state_dict()
 
 
 class _Crash(L.Callback):
@@ -87,7 +89,7 @@ class _Count(L.Callback):
 
 def _extract(roots, out, callbacks=(), domains=("in1k", "cog_l1", "cog_l5")):
     torch.manual_seed(0)
-    model = FeatureExtractor(MODEL)
+    model = FeatureExtractor(MODEL, random_weights=True)
     dm = ExtractionDataModule(out=str(out), model_name="m", in1k_root=str(roots[0]), in21k_root=str(roots[1]),
                               domains=domains, transform=model.transform_config, batch_size=3, num_workers=0)
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=list(callbacks),

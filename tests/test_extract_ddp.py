@@ -32,7 +32,8 @@ def bench(onto, tmp_path_factory):
 def _cmd(bench, out, *extra):
     root, path = bench
     return [sys.executable, "-m", "cog_pl.cli.main", "extract", "--model.model", "timm:resnet10t",
-            "--data.in1k_root", str(root / "in1k"), "--data.in21k_root", str(root / "in21k"),
+            "--model.random_weights", "true", "--data.in1k_root", str(root / "in1k"),
+            "--data.in21k_root", str(root / "in21k"),
             "--data.benchmark", str(path), "--data.out", str(out), "--data.num_workers", "0",
             "--data.batch_size", "2", "--trainer.accelerator", "cpu", "--seed_everything", "0", *extra]
 
@@ -42,7 +43,7 @@ def _env():
 
 
 def _stores(out, domains=DOMAINS):
-    return {(d, s): out / "resnet10t" / d / s for d in domains for s in ("train", "test")}
+    return {(d, s): out / "resnet10t@random" / d / s for d in domains for s in ("train", "test")}
 
 
 def _same(a: Path, b: Path, exact: bool = True, domains=DOMAINS) -> None:

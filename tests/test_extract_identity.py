@@ -112,7 +112,8 @@ def test_cli_extract_refuses_another_checkpoint_and_data_overwrite_replaces(root
         code, msg = 1, str(err)
     else:
         msg = capsys.readouterr().err
-    assert code != 0 and "weights_sha256" in msg and "--overwrite" in msg
+    assert code != 0 and "--data.overwrite true" in msg and "--model.name" in msg  # one label, one set of weights
+    assert all(f in msg for f in (str(a), file_sha256(a)[:16], str(b), file_sha256(b)[:16]))
     assert open_store(store).meta["weights_sha256"] == file_sha256(a)
     assert main(args(b, "--data.overwrite", "true")) == 0
     assert open_store(store).meta["weights_sha256"] == file_sha256(b)

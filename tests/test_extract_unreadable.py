@@ -52,7 +52,8 @@ def broken(tiny, tmp_path):  # noqa: F811
 
 
 def _args(in21k, out, *extra):
-    return ["extract", "--model.model", MODEL, "--data.in21k_root", str(in21k), "--data.domains", '["cog_l2"]',
+    return ["extract", "--model.model", MODEL, "--model.random_weights", "true", "--data.in21k_root", str(in21k),
+            "--data.domains", '["cog_l2"]',
             "--data.out", str(out), "--data.num_workers", "0", "--data.batch_size", "4",
             "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.enable_progress_bar", "false",
             *extra]
@@ -63,7 +64,7 @@ def test_skip_records_the_image_and_readers_probes_and_report_leave_it_out(broke
     in21k, bad = broken
     out = tmp_path / "features"
     assert main(_args(in21k, out, "--data.on_error", "skip")) == 0
-    root = out / "resnet10t" / "cog_l2"
+    root = out / "resnet10t@random" / "cog_l2"
     assert is_complete(root / "train") and is_complete(root / "test")
     store = open_store(root / "train")
     [record] = store.meta["missing"]
@@ -83,7 +84,7 @@ def test_skip_records_the_image_and_readers_probes_and_report_leave_it_out(broke
     export = export_pth(pair.train, tmp_path / "X_Y.pth")  # the released code's format
     assert len(torch.load(export)["Y"]) == len(store) - 1
     section = skipped_markdown(out)
-    assert "| resnet10t | cog_l2 | train | 1 |" in section and bad in section
+    assert "| resnet10t@random | cog_l2 | train | 1 |" in section and bad in section
     capsys.readouterr()
     assert main(_args(in21k, out)) == 2  # under "fail", the finished store that lacks an image is not reused
     message = capsys.readouterr().err.strip().splitlines()[-1]
@@ -102,7 +103,7 @@ def test_fail_stops_with_one_line_naming_the_file(broken, tmp_path, capsys):
     except UnreadableImageError as err:
         code, message = 2, str(err)
     assert code != 0 and bad in message and "\n" not in message and "unreadable image" in message
-    assert not is_complete(tmp_path / "features" / "resnet10t" / "cog_l2" / "train")
+    assert not is_complete(tmp_path / "features" / "resnet10t@random" / "cog_l2" / "train")
 
 
 @pytest.mark.slow
@@ -113,11 +114,11 @@ def test_skipping_more_than_the_cap_fails_naming_the_store(broken, tmp_path, cap
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert re.search(r"cog_l2/train: 1 of \d+ images unreadable, more than max_skipped allows \(0\); the last: "
                      rf".*{bad}", message), message
-    assert not is_complete(out / "resnet10t" / "cog_l2" / "train")
+    assert not is_complete(out / "resnet10t@random" / "cog_l2" / "train")
     assert main(_args(in21k, out)) != 0  # resumed under "fail": the row skipped before is read again, and fails
     assert bad in capsys.readouterr().err.strip().splitlines()[-1]
     assert main(_args(in21k, out, "--data.on_error", "skip", "--data.max_skipped", "1")) == 0
-    assert len(open_store(out / "resnet10t" / "cog_l2" / "train").meta["missing"]) == 1
+    assert len(open_store(out / "resnet10t@random" / "cog_l2" / "train").meta["missing"]) == 1
     assert skip_budget(1_281_167) == 1282 and skip_budget(50) == 1 and skip_budget(10, 3) == 3  # the default cap
 
 

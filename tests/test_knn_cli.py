@@ -76,9 +76,9 @@ def _config(tmp_path, methods, **kw):
     from cog_pl.cli.run import _config
     from cog_pl.pipeline import ExtractOptions
 
-    return _config(args, ExtractOptions(), None, model=args.model, checkpoint=None, in1k_root=None,
+    return _config(args, ExtractOptions(), None, model=args.model[0], checkpoint=None, in1k_root=None,
                    in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains), benchmark=None, check=False,
-                   overwrite=False, **kw)
+                   overwrite=False, random_weights=True, **kw)  # the probes of stores written here
 
 
 def test_run_methods_linear_knn_writes_rows_of_both_methods_on_every_domain(tmp_path):

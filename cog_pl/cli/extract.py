@@ -41,6 +41,12 @@ class ExtractCLI(CommandLineCLI):
     def predict(self, model: FeatureExtractor, datamodule: ExtractionDataModule | None = None,
                 return_predictions: bool | None = None, **kwargs: Any) -> None:
         """Run prediction without keeping the features in memory: the writer callback stores them."""
+        from cog_pl.labels import check_label_weights
+
+        backbone = model.backbone  # one label, one set of weights under --data.out, checked before any store
+        check_label_weights(model.model_name, backbone.weights, sha256=backbone.weights_sha256, features=datamodule.out,
+                            overwrite=datamodule.overwrite, name_option="--model.name",
+                            overwrite_option="--data.overwrite true")
         datamodule.model_meta = model.store_meta(str(self.trainer.precision))  # existing stores are checked on it
         datamodule.device = self.trainer.strategy.root_device  # where --data.decode gpu/auto decodes batches
         datamodule.setup("predict")  # the writer finalises the ready stores and skips the loop when nothing is left
@@ -95,8 +101,6 @@ def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
     task per GPU, Lightning's DDP across them (:mod:`cog_pl.cluster`)."""
     from cog_pl.cluster.jobs import Job, extract_trainer_options
     from cog_pl.cluster.launch import launch as launch_jobs
-    from cog_pl.models import resolve_spec
-
     config = _cli(_ParseOnly, rest, prog, run=False).config
     trainer, data = config["trainer"], config["data"]
     per_node, wanted = cluster.tasks_per_node, "gpu" if cluster.gpus_per_node else "cpu"
@@ -108,7 +112,12 @@ def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
     if str(trainer["accelerator"]) not in ("auto", wanted, *(("cuda",) if wanted == "gpu" else ())):
         raise ValueError(f"--trainer.accelerator {trainer['accelerator']}: under --launcher with --gpus-per-node "
                          f"{cluster.gpus_per_node} the extraction runs on {wanted}")
-    name = resolve_spec(config["model"]["model"]).name
+    from cog_pl.models.files import EXTRACT_OPTIONS, resolve_checkpoint
+    from cog_pl.models.label import model_label
+
+    m = config["model"]
+    checkpoint = resolve_checkpoint(m["model"], m["checkpoint"], m["random_weights"], options=EXTRACT_OPTIONS)
+    name = model_label(m["model"], checkpoint, m["name"], m["random_weights"])  # the folder of its stores
     root = Path(data["out"]).resolve()
     stores = tuple(str(root / name / d / s) for d in data["domains"] for s in data["splits"])
     options = extract_trainer_options(cluster, str(trainer["strategy"]), ("--trainer.num_nodes", "--trainer.devices",

@@ -252,7 +252,7 @@ def _download(args: argparse.Namespace) -> int:
                          f"file's {known} (it was removed)")
     verified = None if expected is None else ("the published file's digest" if expected == known
                                               else "the digest its URL's name carries")
-    write_download_record(dest, url, digest, verified)
+    write_download_record(dest, url, digest, verified, spec.name)  # the paper's file for its label (models.label)
     if verified is None:
         print(f"{spec.name}: {dest} (unverified: "
               + ("--no-hash-check" if args.no_hash_check else "the zoo knows no digest of it and its URL's name "

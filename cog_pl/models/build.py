@@ -48,6 +48,8 @@ __all__ = ["Backbone", "BackboneSpec", "build_backbone", "list_backbones", "modu
 logger = logging.getLogger(__name__)
 
 _EXTERNAL: dict[str, Callable[[], nn.Module]] = {}
+#: The seed of ``random_weights``: random initialisation is one fixed set of weights, reproducible on resume.
+RANDOM_SEED = 0
 #: ``external:`` architectures this package provides, registered by importing their module on first use.
 _BUILTIN_EXTERNAL = {"demo_cnn": "cog_pl.demo.backbone"}
 #: ``cog:<name>``: the paper's architectures that neither timm nor torchvision provide (:mod:`cog_pl.models.arch`).
@@ -282,7 +284,8 @@ def _feature_module(net: nn.Module, spec: BackboneSpec) -> nn.Module:
 
 def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor], checkpoint: str | Path | None = None,
                    prefix: str | None = None, key_map: Mapping[str, str] | None = None, in_order: bool = False,
-                   trust_checkpoint: bool = False, label: str | None = None, image_size: int = 224) -> Backbone:
+                   trust_checkpoint: bool = False, label: str | None = None, image_size: int = 224,
+                   random_weights: bool = False) -> Backbone:
     """Build a backbone with random weights, or the weights of ``checkpoint`` read in the spec's layout.
 
     Args:
@@ -297,6 +300,10 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
         trust_checkpoint: read a file that safe loading refuses (TorchScript, ``dill``): its code runs.
         label: the name stores of a module passed as ``name`` are filed under (default: its class name).
         image_size: the input size at which a module passed as ``name`` has its feature size measured.
+        random_weights: without ``checkpoint``, initialise the network from the fixed seed :data:`RANDOM_SEED`
+            (the same weights on every run, so that an interrupted extraction resumes on them); a caller that
+            labels features refuses a network without weights unless asked for this
+            (:func:`cog_pl.models.files.resolve_checkpoint`).
 
     Returns:
         The frozen, eval-mode :class:`Backbone`, with the :class:`~cog_pl.models.checkpoints.LoadReport` of the file.
@@ -315,7 +322,12 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
     weights, digest, report = "random", None, None
     if checkpoint is None and spec is EFFICIENTNET_LITE0:
         checkpoint, in_order = _lite0_file(), True
-    net = _make(spec, with_head=in_order) if own is None else own
+    if own is None and checkpoint is None and random_weights:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(RANDOM_SEED)
+            net = _make(spec, with_head=in_order)
+    else:
+        net = _make(spec, with_head=in_order) if own is None else own
     if checkpoint is None:
         net = _without_head(net, spec)
         if own is not None:  # weights as passed: identified by their digest
@@ -379,6 +391,14 @@ def _say_unverified(path: str) -> None:
     if note and path not in _UNVERIFIED_SAID:
         _UNVERIFIED_SAID.add(path)
         logger.warning(note)
+
+
+def weights_file(name: str, checkpoint: str | Path | None) -> str | None:
+    """The file :func:`build_backbone` reads ``name``'s weights from: ``checkpoint``, or efficientnet_lite0's
+    package file; None for weights made in memory."""
+    if checkpoint is None and isinstance(name, str) and resolve_spec(name) is EFFICIENTNET_LITE0:
+        return str(_lite0_file())
+    return None if checkpoint is None else str(checkpoint)
 
 
 def _lite0_file() -> Path:

@@ -1,7 +1,10 @@
 """Where the paper's published files live on a user's machine: ``<models dir>/<model>/<file>``.
 
-``cog-pl models download NAME DIR`` puts a file there; ``cog-pl run --model NAME`` without ``--checkpoint`` takes it
-from there. The models dir is ``$COG_PL_MODELS``, else ``~/.cache/cog_pl/models``.
+``cog-pl models download NAME DIR`` puts a file there and records it beside it (``<file>.download.json``: the model,
+the URL, the file's SHA-256), which makes the file the model's published one for its label
+(:mod:`cog_pl.models.label`); ``cog-pl run --model NAME`` without ``--checkpoint`` takes it from there. The models dir
+is ``$COG_PL_MODELS``, else ``~/.cache/cog_pl/models``. A model that needs weights and has none is refused
+(:func:`resolve_checkpoint`): random weights only on request.
 """
 
 from __future__ import annotations
@@ -10,23 +13,33 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
+from cog_pl.errors import CogError
 from cog_pl.models.zoo import PAPER_MODELS, resolve_spec
 
 logger = logging.getLogger(__name__)
 
-
-#: Beside a file ``cog-pl models download`` fetched: where from, its sha256 and what it was verified against.
+#: The suffix of the record ``cog-pl models download`` writes beside a file it fetched.
 RECORD_SUFFIX = ".download.json"
+#: How each caller spells the options of :func:`resolve_checkpoint`'s refusal: (a file, random weights).
+RUN_OPTIONS = ("--checkpoint FILE", "--random-weights")
+EXTRACT_OPTIONS = ("--model.checkpoint FILE (checkpoint=)", "--model.random_weights true (random_weights=True)")
 
 
-def write_download_record(dest: Path, url: str, sha256: str, verified: str | None) -> Path:
-    """Record where ``dest`` came from and ``verified``: what its digest was checked against (None: nothing)."""
+class MissingWeightsError(CogError):
+    """A model that needs weights has none (no file given, none or several in the models dir)."""
+
+
+def write_download_record(dest: Path, url: str, sha256: str, verified: str | None, model: str | None = None) -> Path:
+    """Record beside ``dest`` that ``cog-pl models download`` fetched it as ``model``'s file from ``url``, its
+    sha256 and ``verified``: what that digest was checked against (None: nothing)."""
     from cog_pl.io import atomic_open
 
     record = dest.with_name(dest.name + RECORD_SUFFIX)
     with atomic_open(record) as fh:
-        json.dump({"file": dest.name, "url": url, "sha256": sha256, "verified": verified}, fh, indent=1)
+        json.dump({"model": model, "file": dest.name, "url": url, "sha256": sha256, "verified": verified}, fh,
+                  indent=1)
     return record
 
 
@@ -54,6 +67,13 @@ def model_folder(name: str, root: str | os.PathLike | None = None) -> Path:
     return models_dir(root) / resolve_spec(name).name
 
 
+def _candidates(folder: Path) -> list[Path]:
+    """The weights files of a model's folder: not a partial download, not a download record."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.endswith((".part", RECORD_SUFFIX)))
+
+
 def find_checkpoint(name: str, root: str | os.PathLike | None = None) -> Path | None:
     """A paper model's file in the models dir: its published file name, else the one file its folder holds."""
     spec = resolve_spec(name)
@@ -63,8 +83,7 @@ def find_checkpoint(name: str, root: str | os.PathLike | None = None) -> Path | 
     named = folder / spec.published.file
     if named.is_file():
         return named
-    files = ([p for p in folder.glob("*") if p.is_file() and not p.name.endswith((".part", RECORD_SUFFIX))]
-             if folder.is_dir() else [])
+    files = _candidates(folder)
     return files[0] if len(files) == 1 else None
 
 
@@ -74,7 +93,59 @@ def default_checkpoint(name: str, root: str | os.PathLike | None = None) -> str 
     if found is not None:
         logger.info("checkpoint of %s: %s (from the models dir)", name, found)
         return str(found)
-    if resolve_spec(name).name in PAPER_MODELS:
-        logger.warning("no checkpoint for %s (none given, none in %s): its weights are random; cog-pl models "
-                       "download %s fetches the published file", name, model_folder(name, root), name)
     return None
+
+
+def resolve_checkpoint(model: str, checkpoint: str | os.PathLike | None = None, random_weights: bool = False,
+                       root: str | os.PathLike | None = None, options: tuple[str, str] = RUN_OPTIONS) -> str | None:
+    """The weights file ``model`` runs with, decided once for ``cog-pl run``, ``cog-pl extract`` and the Python API.
+
+    ``checkpoint`` when given; else, for a paper model, its file in the models dir (``root``, default
+    :func:`models_dir`); None for random weights (``random_weights``) and for networks that bring their own
+    (:func:`~cog_pl.models.label.needs_weights`). Anything else is refused in one line naming
+    ``cog-pl models download NAME``, the file option, the folder searched (and the files there when they are
+    several) and the random-weights option (``options``: how the caller spells the last two).
+    """
+    from cog_pl.models.label import needs_weights
+
+    file_option, random_option = options
+    if checkpoint is not None:
+        if random_weights:
+            raise MissingWeightsError(f"{random_option.split()[0]} and {file_option.split()[0]} {checkpoint}: give "
+                                      "one of them")
+        return str(checkpoint)
+    spec = resolve_spec(model)
+    if random_weights or not needs_weights(spec):
+        return None
+    if spec.name in PAPER_MODELS and spec.published is not None:
+        found = default_checkpoint(model, root)
+        if found is not None:
+            return found
+        folder = model_folder(model, root)
+        files = _candidates(folder)
+        where = (f"{len(files)} files in {folder} ({', '.join(p.name for p in files)}) and none is "
+                 f"{spec.published.file}" if files else f"no file in {folder}")
+        raise MissingWeightsError(f"{model} needs weights and has none: {where}; fetch the published file with "
+                                  f"cog-pl models download {spec.name}, give one with {file_option}, or pass "
+                                  f"{random_option} for random initialisation")
+    raise MissingWeightsError(f"{model} is built without weights (timm's pretrained=False, torchvision's "
+                              f"weights=None): give a file with {file_option}, or pass {random_option} for random "
+                              "initialisation")
+
+
+def download_record(path: str | os.PathLike) -> dict[str, Any] | None:
+    """What ``cog-pl models download`` recorded about the file at ``path`` (model, url, sha256), or None."""
+    record = Path(str(path) + RECORD_SUFFIX)
+    try:
+        facts = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    return facts if isinstance(facts, dict) else None
+
+
+def record_download(path: str | os.PathLike, model: str, url: str, verified: str | None = None) -> Path:
+    """Record beside ``path`` that ``cog-pl models download`` fetched it as ``model``'s file from ``url``
+    (:func:`write_download_record`, its digest computed here)."""
+    from cog_pl.io import file_sha256
+
+    return write_download_record(Path(path), url, file_sha256(path), verified, model)

@@ -20,6 +20,7 @@ from cog_pl.report.concept_tables import (
 )
 from cog_pl.report.concepts import concept_report
 from cog_pl.report.html import report_html
+from cog_pl.report.models import models_markdown, resolve_baseline
 from cog_pl.report.plots import plot_domains, plot_few_shot, plot_methods, plot_similarity_curves, plot_variants
 from cog_pl.report.protocols import split_protocols, stale_markdown
 from cog_pl.report.tables import csv_table, official_cells, probe_cells, report_markdown, summarize
@@ -100,6 +101,7 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     if not rows:
         raise ValueError(f"results file {results} holds no rows (run `cog-pl run` or `cog-pl probe` first)")
     known = sorted({r["model"] for r in rows})
+    baseline = resolve_baseline(baseline, known)  # a label, or the model name of one (resnet50, ResNet-50)
     missing = [m for m in (*models, *([baseline] if baseline else [])) if m not in known]
     if missing:
         raise ValueError(f"no results for model(s) {', '.join(missing)} in {results}; it has {', '.join(known)}")
@@ -116,7 +118,8 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     markdown = (report_markdown(cells, baseline, variants_markdown(variants) if variants else "",
                                 summary_columns(concepts), relative_intervals(concepts), concepts_markdown(concepts))
                 + (skipped_markdown(features, models) + trusted_markdown(features, models)
-                   if features is not None else "") + stale_markdown(stale, rows))
+                   if features is not None else "") + stale_markdown(stale, rows)
+                + models_markdown(rows, features))
     with atomic_open(files["markdown"]) as fh:
         fh.write(markdown)
     with atomic_open(files["csv"]) as fh:
