@@ -269,7 +269,7 @@ def test_a_transform_given_only_to_the_datamodule_is_the_stores_definition(roots
     """Issue 37: the input a store states in its definition is the transform its images were read with, whoever was
     given it: the datamodule alone (as `cog-pl run` and the demo pass theirs) makes the same definition as the
     extractor given it, and a store made either way is reused by the other."""
-    model = FeatureExtractor(MODEL)  # its own transform: timm's pretrained config, 176 px
+    model = FeatureExtractor(MODEL, random_weights=True)  # its own transform: timm's pretrained config, 176 px
     assert f", {model.transform_config.crop} px RGB, spec " in model.store_meta()["definition"]
     assert model.transform_config.crop == 176
     dm = ExtractionDataModule(out=str(tmp_path / "out"), model_name="resnet10t", in1k_root=str(roots[0]),
@@ -279,7 +279,7 @@ def test_a_transform_given_only_to_the_datamodule_is_the_stores_definition(roots
     trainer.predict(model, datamodule=dm)
     meta = open_store(tmp_path / "out" / "resnet10t" / "in1k" / "test").meta
     assert meta["transform"]["crop"] == 32 and ", 32 px RGB, spec " in meta["definition"]
-    given = FeatureExtractor(MODEL, transform=32).store_meta(str(trainer.precision))
+    given = FeatureExtractor(MODEL, transform=32, random_weights=True).store_meta(str(trainer.precision))
     assert meta["definition"] == given["definition"] and meta["transform"] == given["transform"]
     again = ExtractionDataModule(out=str(tmp_path / "out"), model_name="resnet10t", in1k_root=str(roots[0]),
                                  domains=("in1k",), splits=("test",), batch_size=3, num_workers=0)

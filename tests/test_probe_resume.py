@@ -220,8 +220,8 @@ def test_the_run_probe_stage_refuses_other_rows_before_any_probe_and_overwrite_r
     (tmp_path / "in21k").mkdir()
 
     def config(trials: int, domains=("cog_l1", "cog_l2"), **kw) -> RunConfig:
-        return RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path / "in21k"), out=str(out),
-                         domains=domains, seeds=(22,), shots=(None,), check=False,
+        return RunConfig(model="resnet50", random_weights=True, in1k_root=None, in21k_root=str(tmp_path / "in21k"),
+                         out=str(out), domains=domains, seeds=(22,), shots=(None,), check=False,
                          probe=ProbeOptions(trials=trials, epochs=2, device="cpu", trial_batch=1), **kw)
 
     assert _probe(config(3, domains=("cog_l2",)), out, "m") == 1

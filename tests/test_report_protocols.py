@@ -50,8 +50,8 @@ def test_a_run_resumed_with_other_settings_is_never_averaged_with_the_old_rows(t
     (tmp_path / "in21k").mkdir()
 
     def config(seeds, trials: int, epochs: int, **kw) -> RunConfig:
-        return RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path / "in21k"), out=str(out),
-                         domains=("cog_l1", "cog_l2"), seeds=seeds, shots=(None,), check=False,
+        return RunConfig(model="resnet50", random_weights=True, in1k_root=None, in21k_root=str(tmp_path / "in21k"),
+                         out=str(out), domains=("cog_l1", "cog_l2"), seeds=seeds, shots=(None,), check=False,
                          probe=ProbeOptions(trials=trials, epochs=epochs, device="cpu", trial_batch=1), **kw)
 
     results = out / "results.sqlite"

@@ -86,7 +86,8 @@ def test_the_run_takes_the_whole_tar_itself_as_its_in21k_root(tiny, tmp_path):  
     from cog_pl.pipeline import RunConfig
 
     tar = whole_tar(tiny.make_in21k(tmp_path / "in21k"), tmp_path / "whole" / "fall11_whole.tar")
-    config = dict(model="resnet50", in1k_root=None, out=str(tmp_path / "out"), domains=("cog_l1",), check=False)
+    config = dict(model="resnet50", random_weights=True, in1k_root=None, out=str(tmp_path / "out"),
+                  domains=("cog_l1",), check=False)
     assert RunConfig(in21k_root=str(tar), **config).in21k_root == str(tar)
     other = tmp_path / "notes.txt"
     other.write_text("not images")
