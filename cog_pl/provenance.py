@@ -20,7 +20,7 @@ PACKAGES = ("torch", "torchvision", "timm", "lightning", "optuna", "numpy", "nlt
 def _installed() -> tuple[tuple[str, str], ...]:
     from importlib.metadata import PackageNotFoundError, version
 
-    from cog_pl import __version__
+    from cog_pl.version import __version__
 
     out = [("cog_pl", __version__), ("python", platform.python_version())]
     for name in PACKAGES:

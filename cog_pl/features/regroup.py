@@ -235,7 +235,7 @@ def _parts(sources: Sources, split: str, classes: list[str]) -> list[tuple[str, 
 
 def _meta(sources: Sources, split: str, domain: str, name: str, classes: list[str], content: dict[str, Any],
           saved: Path, sha: str, parts: list) -> dict[str, Any]:
-    from cog_pl import __version__
+    from cog_pl.version import __version__
 
     first = sources.stores[SOURCE_DOMAINS[0], split].meta
     settings = content.get("settings", {})
