@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import importlib
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it the same)
+from cog_pl.version import __version__
 
-__version__ = "0.1.0"
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it the same)
 
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from cog_pl.io import digest  # defined in the floor (models use it too); kept importable here
 from cog_pl.protocol import ProbeProtocol, as_record
 
 log = logging.getLogger(__name__)
@@ -34,11 +35,6 @@ log = logging.getLogger(__name__)
 #: Search-plan fields that change a row's numbers (heartbeats and claims do not).
 SEARCH_KEYS = ("mode", "startup_trials", "trial_batch")
 _SAMPLE = 1 << 20  # bytes of a plain store's features file digested at each end
-
-
-def digest(values: Any) -> str:
-    """The identity digest of JSON-able ``values``: SHA-256 of their JSON with sorted keys."""
-    return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _file_ends(path) -> str:

@@ -130,6 +130,12 @@ _REFUSED_GLOBAL = re.compile(r"[Uu]nsupported (?:global: )?GLOBAL ([\w.]+)")
 _REFUSED_OPCODE = re.compile(r"Unsupported operand (\d+)")
 
 
+def digest(values: Any) -> str:
+    """The identity digest of JSON-able ``values``: SHA-256 of their JSON with sorted keys (non-JSON values as
+    ``str``), as recorded in result rows (:mod:`cog_pl.identity`) and model definitions."""
+    return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def load_failure(err: BaseException) -> str:
     """Why ``torch.load`` could not read a file, in one line: what safe loading refused (nothing from the file ran),
     else the error's first sentence with its type, and what that means (torch's own errors are pages long, some a

@@ -12,6 +12,8 @@ import functools
 import platform
 from typing import Any
 
+from cog_pl.version import __version__
+
 #: Libraries whose version shapes a result, a level file or a feature store ("absent" where not installed).
 PACKAGES = ("torch", "torchvision", "timm", "lightning", "optuna", "numpy", "nltk")
 
@@ -19,8 +21,6 @@ PACKAGES = ("torch", "torchvision", "timm", "lightning", "optuna", "numpy", "nlt
 @functools.cache
 def _installed() -> tuple[tuple[str, str], ...]:
     from importlib.metadata import PackageNotFoundError, version
-
-    from cog_pl import __version__
 
     out = [("cog_pl", __version__), ("python", platform.python_version())]
     for name in PACKAGES:

@@ -68,9 +68,7 @@ def test_a_registered_measure_builds_a_level_file(shortest_path, onto):
 
 
 def test_a_registered_measure_is_a_command_line_choice(shortest_path, capsys, onto, monkeypatch):
-    import cog_pl.levels.builder
-
-    monkeypatch.setattr(cog_pl.levels.builder, "build_ontology", lambda: onto)  # the session's, built once
+    monkeypatch.setattr(measures, "build_ontology", lambda: onto)  # the session's, built once
     assert main(["similarity", "n02123159", "n02123045", "--measure", "shortest_path"]) == 0
     value = float(capsys.readouterr().out)
     assert value == pytest.approx(measures.pair_similarity("path", "n02123159", "n02123045", onto))

@@ -20,7 +20,6 @@ from cog_pl.cli.main import main
 from cog_pl.cli.probe_lightning import run as cli_main
 from cog_pl.datamodules.features import FeatureDataModule
 from cog_pl.probe.callback import OptunaTrialCallback
-from cog_pl.probe.lightning_tune import lightning_objective
 from cog_pl.probe.module import LinearProbe
 from cog_pl.probe.schedule import lr_sequence
 from cog_pl.protocol import ProbeProtocol
@@ -110,7 +109,18 @@ def test_optuna_callback_reports_every_epoch_and_keeps_a_diverged_trials_value(f
     protocol = replace(ProbeProtocol(), epochs=2)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
     study.enqueue_trial({"lr": 1e37, "wd": 10.0})  # outside the ranges: weights overflow in the first epoch
-    study.optimize(lightning_objective(dm, protocol, accelerator="cpu"), n_trials=3)
+
+    def objective(trial: optuna.Trial) -> float:  # one Trainer.fit per trial, the published search's Lightning form
+        lr = trial.suggest_float("lr", *protocol.lr_range, log=True)
+        wd = trial.suggest_float("wd", *protocol.wd_range, log=True)
+        model = LinearProbe(dm.num_classes, dm.feature_dim, lr=lr, weight_decay=wd, momentum=protocol.momentum,
+                            epochs=protocol.epochs, normalize=protocol.normalize)
+        callback = OptunaTrialCallback(trial)
+        L.Trainer(max_epochs=protocol.epochs, accelerator="cpu", callbacks=[callback], enable_checkpointing=False,
+                  **QUIET).fit(model, datamodule=dm)
+        return callback.value
+
+    study.optimize(objective, n_trials=3)
     diverged, *others = study.trials
     # as published: the model is validated as it stopped, in the epoch it diverged, and that is the trial's value
     assert diverged.user_attrs["diverged_epoch"] == 0 and list(diverged.intermediate_values) == [0]

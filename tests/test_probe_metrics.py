@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from cog_pl.probe.metrics import topk_correct
+from cog_pl.metrics import topk_correct
 
 
 def _by_topk(logits: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> torch.Tensor:

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_version_is_written_once():
-    assert "version = attr: cog_pl.__version__" in (REPO / "setup.cfg").read_text()
+    assert "version = attr: cog_pl.version.__version__" in (REPO / "setup.cfg").read_text()
     assert "version" not in (REPO / "pyproject.toml").read_text().split("[tool", 1)[0]
     assert not re.search(r"^version:", (REPO / "CITATION.cff").read_text(), re.M)  # cite yours: cog-pl --version
 

@@ -10,8 +10,9 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from cog_pl import __version__, console
+from cog_pl import console
 from cog_pl.errors import CogError
+from cog_pl.version import __version__
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
 COMMAND_MODULES = ("wordnet", "levels", "data", "features", "models", "configs", "probe", "report", "run", "noise")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 
+from cog_pl.argtypes import at_least  # below the cli: the cluster launcher's options use it too
 from cog_pl.defaults import MAX_SKIPPED, NUM_WORKERS
 
 __all__ = ["MAX_SKIPPED", "NUM_WORKERS", "add_deprecated_alias", "add_skip_policy", "at_least", "deprecation_line",
@@ -13,19 +13,6 @@ __all__ = ["MAX_SKIPPED", "NUM_WORKERS", "add_deprecated_alias", "add_skip_polic
 
 #: The release that removes the old spellings :func:`add_deprecated_alias` accepts.
 REMOVED_IN = "0.2"
-
-
-def at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: an integer no smaller than ``low`` (argparse names the option in its error)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below the minimum, {low}")
-        return value
-    return parse
 
 
 def loader_workers_value(text: str) -> int | str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cog_pl.cli.options import at_least
+from cog_pl.argtypes import at_least
 
 LAUNCHERS = ("slurm", "sbatch-scripts")
 #: Set in the environment of every job: a job's command must not submit jobs itself.

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from cog_pl.features.paths import partial_path
+
 MASK, LOG = "missing.npy", "missing.jsonl"
 
 
@@ -61,8 +63,6 @@ def clear_missing(writer: Any, rows: np.ndarray) -> None:
 
 def missing_rows(path: str | os.PathLike, num_rows: int) -> np.ndarray:
     """Bool mask of the rows an interrupted write of the store at ``path`` recorded as missing (none without one)."""
-    from cog_pl.features.store import partial_path
-
     mask = partial_path(path) / MASK
     if not mask.exists():
         return np.zeros(num_rows, dtype=bool)

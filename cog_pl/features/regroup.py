@@ -41,6 +41,7 @@ from cog_pl.levels import variants
 from cog_pl.levels.builder import load_level_file, write_level_file
 from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, variant_domain
 from cog_pl.resources import LEVELS
+from cog_pl.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +236,6 @@ def _parts(sources: Sources, split: str, classes: list[str]) -> list[tuple[str, 
 
 def _meta(sources: Sources, split: str, domain: str, name: str, classes: list[str], content: dict[str, Any],
           saved: Path, sha: str, parts: list) -> dict[str, Any]:
-    from cog_pl import __version__
-
     first = sources.stores[SOURCE_DOMAINS[0], split].meta
     settings = content.get("settings", {})
     return make_meta(**{

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from cog_pl.features.missing import missing_records, valid_rows
+from cog_pl.features.paths import is_complete, partial_path  # defined below store and missing; importable here
 from cog_pl.io import DISK_FULL, disk_full, write_json
 from cog_pl.provenance import provenance
 
@@ -96,17 +97,6 @@ class FeatureStore:
         """Bool mask of the rows that hold features: every row but meta.json's ``missing`` ones (images skipped as
         unreadable at extraction, :mod:`cog_pl.features.missing`); every reader of a store leaves those out."""
         return valid_rows(self.meta, len(self), self.path / "meta.json")
-
-
-def is_complete(path: str | os.PathLike) -> bool:
-    """True when ``path`` is a finished v1 store (its ``meta.json`` exists)."""
-    return (Path(path) / "meta.json").is_file()
-
-
-def partial_path(path: str | os.PathLike) -> Path:
-    """The hidden directory a store at ``path`` is written in before it is renamed into place."""
-    path = Path(path)
-    return path.parent / f".{path.name}.partial"
 
 
 def identity_of(meta: dict[str, Any]) -> dict[str, Any]:

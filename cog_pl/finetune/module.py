@@ -29,9 +29,9 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from cog_pl.errors import CogError
+from cog_pl.metrics import topk_first
 from cog_pl.models import build_backbone
 from cog_pl.models.module import BackboneModule
-from cog_pl.probe.knn import topk_first
 
 
 def warmup_cosine(step: int, total: int, warmup: int) -> float:

@@ -11,7 +11,7 @@
 from cog_pl._lazy import lazy_exports
 
 _EXPORTS = {
-    "build_ontology": ".builder",
+    "build_ontology": ".ontology",
     "build_levels": ".builder",
     "write_level_file": ".builder",
     "load_level_file": ".builder",

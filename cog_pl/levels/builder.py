@@ -25,6 +25,7 @@ from cog_pl.io import read_json, write_json
 from cog_pl.levels.counts import image_counts
 from cog_pl.levels.eligibility import Step, eligible_concepts
 from cog_pl.levels.measures import similarity_to_set
+from cog_pl.levels.ontology import build_ontology  # below builder and measures; importable here
 from cog_pl.levels.ranking import cut_levels, rank
 from cog_pl.levels.seen import SeenSet, resolve_seen
 from cog_pl.protocol import LevelProtocol, as_record
@@ -38,15 +39,6 @@ logger = logging.getLogger(__name__)
 FORMAT = "cog-pl-levels"
 FORMAT_VERSION = 1
 DEFAULT = LevelProtocol()
-
-
-def build_ontology(protocol: LevelProtocol = DEFAULT) -> Ontology:
-    """The IN-21K (Fall 2011) WordNet subgraph, with IN-1K added when the protocol says so."""
-    concepts = list(in21k_wnids())
-    if protocol.corpus_includes_in1k:
-        known = set(concepts)
-        concepts += [w for w in in1k_wnids() if w not in known]
-    return Ontology.build(get_wordnet(), concepts, instance=protocol.instance_hypernyms)
 
 
 def build_levels(protocol: LevelProtocol = DEFAULT, discard: Iterable[str] = (),

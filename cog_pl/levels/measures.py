@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cog_pl.errors import MissingDependencyError
+from cog_pl.levels.ontology import build_ontology
 from cog_pl.registry import Registry
 from cog_pl.resources import concept_gloss, concept_name
 from cog_pl.wordnet.similarity import MEASURES as WORDNET_MEASURES
@@ -136,8 +137,6 @@ def similarity_to_set(measure: str, rows: Sequence[str], seen: Sequence[str], on
     m = get_measure(measure)
     m.require()
     if m.wordnet and onto is None:
-        from cog_pl.levels.builder import build_ontology
-
         onto = build_ontology()
     best, arg = m.to_set(list(rows), list(seen), onto, lcs)
     return np.asarray(best, dtype=np.float64), [seen[int(a)] for a in arg]

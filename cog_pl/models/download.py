@@ -20,9 +20,9 @@ from pathlib import Path
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
-from cog_pl import __version__
 from cog_pl.io import DISK_FULL, disk_full, file_sha256
 from cog_pl.progress import Progress, duration, is_terminal
+from cog_pl.version import __version__
 
 log = logging.getLogger(__name__)
 

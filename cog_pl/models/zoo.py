@@ -24,6 +24,7 @@ import logging
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from cog_pl.io import digest
 from cog_pl.registry import Registry
 
 if TYPE_CHECKING:
@@ -113,8 +114,6 @@ class BackboneSpec:
         pipeline that ran, whose crop is the input size stated (the spec's own ``image_size`` without one)."""
         facts = {k: v for k, v in asdict(self).items() if k not in ("group", "paper_name", "published", "note", "seen")}
         facts["layout"].pop("source")
-        from cog_pl.identity import digest
-
         order, spec = "BGR" if self.bgr else "RGB", digest(facts)[:12]
         size = self.image_size if transform is None else transform.crop
         return f"{self.arch} {self.feature} {self.feature_dim}-d, {size} px {order}, spec {spec}"

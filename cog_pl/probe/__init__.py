@@ -9,7 +9,7 @@
 - ``claims`` / ``cells`` / ``workers``: who makes which cell (claims beside the results), a cell made (claim, tune,
   write, release) and the one grid loop over an executor, how many worker processes a machine runs and their pool.
 - ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
-- ``module`` / ``callback`` / ``lightning_tune``: the Lightning shell (``LinearProbe``, the Optuna trial callback;
+- ``module`` / ``callback``: the Lightning shell (``LinearProbe``, the Optuna trial callback;
   its LightningCLI is :mod:`cog_pl.cli.probe_lightning`).
 """
 

@@ -25,6 +25,8 @@ import torch
 from torch import Tensor
 
 from cog_pl.device import FIT_FRACTION, free_bytes
+from cog_pl.metrics import accuracy as accuracy  # the one top-k rule is the floor's; both stay importable here
+from cog_pl.metrics import topk_first as topk_first
 
 log = logging.getLogger(__name__)
 
@@ -94,21 +96,6 @@ def plan_chunks(n_query: int, n_train: int, device: torch.device | str, free: in
     if block < 256 and n_train >= 256:
         raise MemoryError(f"k-NN: {budget / 1e6:.0f} MB free on {dev} is not enough for a similarity block")
     return q, block
-
-
-def topk_first(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The ``k`` largest values of each row and their columns, ordered by value (descending) and, among equal
-    values, by column: lower columns win ties, also at the boundary (``torch.topk`` guarantees neither)."""
-    values, cols = x.topk(k, dim=1)
-    tied = (x >= values[:, -1:]).sum(dim=1) > k  # more elements reach the k-th value than fit: a tie at the cut
-    if bool(tied.any()):
-        rows = tied.nonzero().squeeze(1)
-        v, c = torch.sort(x[rows], dim=1, descending=True, stable=True)
-        values[rows], cols[rows] = v[:, :k], c[:, :k]
-    order = cols.argsort(dim=1)  # ties inside the k: by column
-    values, cols = values.gather(1, order), cols.gather(1, order)
-    order = values.argsort(dim=1, descending=True, stable=True)
-    return values.gather(1, order), cols.gather(1, order)
 
 
 def merge(values: Tensor, rows: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -216,10 +203,3 @@ def vote(similarities: Tensor, labels: Tensor, num_classes: int, k: int,
     scores = torch.zeros(len(similarities), num_classes, dtype=torch.float64, device=similarities.device)
     scores.scatter_add_(1, labels[:, :k], weights)
     return topk_first(scores, min(top, num_classes))[1]
-
-
-def accuracy(ranked: Tensor, truth: Tensor) -> tuple[float, float]:
-    """Top-1 and top-5 (%) of ranked class predictions against the true labels."""
-    truth = truth.view(-1, 1).to(ranked.device)
-    hit = ranked == truth
-    return 100.0 * float(hit[:, :1].any(1).double().mean()), 100.0 * float(hit[:, :5].any(1).double().mean())

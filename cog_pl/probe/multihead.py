@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from cog_pl.device import resolve_precision
-from cog_pl.probe.metrics import percent, topk_correct
+from cog_pl.metrics import percent, topk_correct, topk_first
 from cog_pl.probe.schedule import cosine_factor
 from cog_pl.probe.workspace import HeadsWorkspace, on_device_of_first_argument, stepper
 
@@ -86,10 +86,9 @@ def evaluate_heads(weight: Tensor, bias: Tensor, x: Tensor, y: Tensor, chunk: in
 def predict_heads(weight: Tensor, bias: Tensor, x: Tensor, top: int = 5, chunk: int = 8192,
                   scored: list[bool] | None = None) -> Tensor:
     """The ``top`` classes of every row for every head, ``(K, N, min(top, C))``, best first, ranked as
-    :func:`~cog_pl.probe.metrics.topk_correct` counts (the logits of :func:`evaluate_heads`; NaN above every value,
+    :func:`~cog_pl.metrics.topk_correct` counts (the logits of :func:`evaluate_heads`; NaN above every value,
     the lower class among equal logits), so a head's first class is right exactly where its top-1 counts it.
     ``scored``: per head, False for one that gives no prediction (-1 throughout: rolled back to no state)."""
-    from cog_pl.probe.knn import topk_first
 
     dim, k, classes = weight.shape
     w = weight.reshape(dim, k * classes)

@@ -1,10 +1,11 @@
 """Progress of a long stage: a bar with an ETA on a terminal, plain log lines when the output is a file or a pipe.
 
-:class:`Progress` is the one place that decides how progress looks; :class:`~cog_pl.callbacks.progress.StageProgress`
-drives it from a Lightning Trainer (extraction, fine-tuning, pretraining). On a terminal (stderr is a TTY) it is a
-``tqdm`` bar with elapsed time, rate and ETA. Elsewhere a bar's carriage returns would fill a log file with one
-line per redraw, so it logs ``<stage>: 40/120 batches (33 %), 12 s, about 24 s left`` at most every ``interval`` (30)
-seconds, and one closing line.
+:class:`Progress` is the one place that decides how progress looks; :class:`~cog_pl.progress.trainer.StageProgress`
+(a Lightning callback, in its own module so that importing this one loads no Lightning) drives it from a Trainer
+(extraction, fine-tuning, pretraining). On a terminal (stderr is a TTY) it is a ``tqdm`` bar with elapsed time, rate
+and ETA. Elsewhere a bar's carriage returns would fill a log file with one line per redraw, so it logs
+``<stage>: 40/120 batches (33 %), 12 s, about 24 s left`` at most every ``interval`` (30) seconds, and one closing
+line.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import logging
 import sys
 import time
 from typing import IO, Any
+
+__all__ = ["Progress", "duration", "is_terminal"]
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,6 @@
-"""Top-k accuracy as pure tensor functions, for one head or many heads side by side."""
+"""Top-k accuracy as pure tensor functions, one rule for every method: counts for one head or many heads side by
+side (:func:`topk_correct`, the linear probe), and ranked predictions with argmax's tie rule (:func:`topk_first`,
+the k-NN vote and fine-tuning) scored by :func:`accuracy`. A floor module: torch only, nothing of the package."""
 
 from __future__ import annotations
 
@@ -36,3 +38,25 @@ def _count(mask: Tensor) -> Tensor:
 def percent(correct: Tensor, total: int) -> Tensor:
     """Counts as percentages of ``total``."""
     return 100.0 * correct.double() / max(total, 1)
+
+
+def topk_first(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest values of each row and their columns, ordered by value (descending) and, among equal
+    values, by column: lower columns win ties, also at the boundary (``torch.topk`` guarantees neither)."""
+    values, cols = x.topk(k, dim=1)
+    tied = (x >= values[:, -1:]).sum(dim=1) > k  # more elements reach the k-th value than fit: a tie at the cut
+    if bool(tied.any()):
+        rows = tied.nonzero().squeeze(1)
+        v, c = torch.sort(x[rows], dim=1, descending=True, stable=True)
+        values[rows], cols[rows] = v[:, :k], c[:, :k]
+    order = cols.argsort(dim=1)  # ties inside the k: by column
+    values, cols = values.gather(1, order), cols.gather(1, order)
+    order = values.argsort(dim=1, descending=True, stable=True)
+    return values.gather(1, order), cols.gather(1, order)
+
+
+def accuracy(ranked: Tensor, truth: Tensor) -> tuple[float, float]:
+    """Top-1 and top-5 (%) of ranked class predictions against the true labels."""
+    truth = truth.view(-1, 1).to(ranked.device)
+    hit = ranked == truth
+    return 100.0 * float(hit[:, :1].any(1).double().mean()), 100.0 * float(hit[:, :5].any(1).double().mean())
