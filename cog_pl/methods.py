@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cog_pl.registry import Registry
+from cog_pl.errors import UnknownNameError
+from cog_pl.registry import Registry, did_you_mean
 
-__all__ = ["ENTRY_POINT_GROUP", "Method", "get_method", "list_methods", "method_label", "method_sort_key",
-           "register_method", "sort_methods", "unregister_method"]
+__all__ = ["ENTRY_POINT_GROUP", "Method", "get_method", "is_probe", "list_methods", "method_label", "method_sort_key",
+           "register_method", "sort_methods", "unknown_method", "unregister_method"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,16 @@ def get_method(name: str) -> Method:
     """The method ``name``; an unknown name is an :class:`~cog_pl.errors.UnknownNameError` suggesting the closest
     and listing the known ones."""
     _load()
+    if name not in _METHODS:
+        raise unknown_method(name, list_methods(), "method")
     return _METHODS.get(name)
+
+
+def unknown_method(name: str, known: Iterable[str], kind: str = "probe method") -> UnknownNameError:
+    """The error for an unknown method ``name``: the closest of ``known``, then all of them in report order."""
+    known = list(known)
+    return UnknownNameError(f"unknown {kind} {name!r}; {did_you_mean(name, known)}known: "
+                            f"{', '.join(known) or 'none'}")
 
 
 def list_methods(*, probe: bool | None = None) -> tuple[str, ...]:

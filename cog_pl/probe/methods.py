@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cog_pl.methods import Method, RunMethod, get_method, list_methods, register_method, unregister_method
+import cog_pl.methods as _table
+from cog_pl.methods import Method, RunMethod, get_method, list_methods, register_method, unknown_method
 
 __all__ = ["ProbeMethod", "RunMethod", "get_probe_method", "list_probe_methods", "register_probe_method",
            "unregister_probe_method"]
@@ -81,17 +82,10 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
 def get_probe_method(name: str) -> ProbeMethod:
     """The probe method ``name``; an unknown name (fine-tuning included: ``--finetune`` runs it) is an
     :class:`~cog_pl.errors.UnknownNameError` suggesting the closest and listing the known ones."""
-    method = get_method(name)
-    if not method.probe:
-        raise _not_a_probe(name)
-    return method
-
-
-def _not_a_probe(name: str) -> Exception:
-    from cog_pl.errors import UnknownNameError
-
-    return UnknownNameError(f"{name!r} is not a probe method (it does not run on features); probe methods: "
-                            f"{', '.join(list_probe_methods())}")
+    known = list_probe_methods()
+    if name not in known:
+        raise unknown_method(name, known)
+    return get_method(name)
 
 
 def list_probe_methods() -> tuple[str, ...]:
@@ -109,7 +103,7 @@ def list_probe_methods() -> tuple[str, ...]:
 
 def unregister_probe_method(name: str) -> ProbeMethod:
     """Remove a registered method (tests, plugins)."""
-    return unregister_method(name)
+    return _table.unregister_method(name)
 
 
 def _check_linear(root: Any, results: Any, *, protocol: Any = None, plan: Any = None, seeds: Any = None,
