@@ -5,6 +5,7 @@ when it runs."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from cog_pl.methods import Method, register_method
@@ -15,9 +16,11 @@ METHOD = "finetune"
 
 def finetune(model: str, checkpoint: str | None, results: str, domains: Any, **options: Any) -> list[dict[str, Any]]:
     """Fine-tune ``model`` on every domain of ``domains``, rows that exist skipped
-    (:func:`~cog_pl.finetune.compare.finetune_domains`, which takes ``options``); returns the rows written."""
-    from cog_pl.finetune import compare
+    (:func:`~cog_pl.finetune.compare.finetune_domains`, which takes ``options``); returns the rows written.
 
+    The fine-tuning code (Lightning) loads here, by name: it imports this module's :data:`METHOD` (through
+    :mod:`~cog_pl.finetune.rows`), so an import of it would close a cycle."""
+    compare = importlib.import_module("cog_pl.finetune.compare")  # heavy (lightning): loaded when it runs
     return compare.finetune_domains(model, checkpoint, results, domains, **options)
 
 
