@@ -237,8 +237,10 @@ class RunConfig:
 
         unknown = [m for m in self.methods if m not in list_probe_methods()]
         if unknown or not self.methods:
-            raise ValueError(f"methods: unknown probe method(s) {', '.join(unknown) or '(none given)'}; choose from "
-                             f"{', '.join(list_probe_methods())}")
+            from cog_pl.errors import UnknownNameError
+
+            raise UnknownNameError(f"methods: unknown probe method(s) {', '.join(unknown) or '(none given)'}; choose "
+                                   f"from {', '.join(list_probe_methods())}")
         for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
             bad_shots = [s for s in shots if s is not None and not (isinstance(s, int) and s > 0)]
             if bad_shots:
@@ -397,7 +399,7 @@ def run(cfg: RunConfig) -> RunSummary:
         t = time.perf_counter()
         written = _probe(cfg, out, model_name)
         seconds["probe"] = time.perf_counter() - t
-        if cfg.noise_predictions and "in1k" in cfg.domains and "linear" in cfg.methods:
+        if cfg.noise_predictions and "in1k" in cfg.domains and _noise_method(cfg) is not None:
             t = time.perf_counter()
             _noise(cfg, out, model_name)
             seconds["label-noise predictions"] = time.perf_counter() - t
@@ -521,6 +523,13 @@ def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
     return paths
 
 
+def _noise_method(cfg: RunConfig) -> str | None:
+    """The method of ``cfg.methods`` whose IN-1K row the label-noise check makes again (its table flag), if any."""
+    from cog_pl.probe.methods import get_probe_method
+
+    return next((m for m in cfg.methods if get_probe_method(m).noise_predictions), None)
+
+
 def _noise(cfg: RunConfig, out: Path, model_name: str) -> None:
     """The label-noise check's predictions of the report (:func:`cog_pl.analysis.label_noise.store_noise_predictions`):
     the IN-1K linear probe of the first seed, made again from its all-data row, on each level's test images;
@@ -530,7 +539,8 @@ def _noise(cfg: RunConfig, out: Path, model_name: str) -> None:
     from cog_pl.results import read_rows
 
     targets = [d for d in cfg.domains if d in LEVEL_OF_DOMAIN]
-    row = next((r for r in read_rows(out / "results.sqlite") if r["model"] == model_name and r["method"] == "linear"
+    method = _noise_method(cfg)
+    row = next((r for r in read_rows(out / "results.sqlite") if r["model"] == model_name and r["method"] == method
                 and r["domain"] == "in1k" and r["shots"] is None and r["seed"] == cfg.seeds[0]), None)
     if not targets or row is None or not isinstance(row.get("predictions"), dict):
         return
@@ -561,10 +571,10 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
     protocol, plan, device = cfg.protocol, cfg.probe.plan(), str(resolve_device(cfg.probe.device))
     grid = cfg.probe_grid
     methods = [get_probe_method(m) for m in cfg.methods]
-    linear = get_probe_method("linear").run
+    shared = [m for m in methods if m.shares_grid]  # workers (here, on other machines) share their grid
 
     def call(fn, domain, seeds, shots, wait=False):
-        if fn is linear:  # workers on other machines may share the grid: no barrier after each domain
+        if any(fn is m.run for m in shared):  # no barrier after each domain: the wait pass below
             fn = functools.partial(fn, wait=wait, workers=cfg.probe.workers)
         return fn(out / "features" / model_name / domain, out / "results.sqlite", model=model_name, domain=domain,
                   storage=cfg.study_storage, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
@@ -585,10 +595,10 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
                              len(seeds), len(shots))
                 written += len(call(method.run, domain, seeds, shots))
                 bar.update(len(seeds) * len(shots))
-        if "linear" in cfg.methods:  # the cells other workers held: wait for them
-            waiting = grid if cfg.overwrite else _missing_rows(out / "results.sqlite", model_name, "linear", grid)
+        for method in shared:  # the cells other workers held: wait for them
+            waiting = grid if cfg.overwrite else _missing_rows(out / "results.sqlite", model_name, method.name, grid)
             for domain, seeds, shots in waiting:  # (overwrite: an old row may stand for one being made again)
-                written += len(call(linear, domain, seeds, shots, wait=True))  # (taking over expired claims)
+                written += len(call(method.run, domain, seeds, shots, wait=True))  # (taking over expired claims)
     return written
 
 
@@ -604,8 +614,9 @@ def _missing_rows(results: Path, model_name: str, method: str, grid: list) -> li
 def _finetune(cfg: RunConfig, out: Path, transform: Any) -> int:
     """Fine-tune the backbone on every domain, its images read with ``transform`` (the extraction's), rows that exist
     skipped; returns the rows written."""
-    from cog_pl.finetune.compare import finetune_domains
+    from cog_pl.methods import get_method
 
+    finetune_domains = get_method("finetune").run  # fine-tuning's entry of the method table
     written, options = 0, dict(cfg.finetune)
     if cfg.trust_checkpoint:  # the backbone's file needs the opt-in: the fine-tuning recipe records it too
         options["recipe"] = {**(options.get("recipe") or {}), "trust_checkpoint": True}

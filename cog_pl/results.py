@@ -2,11 +2,12 @@
 
 Format version 2: table ``rows(model, method, domain, shots, seed, row, updated)`` with the key as primary key
 (``shots`` 0 stands for all data) and ``row`` the whole result as JSON (protocol values, mode, hyper-parameters,
-top-1/top-5, timings, versions). ``method`` is how the backbone was evaluated (:data:`METHODS`); a level variant stays
-a domain of its own (``cog_l3@wup``, :func:`cog_pl.protocol.variant_domain`). Each append is one transaction, so many
-processes (DDP ranks, cluster jobs) can write the same file and a reader never sees half a row; resuming means skipping
-keys that exist (when made with the same identity: :mod:`cog_pl.identity`). Tables and plots are computed from
-these rows only (:mod:`cog_pl.report`) and the test predictions kept beside them: a row's ``predictions`` is the
+top-1/top-5, timings, versions). ``method`` is how the backbone was evaluated: any method's name, which the store does
+not check against a list (the methods, their labels and report order: :mod:`cog_pl.methods`). A level variant stays a
+domain of its own (``cog_l3@wup``, :func:`cog_pl.protocol.variant_domain`). Each append is one transaction, so many
+processes (DDP ranks, cluster jobs) can write the same file and a reader never sees half a row; resuming means
+skipping keys that exist (when made with the same identity: :mod:`cog_pl.identity`). Tables and plots are computed
+from these rows only (:mod:`cog_pl.report`) and the test predictions kept beside them: a row's ``predictions`` is the
 record (path, digest) of its file under ``<stem>.predictions/`` (:mod:`cog_pl.predictions`); rows made before
 predictions were kept have none and stay valid.
 
@@ -32,9 +33,7 @@ from typing import Any
 from cog_pl.provenance import created
 
 FORMAT_VERSION = 2
-#: Evaluation methods, in report order, and their labels in the report's tables.
-METHODS = {"linear": "linear probe", "finetune": "fine-tuned", "knn": "k-NN"}
-#: The method of a row that names none (rows written by hand or before format 2).
+#: The method of a row that names none (rows written by hand or before format 2): the linear probe's.
 DEFAULT_METHOD = "linear"
 KEY_FIELDS = ("model", "method", "domain", "shots", "seed")
 _KEY_MATCH = "model=? AND method=? AND domain=? AND shots=? AND seed=?"
@@ -49,11 +48,13 @@ _V1 = "cog-pl-results v1"
 
 
 def method_of(row: dict[str, Any]) -> str:
-    """The row's method (:data:`DEFAULT_METHOD` where it names none); an unknown one is refused by name."""
+    """The row's method (:data:`DEFAULT_METHOD` where it names none). Any method's rows are kept, registered here or
+    not (a plugin's rows stay readable where it is not installed): the store keeps no list of methods. A name that is
+    not an identifier (``"k nn"``, a number) is a program's mistake and refused by name."""
     method = row.get("method") or DEFAULT_METHOD
-    if method not in METHODS:
-        raise ValueError(f"result row of {row.get('model')!r} on {row.get('domain')!r} has method {method!r}; "
-                         f"known methods: {', '.join(METHODS)}")
+    if not isinstance(method, str) or not method.isidentifier():
+        raise TypeError(f"result row of {row.get('model')!r} on {row.get('domain')!r} has method {method!r}; "
+                        "a method's name is a Python identifier (cog_pl.methods)")
     return method
 
 

@@ -141,3 +141,16 @@ def configs_markdown() -> str:
         group, name = key.split("/", 1)
         lines.append(f"| {group} | `{name}` | {_md(summary(path))} |")
     return "\n".join(lines)
+
+
+def methods_markdown() -> str:
+    """The table of the registered evaluation methods (:mod:`cog_pl.methods`), in report order: name, report label,
+    how it is chosen, what it does."""
+    from cog_pl.methods import get_method, list_methods
+
+    lines = ["| `method` | report label | chosen by | what it does |", "|---|---|---|---|"]
+    for name in list_methods():
+        m = get_method(name)
+        lines.append(f"| `{name}` | {_md(m.title)} | {'`--methods`' if m.probe else '`--' + name + '`'} | "
+                     f"{_md(m.description)} |")
+    return "\n".join(lines)

@@ -40,12 +40,47 @@ def _devices(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
 
+def methods_listing() -> str:
+    """The registered methods (:mod:`cog_pl.methods`) in report order, as ``cog-pl run --methods`` prints them."""
+    from cog_pl.methods import get_method, list_methods
+
+    def lines(names):
+        width = max(map(len, names), default=0)
+        return [f"  {n:<{width}}  {get_method(n).title}: {get_method(n).description}".rstrip(": ") for n in names]
+
+    probes, others = list_methods(probe=True), list_methods(probe=False)
+    text = ["probe methods (--methods METHOD ...), in report order:", *lines(probes)]
+    if others:
+        text += ["other methods (their own options: --finetune):", *lines(others)]
+    return "\n".join(text)
+
+
+class _Methods(argparse.Action):
+    """``--methods``: the probe methods to run; given alone, lists the registered ones and exits. Its help names
+    them from the method table when it is shown."""
+
+    @property
+    def help(self) -> str:
+        from cog_pl.probe.methods import list_probe_methods
+
+        return (f"probe methods run on every domain and reported side by side, of the registered: "
+                f"{', '.join(list_probe_methods())} (--methods alone describes them); default: "
+                f"{' '.join(self.default)}")
+
+    @help.setter
+    def help(self, value: str | None) -> None:
+        pass
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if not values:
+            print(methods_listing())
+            parser.exit()
+        setattr(namespace, self.dest, values)
+
+
 def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, trials: int, epochs: int,
             methods: list[str]) -> argparse._ArgumentGroup:
-    p.add_argument("--methods", nargs="+", default=methods, metavar="METHOD",
-                   help="probe methods run on every domain and reported side by side: linear (the tuned linear "
-                        "probe), knn (weighted k-NN, k chosen on validation, on the linear probe's samples); "
-                        f"default: {' '.join(methods)}")
+    p.add_argument("--methods", nargs="*", default=methods, metavar="METHOD", action=_Methods)
     p.add_argument("--seeds", type=int, nargs="+", default=list(seeds))
     p.add_argument("--shots", type=_shots, nargs="+", default=shots, help="'all' and/or N images per concept")
     p.add_argument("--baseline", help="model for relative accuracies in the report (must be in the results)")

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import lightning as L
 
+from cog_pl.finetune.method import METHOD
 from cog_pl.finetune.module import FineTuneClassifier
 from cog_pl.predictions import Predictions
 from cog_pl.provenance import versions
-
-METHOD = "finetune"
 
 
 def result_row(trainer: L.Trainer, pl_module: FineTuneClassifier, seed: int, seconds: float) -> dict:

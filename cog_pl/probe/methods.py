@@ -1,4 +1,5 @@
-"""Probe methods: how a domain's frozen features are evaluated, looked up by name in one table.
+"""Probe methods: how a domain's frozen features are evaluated, registered by name in the one method table
+(:mod:`cog_pl.methods`).
 
 A method is a function that runs a domain's whole grid (seeds x shot counts) on its train/test feature stores,
 appends one result row per cell to the results file and returns the rows it wrote::
@@ -9,69 +10,86 @@ appends one result row per cell to the results file and returns the rows it wrot
 Built-in: ``linear``, the tuned linear probe (:func:`cog_pl.probe.protocol_run.run_protocol`), and ``knn``, the
 weighted k-NN classifier (:func:`cog_pl.probe.knn_protocol.run_knn_protocol`; arguments it has no use for, such as
 ``storage``, are ignored). A new method registers itself with :func:`register_probe_method`; its name is the
-``method`` of its rows (the result methods and their report labels: :data:`cog_pl.results.METHODS`). A method's
-``check`` (optional, the same arguments) refuses, before any work, rows an earlier run made with other values, so
-``cog-pl run`` checks every method's grid before the first probe. This module imports nothing heavy: a method's own
-modules load when it runs.
+``method`` of its rows, which the results store takes as it takes any identifier, and its ``label`` and ``order``
+place its rows in the report. A method's ``check`` (optional, the same arguments) refuses, before any work, rows an
+earlier run made with other values, so ``cog-pl run`` checks every method's grid before the first probe. This module
+imports nothing heavy: a method's own modules load when it runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from cog_pl.registry import Registry
+import cog_pl.methods as _table
+from cog_pl.methods import Method, RunMethod, get_method, list_methods, register_method, unknown_method
 
-#: ``(root, results, *, model, domain, storage, ...) -> rows written``.
-RunMethod = Callable[..., list[dict[str, Any]]]
+__all__ = ["ProbeMethod", "RunMethod", "get_probe_method", "list_probe_methods", "register_probe_method",
+           "unregister_probe_method"]
 
-
-@dataclass(frozen=True)
-class ProbeMethod:
-    """One registered method: its name (the ``method`` of its rows) and the function that runs it."""
-
-    name: str
-    run: RunMethod
-    description: str = ""
-    check: RunMethod | None = None  # same arguments as run; refuses rows of other values before any work
-
-
-_METHODS: Registry[ProbeMethod] = Registry("probe method")
+#: One registered method (:class:`cog_pl.methods.Method`): its name, run, report label and order, check and flags.
+ProbeMethod = Method
 
 
 def register_probe_method(name: str, *, description: str = "", replace: bool = False,
-                          check: RunMethod | None = None) -> Callable[[RunMethod], RunMethod]:
+                          check: RunMethod | None = None, label: str = "", order: float = 100.0,
+                          options: type | None = None, shares_grid: bool = False,
+                          noise_predictions: bool = False) -> Callable[[RunMethod], RunMethod]:
     """Decorator registering a method's run function as ``name``.
 
     Args:
-        name: the method's name: ``--methods`` of ``cog-pl run`` and the ``method`` of its rows.
-        description: one line for listings.
+        name: the method's name (a Python identifier): ``--methods`` of ``cog-pl run`` and the ``method`` of its rows.
+        description: one line for listings (``cog-pl run --methods``).
         replace: replace a method already registered as ``name``.
         check: its grid check (the run function's arguments), which refuses rows of other values before any work.
+        label: its name in the report's tables (default: ``name``).
+        order: its place in the report (lower first; the built-ins: linear 0, fine-tuning 10, k-NN 20).
+        options: the type of its options, if any.
+        shares_grid: worker processes share its grid through the claims file (the run takes ``workers`` and
+            ``wait``), as the linear probe's.
+        noise_predictions: its IN-1K all-data row is made again for the report's label-noise check.
 
     Returns:
         The decorator; it returns the function unchanged.
 
     Example:
-        >>> @register_probe_method("nearest_mean", description="nearest class mean")  # doctest: +SKIP
-        ... def nearest_mean(root, results, *, model, domain, **kwargs):
-        ...     return []  # one result row per (seed, shots) cell, appended to results
+        Nearest class mean: each test feature goes to the class whose mean train feature is the closest by cosine.
+
+        >>> import torch
+        >>> from cog_pl.probe.protocol_run import Splits
+        >>> from cog_pl.results import append_row, has_row, row_key
+        >>> @register_probe_method("ncm", label="nearest class mean", order=30)  # doctest: +SKIP
+        ... def ncm(root, results, *, model, domain, seeds=(0,), overwrite=False, **kwargs):
+        ...     s = Splits.load(root)
+        ...     means = torch.stack([s.train_x[s.train_y == c].mean(0) for c in range(int(s.train_y.max()) + 1)])
+        ...     cos = torch.nn.functional.normalize(s.test_x, dim=1) @ torch.nn.functional.normalize(means, dim=1).T
+        ...     top1 = 100.0 * float((cos.argmax(1) == s.test_y).float().mean())
+        ...     rows = [{"model": model, "method": "ncm", "domain": domain, "shots": None, "seed": seed,
+        ...              "test_top1": top1} for seed in seeds]
+        ...     rows = [r for r in rows if overwrite or not has_row(results, row_key(r))]  # resumed
+        ...     for row in rows:
+        ...         append_row(results, row)
+        ...     return rows
     """
     def add(fn: RunMethod) -> RunMethod:
-        _METHODS.add(name, ProbeMethod(name, fn, description, check), replace=replace)
+        register_method(Method(name, fn, label=label, order=order, description=description, check=check,
+                               options=options, shares_grid=shares_grid, noise_predictions=noise_predictions),
+                        replace=replace)
         return fn
     return add
 
 
 def get_probe_method(name: str) -> ProbeMethod:
-    """The method ``name``; an unknown name is an :class:`~cog_pl.errors.UnknownNameError` suggesting the closest
-    and listing the known ones."""
-    return _METHODS.get(name)
+    """The probe method ``name``; an unknown name (fine-tuning included: ``--finetune`` runs it) is an
+    :class:`~cog_pl.errors.UnknownNameError` suggesting the closest and listing the known ones."""
+    known = list_probe_methods()
+    if name not in known:
+        raise unknown_method(name, known)
+    return get_method(name)
 
 
 def list_probe_methods() -> tuple[str, ...]:
-    """Registered method names in registration order.
+    """Registered probe method names (those ``--methods`` takes) in report order.
 
     Returns:
         The names, the built-ins first.
@@ -80,12 +98,12 @@ def list_probe_methods() -> tuple[str, ...]:
         >>> list_probe_methods()
         ('linear', 'knn')
     """
-    return _METHODS.names()
+    return list_methods(probe=True)
 
 
 def unregister_probe_method(name: str) -> ProbeMethod:
     """Remove a registered method (tests, plugins)."""
-    return _METHODS.remove(name)
+    return _table.unregister_method(name)
 
 
 def _check_linear(root: Any, results: Any, *, protocol: Any = None, plan: Any = None, seeds: Any = None,
@@ -102,8 +120,8 @@ def _check_linear(root: Any, results: Any, *, protocol: Any = None, plan: Any = 
                      announce=False, **kwargs)  # the run that follows says which rows it skips
 
 
-@register_probe_method("linear", check=_check_linear,
-                       description="linear probe tuned with Optuna (lr, wd), retrained, tested")
+@register_probe_method("linear", check=_check_linear, label="linear probe", order=0, shares_grid=True,
+                       noise_predictions=True, description="linear probe tuned with Optuna (lr, wd), retrained, tested")
 def linear(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """The tuned linear probe of every (seed, shots) cell (:func:`~cog_pl.probe.protocol_run.run_protocol`)."""
     from cog_pl.probe.protocol_run import run_protocol
@@ -117,7 +135,7 @@ def _check_knn(root: Any, results: Any, **kwargs: Any) -> Any:
     return check_knn_grid(root, results, **kwargs)
 
 
-@register_probe_method("knn", check=_check_knn,
+@register_probe_method("knn", check=_check_knn, label="k-NN", order=20,
                        description="weighted k-NN (DINO's rule), k chosen on validation, on the linear probe's samples")
 def knn(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """The k-NN classifier of every (seed, shots) cell (:func:`~cog_pl.probe.knn_protocol.run_knn_protocol`)."""

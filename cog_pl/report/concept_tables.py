@@ -16,11 +16,12 @@ from typing import Any
 
 from cog_pl.analysis.concepts import N_BOOT, SLOPE_UNIT
 from cog_pl.analysis.paired import PairedDifference
+from cog_pl.methods import method_sort_key
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 from cog_pl.report.concepts import ConceptReport
 from cog_pl.report.tables import domain_label
 from cog_pl.resources import concept_name
-from cog_pl.results import DEFAULT_METHOD, METHODS
+from cog_pl.results import DEFAULT_METHOD
 
 #: What the relative tables append to a difference whose permutation p-value is 0.05 or more.
 NOT_SIGNIFICANT = "n.s."
@@ -213,7 +214,7 @@ def concept_rows(report: ConceptReport) -> list[dict[str, Any]]:
                 taken[model, domain, labels[c.true]] = (seen[c.predicted], c.share)
     rows = []
     for (model, method, domain), s in sorted(report.scores.items(), key=lambda kv: (
-            kv[0][0], list(METHODS).index(kv[0][1]), _order(kv[0][2]))):
+            kv[0][0], method_sort_key(kv[0][1]), _order(kv[0][2]))):
         for wnid, top1, n in zip(s.classes, s.top1, s.images):
             sim = info.similarity.get(wnid) if info and domain in LEVEL_OF_DOMAIN else None
             closest = info.closest.get(wnid) if info and domain in LEVEL_OF_DOMAIN else None

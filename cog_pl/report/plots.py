@@ -9,10 +9,11 @@ from pathlib import Path
 
 from cog_pl.analysis.concepts import Curve
 from cog_pl.io import atomic_open
+from cog_pl.methods import method_label, method_sort_key
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 from cog_pl.report.tables import Cell, domain_label, domains_of
 from cog_pl.report.variants import OFFICIAL, VariantLine
-from cog_pl.results import DEFAULT_METHOD, METHODS
+from cog_pl.results import DEFAULT_METHOD
 
 
 def _plt():
@@ -61,7 +62,7 @@ def _line(model: str, method: str) -> tuple[str, dict]:
     """A line's label and style: the linear probe's solid and named by its model, another method's dashed."""
     if method == DEFAULT_METHOD:
         return model, {}
-    return f"{model} ({METHODS.get(method, method)})", {"ls": "--"}
+    return f"{model} ({method_label(method)})", {"ls": "--"}
 
 
 def plot_methods(cells: Sequence[Cell], out: str | Path, shots: int | None = None) -> Path:
@@ -71,7 +72,7 @@ def plot_methods(cells: Sequence[Cell], out: str | Path, shots: int | None = Non
     sel = [c for c in cells if c.shots == shots]
     domains = domains_of(sel)
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
-    for model, method in sorted({(c.model, c.method) for c in sel}, key=lambda p: (p[0], list(METHODS).index(p[1]))):
+    for model, method in sorted({(c.model, c.method) for c in sel}, key=lambda p: (p[0], method_sort_key(p[1]))):
         by = {c.domain: c for c in sel if c.model == model and c.method == method}
         xs = [i for i, d in enumerate(domains) if d in by]
         label, style = _line(model, method)
@@ -98,7 +99,7 @@ def plot_few_shot(cells: Sequence[Cell], out: str | Path) -> Path:
     fig, axes = plt.subplots(1, len(domains), figsize=(3.2 * len(domains), 3.4), dpi=110, sharey=True, squeeze=False)
     for ax, d in zip(axes[0], domains):
         for model, method in sorted({(c.model, c.method) for c in cells},
-                                    key=lambda p: (p[0], list(METHODS).index(p[1]) if p[1] in METHODS else 99)):
+                                    key=lambda p: (p[0], method_sort_key(p[1]))):
             pts = sorted(((pos[c.shots], c.top1) for c in cells if c.domain == d and c.model == model
                           and c.method == method and c.shots in pos), key=lambda p: p[0])
             if pts:

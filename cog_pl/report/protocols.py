@@ -13,8 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from cog_pl.identity import describe, protocol_differences, protocol_key
+from cog_pl.methods import method_label, method_sort_key
 from cog_pl.report.tables import cell_of, domain_key, domain_label
-from cog_pl.results import METHODS, row_key
+from cog_pl.results import row_key
 
 
 def split_protocols(rows: Iterable[dict], times: Mapping[tuple, str] | None = None) -> tuple[list[dict], list[dict]]:
@@ -49,9 +50,9 @@ def stale_markdown(stale: Sequence[dict], kept: Sequence[dict]) -> str:
              "removes the rows of its model, method and domain that its settings would not make again.", "",
              "| model | method | domain | shots | seeds | made with | the cell's rows have |", "|---" * 7 + "|"]
     for (model, method, domain, shots, _), rs in sorted(by.items(), key=lambda kv: (
-            kv[0][0], list(METHODS).index(kv[0][1]), domain_key(kv[0][2]), -1 if kv[0][3] is None else kv[0][3])):
+            kv[0][0], method_sort_key(kv[0][1]), domain_key(kv[0][2]), -1 if kv[0][3] is None else kv[0][3])):
         diff = protocol_differences(rs[0], cells[model, method, domain, shots])
         seeds = ", ".join(str(s) for s in sorted({r["seed"] for r in rs}))
-        lines.append(f"| {model} | {METHODS[method]} | {domain_label(domain)} | {'All' if shots is None else shots} "
-                     f"| {seeds} | {describe(diff, 1)} | {describe(diff, 2)} |")
+        lines.append(f"| {model} | {method_label(method)} | {domain_label(domain)} | "
+                     f"{'All' if shots is None else shots} | {seeds} | {describe(diff, 1)} | {describe(diff, 2)} |")
     return "\n".join(lines) + "\n"

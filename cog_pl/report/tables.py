@@ -4,10 +4,11 @@ A row is a dict with at least ``model``, ``domain``, ``shots`` (``None`` = all d
 ``test_top5`` (percent). Relative accuracy is the difference in top-1 points to the baseline model on the same
 domain and shots (the paper's "relative to ResNet-50" plots). Domains of level variants (``cog_l3@wup``) come after
 the official ones, grouped by variant; the main tables show the official domains and the variants get their own
-table (:mod:`cog_pl.report.variants`). Cells are grouped by the rows' ``method`` (:data:`cog_pl.results.METHODS`): the
-main tables are the linear probes'; fine-tuned models (method ``finetune``, paper App. C.2) are set against their
-linear probes in a section of their own; other probe methods (``knn``) are set beside the linear probe per domain
-(:func:`methods_markdown`) and get rows of their own in the few-shot tables.
+table (:mod:`cog_pl.report.variants`). Cells are grouped by the rows' ``method``, labelled and ordered by the method
+table (:mod:`cog_pl.methods`): the main tables are the linear probes'; fine-tuned models (method ``finetune``, paper
+App. C.2) are set against their linear probes in a section of their own; other probe methods (``knn``, a registered
+one) are set beside the linear probe per domain (:func:`methods_markdown`) and get rows of their own in the few-shot
+tables.
 
 A cell averages rows of one protocol only (:func:`cog_pl.identity.protocol_key`: every value a row's number depends
 on but its seed and shot count): :func:`cog_pl.report.protocols.split_protocols` keeps each cell's newest protocol
@@ -28,9 +29,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cog_pl.finetune.method import METHOD as FINETUNE
 from cog_pl.identity import describe, protocol_differences, protocol_key, settings_of, value_differences
+from cog_pl.methods import is_probe, method_label, method_sort_key, sort_methods
 from cog_pl.protocol import DOMAINS, ProbeProtocol, split_domain
-from cog_pl.results import DEFAULT_METHOD, METHODS, method_of
+from cog_pl.results import DEFAULT_METHOD, method_of
 
 DOMAIN_LABELS = {"in1k": "IN-1K", **{f"cog_l{i}": f"L{i}" for i in range(1, 6)}}
 
@@ -139,9 +142,9 @@ def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
                 cells[key] = Cell(**{**asdict(c), "relative": c.top1 - base.top1,
                                      "relative_to": f"{baseline}/{c.method}", "relative_note": _unlike(c, base)})
             else:
-                cells[key] = Cell(**{**asdict(c), "relative_note": f"{baseline} has no {METHODS[c.method]} row on "
+                cells[key] = Cell(**{**asdict(c), "relative_note": f"{baseline} has no {method_label(c.method)} row on "
                                                                    f"{domain_label(c.domain)}, shots {c.shots_label}"})
-    return sorted(cells.values(), key=lambda c: (c.model, list(METHODS).index(c.method), domain_key(c.domain),
+    return sorted(cells.values(), key=lambda c: (c.model, method_sort_key(c.method), domain_key(c.domain),
                                                  -1 if c.shots is None else c.shots))
 
 
@@ -194,7 +197,7 @@ def protocols_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str]) -> str
         for st in order:
             where = ", ".join(f"{domain_label(c.domain)} ({c.shots_label})" for c in group if c.settings == st)
             shown = [d for d in value_differences(_settings(st), {}) if d[0] in names]
-            lines.append(f"| {model} | {METHODS[method]} | [{marks[model, method, st]}] | "
+            lines.append(f"| {model} | {method_label(method)} | [{marks[model, method, st]}] | "
                          f"{describe(shown, 1, len(shown))} | {where} |")
     return "\n".join(lines)
 
@@ -284,7 +287,7 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
                       "(paired permutation p ≥ 0.05); section Paired differences."]
     beside = methods_markdown(cells, marks)
     if beside:
-        parts += ["", "## " + " beside ".join(METHODS[m] for m in reversed(probe_methods(cells)))
+        parts += ["", "## " + " beside ".join(method_label(m) for m in reversed(probe_methods(cells)))
                   + ": test top-1 (%) on all data, mean ± std over seeds", "", beside]
     vs_ft = finetune_relative(cells)
     if vs_ft:
@@ -316,7 +319,7 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
                 method = methods[i]
                 vals = [_few_shot_value(by[m, method, s]) + _mark(by[m, method, s], marks) if (m, method, s) in by
                         else "–" for s in cols]
-                name = m if method == DEFAULT_METHOD else f"{m} ({METHODS[method]})"
+                name = m if method == DEFAULT_METHOD else f"{m} ({method_label(method)})"
                 parts.append(f"| {name} | " + " | ".join(vals) + " |")
     return "\n".join(parts) + "\n"
 
@@ -328,8 +331,8 @@ def _few_shot_value(c: Cell) -> str:
 
 def probe_methods(cells: Iterable[Cell]) -> list[str]:
     """The probe methods with cells (every method but fine-tuning), the linear probe first, in report order."""
-    have = {c.method for c in cells}
-    return [m for m in METHODS if m != "finetune" and (m in have or m == DEFAULT_METHOD)]
+    have = {c.method for c in cells} | {DEFAULT_METHOD}
+    return sort_methods(m for m in have if is_probe(m))
 
 
 def probe_cells(cells: Iterable[Cell]) -> list[Cell]:
@@ -355,7 +358,7 @@ def methods_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str] | None = 
         for method in methods:
             got = [by.get((m, method, d)) for d in domains]
             if any(got):
-                lines.append(f"| {m} | {METHODS[method]} | " + " | ".join(
+                lines.append(f"| {m} | {method_label(method)} | " + " | ".join(
                     "–" if c is None else c.value + _mark(c, marks) for c in got) + " |")
     return "\n".join(lines)
 
@@ -368,21 +371,21 @@ def official_cells(cells: Iterable[Cell]) -> list[Cell]:
 def _finetune_pairs(cells: Sequence[Cell]) -> tuple[list[str], dict[tuple[str, str, str], Cell]]:
     """The models with fine-tuned cells, and the all-data cells by (model, method, domain)."""
     by = {(c.model, c.method, c.domain): c for c in cells if c.shots is None}
-    return sorted({c.model for c in cells if c.method == "finetune"}), by
+    return sorted({c.model for c in cells if c.method == FINETUNE}), by
 
 
 def finetune_markdown(cells: Sequence[Cell]) -> str:
     """Markdown table of the linear probe's and the fine-tuned model's top-1 per domain (all data), per model."""
     models, by = _finetune_pairs(cells)
-    domains = [d for d in DOMAINS if any((m, "finetune", d) in by for m in models)]
+    domains = [d for d in DOMAINS if any((m, FINETUNE, d) in by for m in models)]
     lines = ["| model | method | " + " | ".join(DOMAIN_LABELS[d] for d in domains) + " | seeds |",
              "|---" * (len(domains) + 3) + "|"]
     for m in models:
-        for method in (DEFAULT_METHOD, "finetune"):
+        for method in (DEFAULT_METHOD, FINETUNE):
             got = [by.get((m, method, d)) for d in domains]
             seeds = sorted({c.seeds for c in got if c is not None})
             vals = " | ".join("–" if c is None else f"{c.top1:.2f}" for c in got)
-            lines.append(f"| {m} | {METHODS[method]} | {vals} | " + ("/".join(map(str, seeds)) or "–") + " |")
+            lines.append(f"| {m} | {method_label(method)} | {vals} | " + ("/".join(map(str, seeds)) or "–") + " |")
     return "\n".join(lines)
 
 
@@ -392,12 +395,12 @@ def finetune_relative(cells: Sequence[Cell]) -> str:
     models = [m for m in models if any((m, DEFAULT_METHOD, d) in by for d in DOMAINS)]
     if not models:
         return ""
-    domains = [d for d in DOMAINS if any((m, DEFAULT_METHOD, d) in by and (m, "finetune", d) in by for m in models)]
+    domains = [d for d in DOMAINS if any((m, DEFAULT_METHOD, d) in by and (m, FINETUNE, d) in by for m in models)]
     lines = ["| model | " + " | ".join(DOMAIN_LABELS[d] for d in domains) + " |", "|---" * (len(domains) + 1) + "|"]
     for m in models:
         vals = []
         for d in domains:
-            probe, ft = by.get((m, DEFAULT_METHOD, d)), by.get((m, "finetune", d))
+            probe, ft = by.get((m, DEFAULT_METHOD, d)), by.get((m, FINETUNE, d))
             vals.append(f"{100 * probe.top1 / ft.top1:.1f}" if probe and ft and ft.top1 > 0 else "–")
         lines.append(f"| {m} | " + " | ".join(vals) + " |")
     return "\n".join(lines)

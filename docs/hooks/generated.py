@@ -1,14 +1,16 @@
 """MkDocs hook: pages whose content is generated from the code when the site is built, so they cannot go stale.
 
 A page holding ``<!-- generated: cli -->`` gets every ``cog-pl`` command and option from the parsers
-(:func:`cog_pl.cli.reference.cli_markdown`); ``<!-- generated: configs -->`` the table of packaged configs.
+(:func:`cog_pl.cli.reference.cli_markdown`); ``<!-- generated: configs -->`` the table of packaged configs;
+``<!-- generated: methods -->`` the table of the registered evaluation methods (:mod:`cog_pl.methods`).
 """
 
 from __future__ import annotations
 
 import functools
 
-MARKERS = {"<!-- generated: cli -->": "cli_markdown", "<!-- generated: configs -->": "configs_markdown"}
+MARKERS = {"<!-- generated: cli -->": "cli_markdown", "<!-- generated: configs -->": "configs_markdown",
+           "<!-- generated: methods -->": "methods_markdown"}
 
 
 @functools.cache
