@@ -29,7 +29,7 @@ FULL = ("run --model dino --checkpoint {t}/shared/models/dino_resnet50_pretrain.
 def _roots(tmp_path: Path) -> None:
     for sub in ("data/in1k", "data/in21k", "shared/models"):
         (tmp_path / sub).mkdir(parents=True, exist_ok=True)
-    from cog_pl.models.files import record_download
+    from cog_pl.models.records import record_download
 
     for model, name in (("dino", "dino_resnet50_pretrain.pth"), ("swav", "swav_800ep_pretrain.pth.tar")):
         (tmp_path / "shared/models" / name).write_bytes(model.encode())
@@ -253,7 +253,7 @@ def test_claimed_cells_are_tuned_by_one_worker_alone(tmp_path):
 def test_extract_and_probe_protocol_take_the_launcher_too(tmp_path, capsys, monkeypatch):
     from test_probe_fixtures import write_features
 
-    from cog_pl.models.files import record_download
+    from cog_pl.models.records import record_download
 
     _roots(tmp_path)
     paper = tmp_path / "models" / "resnet50" / "resnet50-19c8e357.pth"  # the config's model, downloaded

@@ -230,7 +230,7 @@ def _download(args: argparse.Namespace) -> int:
         raise ValueError(f"{spec.name}: {pub.manual}{conversion}; put it in {folder}/ (where cog-pl run looks)")
     from cog_pl.io import file_sha256
     from cog_pl.models.download import download, hash_prefix_of
-    from cog_pl.models.files import write_download_record
+    from cog_pl.models.records import write_download_record
 
     name = url.rsplit("/", 1)[-1].split("?")[0]
     # what the zoo knows of the published file (a stated digest, or the prefix its published name carries), which a

@@ -385,7 +385,7 @@ _UNVERIFIED_SAID: set[str] = set()
 
 def _say_unverified(path: str) -> None:
     """Say once per process that a file ``cog-pl models download`` kept unverified is used."""
-    from cog_pl.models.files import unverified_note
+    from cog_pl.models.records import unverified_note
 
     note = unverified_note(path)
     if note and path not in _UNVERIFIED_SAID:

@@ -9,19 +9,16 @@ is ``$COG_PL_MODELS``, else ``~/.cache/cog_pl/models``. A model that needs weigh
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 from cog_pl.errors import CogError
+from cog_pl.models.records import RECORD_SUFFIX
 from cog_pl.models.zoo import PAPER_MODELS, resolve_spec
 
 logger = logging.getLogger(__name__)
 
-#: The suffix of the record ``cog-pl models download`` writes beside a file it fetched.
-RECORD_SUFFIX = ".download.json"
 #: How each caller spells the options of :func:`resolve_checkpoint`'s refusal: (a file, random weights).
 RUN_OPTIONS = ("--checkpoint FILE", "--random-weights")
 EXTRACT_OPTIONS = ("--model.checkpoint FILE (checkpoint=)", "--model.random_weights true (random_weights=True)")
@@ -29,31 +26,6 @@ EXTRACT_OPTIONS = ("--model.checkpoint FILE (checkpoint=)", "--model.random_weig
 
 class MissingWeightsError(CogError):
     """A model that needs weights has none (no file given, none or several in the models dir)."""
-
-
-def write_download_record(dest: Path, url: str, sha256: str, verified: str | None, model: str | None = None) -> Path:
-    """Record beside ``dest`` that ``cog-pl models download`` fetched it as ``model``'s file from ``url``, its
-    sha256 and ``verified``: what that digest was checked against (None: nothing)."""
-    from cog_pl.io import atomic_open
-
-    record = dest.with_name(dest.name + RECORD_SUFFIX)
-    with atomic_open(record) as fh:
-        json.dump({"model": model, "file": dest.name, "url": url, "sha256": sha256, "verified": verified}, fh,
-                  indent=1)
-    return record
-
-
-def unverified_note(path: str | os.PathLike) -> str | None:
-    """One line when ``path`` is a download recorded as unverified (its digest checked against nothing)."""
-    record = Path(path).with_name(Path(path).name + RECORD_SUFFIX)
-    try:
-        facts = json.loads(record.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(facts, dict) or facts.get("verified") or facts.get("sha256") is None:
-        return None
-    return (f"checkpoint {path} is unverified: cog-pl models download fetched it from {facts.get('url')} and "
-            f"checked its sha256 ({str(facts['sha256'])[:12]}...) against nothing (the zoo knows no digest of it)")
 
 
 def models_dir(given: str | os.PathLike | None = None) -> Path:
@@ -131,21 +103,3 @@ def resolve_checkpoint(model: str, checkpoint: str | os.PathLike | None = None, 
     raise MissingWeightsError(f"{model} is built without weights (timm's pretrained=False, torchvision's "
                               f"weights=None): give a file with {file_option}, or pass {random_option} for random "
                               "initialisation")
-
-
-def download_record(path: str | os.PathLike) -> dict[str, Any] | None:
-    """What ``cog-pl models download`` recorded about the file at ``path`` (model, url, sha256), or None."""
-    record = Path(str(path) + RECORD_SUFFIX)
-    try:
-        facts = json.loads(record.read_text())
-    except (OSError, ValueError):
-        return None
-    return facts if isinstance(facts, dict) else None
-
-
-def record_download(path: str | os.PathLike, model: str, url: str, verified: str | None = None) -> Path:
-    """Record beside ``path`` that ``cog-pl models download`` fetched it as ``model``'s file from ``url``
-    (:func:`write_download_record`, its digest computed here)."""
-    from cog_pl.io import file_sha256
-
-    return write_download_record(Path(path), url, file_sha256(path), verified, model)

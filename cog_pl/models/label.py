@@ -6,7 +6,7 @@ Without one:
 - a paper model keeps its paper name (``resnet50``) only for its published file: a file whose SHA-256 starts with
   the prefix the zoo knows (:func:`published_prefix`: the hash torch.hub's convention puts in the published file
   name, ``resnet50-19c8e357.pth``, or the publisher's digest ``Published.sha256_prefix``), or the file
-  ``cog-pl models download`` fetched and recorded beside it (:func:`cog_pl.models.files.download_record`);
+  ``cog-pl models download`` fetched and recorded beside it (:func:`cog_pl.models.records.download_record`);
 - any other weights of a network whose short name is a paper model's (``resnet50@my_r50`` for
   ``--model torchvision:resnet50 --checkpoint my_r50.pth``, or for ``--model resnet50`` with the user's own file)
   are labelled ``<name>@<checkpoint stem>``, which no paper model is called;
@@ -68,7 +68,7 @@ def is_published(spec: BackboneSpec, checkpoint: str | os.PathLike, sha256: str 
     """Whether ``checkpoint`` is ``spec``'s published file: its digest starts with :func:`published_prefix`, or
     ``cog-pl models download`` recorded it for this model with this digest."""
     from cog_pl.io import file_sha256
-    from cog_pl.models.files import download_record
+    from cog_pl.models.records import download_record
 
     if spec.name not in PAPER_MODELS or not Path(checkpoint).is_file():  # (a missing file: the loader says so)
         return False
