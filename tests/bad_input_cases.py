@@ -588,8 +588,10 @@ CASES: tuple[Case, ...] = (
                                            "cog_l1", "--no-check", "--num-workers", "0", "--out", "{root}/run-dir"),
          "checkpoint {root}/levels is a folder, not a weights file", absent=("{root}/run-dir/features",),
          slow=True),
-    Case("extract: a folder as --model.checkpoint", ("extract", *XO, "--model.checkpoint", "{root}/levels",
-                                                      "--data.out", "{root}/xout-dir"),
+    Case("extract: a folder as --model.checkpoint", ("extract", "--model.model", "timm:resnet10t",
+                                                      "--model.checkpoint", "{root}/levels", "--data.num_workers",
+                                                      "0", "--trainer.accelerator", "cpu", "--data.out",
+                                                      "{root}/xout-dir"),
          "checkpoint {root}/levels is a folder, not a weights file", absent=("{root}/xout-dir",), slow=True),
     # issue 37: the probe grid's claims file, the report's seed, the sbatch scripts' folder, run's --stale-after
     Case("probe protocol: the claims file is not a database", ("probe", "protocol", "--features", "{feat}",
