@@ -360,7 +360,9 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
                 f"{f' ({spec.published.file})' if spec.published else ''}? cog-pl models check {spec.name} FILE "
                 "shows what it holds"))
             report.loaded = load_into(net, state, f"checkpoint {path}", f"{spec.name} ({spec.arch})", hint)
-        if users:  # what was found where, as timm's load_checkpoint logs the state_dict_key it used
+        said = (spec.name, str(path), report.loaded)
+        if users and said not in _READ_SAID:  # what was found where, as timm's load_checkpoint logs its state_dict_key
+            _READ_SAID.add(said)  # once a process: the demo and the fine-tuning read one file many times
             beside = f" (beside {', '.join(others[:6])}{' ...' if len(others) > 6 else ''})" if others else ""
             logger.info("%s: read %d tensors from %s: container %s%s; wrapper prefix stripped: %s; key prefix "
                         "taken: %r; dropped %s", spec.name, report.loaded, path, container, beside,
@@ -381,6 +383,8 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
 
 
 _UNVERIFIED_SAID: set[str] = set()
+#: (model, file, tensors) whose reading this process has logged.
+_READ_SAID: set[tuple[str, str, int]] = set()
 
 
 def _say_unverified(path: str) -> None:
