@@ -258,10 +258,11 @@ def test_extract_and_probe_protocol_take_the_launcher_too(tmp_path, capsys, monk
     _roots(tmp_path)
     paper = tmp_path / "models" / "resnet50" / "resnet50-19c8e357.pth"  # the config's model, downloaded
     paper.parent.mkdir(parents=True)
-    paper.write_bytes(b"resnet50")
+    paper.write_bytes(b"resnet50")  # not the published file's digest: its label is given (--model.name)
     record_download(paper, "resnet50", paper.name)
     monkeypatch.setenv("COG_PL_MODELS", str(tmp_path / "models"))
-    argv = ["extract", "--config", str(REPO / "configs/extract/resnet50.yaml"), "--data.in1k_root",
+    argv = ["extract", "--config", str(REPO / "configs/extract/resnet50.yaml"), "--model.name", "resnet50",
+            "--data.in1k_root",
             str(tmp_path / "data/in1k"), "--data.in21k_root", str(tmp_path / "data/in21k"), "--data.out",
             str(tmp_path / "features"), "--launcher", "slurm", "--nodes", "2", "--gpus-per-node", "4", "--dry-run"]
     assert main(argv) == 0, capsys.readouterr().err

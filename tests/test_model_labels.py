@@ -9,13 +9,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import torch
 import torchvision
-from test_models_download import ReplicaServer
 
 from cog_pl.errors import CogError
 from cog_pl.io import file_sha256
@@ -68,33 +66,23 @@ def section(report: str, title: str) -> str:
 
 @pytest.mark.slow
 def test_a_users_resnet50_beside_the_papers_in_one_folder_relative_to_the_real_baseline(bench, tmp_path):
-    """The paper's resnet50 (a replica of its published file, fetched by ``cog-pl models download``, which records
-    it) and the user's ``torchvision:resnet50 --checkpoint my_r50.pth`` in one output folder: two labels, two
-    stores, rows of both, the report relative to the paper's model and its models table naming each file; a second
-    file under the same label is refused in one line naming both files and digests, nothing written."""
+    """The paper's resnet50 (a replica of its published file, whose digest cannot be the published one: named
+    ``resnet50`` with ``--name``) and the user's ``torchvision:resnet50 --checkpoint my_r50.pth`` in one output
+    folder: two labels, two stores, rows of both, the report relative to the paper's model and its models table
+    naming each file; a second file under the same label is refused in one line naming both files and digests,
+    nothing written."""
     from replicas.torchvision_family import publish_resnet50
 
-    replica = tmp_path / "replica.pth"
-    publish_resnet50(replica)
-    data = replica.read_bytes()
-    server = ReplicaServer(data, f"resnet50-{file_sha256(replica)[:8]}.pth")  # the mirror's name carries its hash
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        models = tmp_path / "models"
-        got = cog("models", "download", "resnet50", models, "--url", server.url, "--no-progress")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-    assert got.returncode == 0, got.stderr[-2000:]
-    paper = models / "resnet50" / server.name
+    paper = tmp_path / "models" / "resnet50" / "resnet50-replica.pth"
+    paper.parent.mkdir(parents=True)
+    publish_resnet50(paper)
     mine = resnet50_file(tmp_path / "mine" / "my_r50.pth", seed=1)
     out = tmp_path / "out"
 
     got = cog("run", "--model", "torchvision:resnet50", "--checkpoint", mine, *run_args(bench, out))
     assert got.returncode == 0, got.stderr[-3000:]
-    got = cog("run", "--model", "resnet50", "--models-dir", models, "--baseline", "resnet50", *run_args(bench, out))
+    got = cog("run", "--model", "resnet50", "--checkpoint", paper, "--name", "resnet50", "--baseline", "resnet50",
+              *run_args(bench, out))
     assert got.returncode == 0, got.stderr[-3000:]
 
     rows = {r["model"]: r for r in read_rows(out / "results.sqlite")}

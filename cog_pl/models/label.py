@@ -65,8 +65,9 @@ def published_prefix(spec: BackboneSpec) -> str | None:
 
 
 def is_published(spec: BackboneSpec, checkpoint: str | os.PathLike, sha256: str | None = None) -> bool:
-    """Whether ``checkpoint`` is ``spec``'s published file: its digest starts with :func:`published_prefix`, or
-    ``cog-pl models download`` recorded it for this model with this digest."""
+    """Whether ``checkpoint`` is ``spec``'s published file: its digest starts with :func:`published_prefix`; where
+    the zoo knows no digest, ``cog-pl models download`` recorded it for this model with this digest (a download kept
+    unverified, or made with ``--no-hash-check``, of a file whose digest the zoo knows is not the published file)."""
     from cog_pl.io import file_sha256
     from cog_pl.models.records import download_record
 
@@ -74,8 +75,8 @@ def is_published(spec: BackboneSpec, checkpoint: str | os.PathLike, sha256: str 
         return False
     digest = sha256 or file_sha256(checkpoint)
     prefix = published_prefix(spec)
-    if prefix is not None and digest.startswith(prefix.lower()):
-        return True
+    if prefix is not None:  # the zoo knows the published file's digest: nothing else makes a file the published one
+        return digest.startswith(prefix.lower())
     record = download_record(checkpoint)
     return record is not None and record.get("model") == spec.name and record.get("sha256") == digest
 
