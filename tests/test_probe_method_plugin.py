@@ -5,6 +5,7 @@ beside the linear probe's and skips them when run again, and the report orders a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -66,6 +67,11 @@ def _plugin(site: Path) -> None:
     (info / "entry_points.txt").write_text("[cog_pl.probe_methods]\nncm = ncm_plugin\n")
 
 
+#: The stores' weights: a file's bytes, given to the run as its checkpoint (one label names one set of weights).
+WEIGHTS = b"the backbone's weights"
+WEIGHTS_SHA256 = hashlib.sha256(WEIGHTS).hexdigest()
+
+
 def _stores(out: Path, model: str, domains: tuple[str, ...]) -> None:
     """Finished feature stores of ``model`` on ``domains``: 4 Gaussian classes each."""
     for i, domain in enumerate(domains):
@@ -73,7 +79,7 @@ def _stores(out: Path, model: str, domains: tuple[str, ...]) -> None:
         for split in ("train", "test"):
             x, y = np.load(plain / split / "features.npy"), np.load(plain / split / "labels.npy")
             write_store(out / "features" / model / domain / split, x, y, None, make_meta(
-                model=model, weights_sha256="0" * 64, domain=domain, split=split, num_rows=len(y), dim=x.shape[1],
+                model=model, weights_sha256=WEIGHTS_SHA256, domain=domain, split=split, num_rows=len(y), dim=x.shape[1],
                 num_classes=4, classes=[f"c{c}" for c in range(4)], transform="t", level_file_sha256="0" * 64))
             assert open_store(out / "features" / model / domain / split).meta["model"] == model
 
@@ -96,7 +102,9 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
 
     domains = ("cog_l1", "cog_l2")
     _stores(out, "resnet50", domains)
-    argv = ["run", "--model", "resnet50", "--in21k-root", str(tmp_path), "--domains", *domains, "--seeds", "22",
+    (tmp_path / "weights.pth").write_bytes(WEIGHTS)
+    argv = ["run", "--model", "resnet50", "--checkpoint", str(tmp_path / "weights.pth"), "--name", "resnet50",
+            "--in21k-root", str(tmp_path), "--domains", *domains, "--seeds", "22",
             "--shots", "all", "2", "--trials", "2", "--epochs", "2", "--probe-device", "cpu", "--probe-precision",
             "32-true", "--out", str(out), "--methods", "linear", "ncm", "--stage", "probe"]
     first = _cog_pl(site, *argv)
