@@ -78,8 +78,8 @@ def test_the_run_probe_stage_with_two_workers_writes_the_rows_of_one_process(tmp
     def run(out, workers):
         write_features(out / "features" / "m" / "cog_l1", classes=4, dim=8, per_class=20, test_per_class=4)
         (tmp_path / "in21k").mkdir(exist_ok=True)
-        config = RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path / "in21k"), out=str(out),
-                           domains=("cog_l1",), seeds=(22, 37), shots=(None, 2), check=False,
+        config = RunConfig(model="resnet50", random_weights=True, in1k_root=None, in21k_root=str(tmp_path / "in21k"),
+                           out=str(out), domains=("cog_l1",), seeds=(22, 37), shots=(None, 2), check=False,
                            probe=ProbeOptions(trials=3, epochs=2, device="cpu", trial_batch=1, workers=workers))
         assert _probe(config, out, "m") == 4
         return {(r["shots"], r["seed"]): {k: r[k] for k in SAME} for r in read_rows(out / "results.sqlite")}
@@ -119,8 +119,8 @@ def test_the_run_probe_stage_with_two_workers_waits_for_a_cell_another_machine_h
     out = tmp_path / "out"
     write_features(out / "features" / "m" / "cog_l1", classes=4, dim=8, per_class=20, test_per_class=4)
     (tmp_path / "in21k").mkdir()
-    config = RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path / "in21k"), out=str(out),
-                       domains=("cog_l1",), seeds=(22, 37), shots=(None,), check=False,
+    config = RunConfig(model="resnet50", random_weights=True, in1k_root=None, in21k_root=str(tmp_path / "in21k"),
+                       out=str(out), domains=("cog_l1",), seeds=(22, 37), shots=(None,), check=False,
                        probe=ProbeOptions(trials=3, epochs=2, device="cpu", trial_batch=1, workers=2))
     held = claim(out / "results.sqlite", format_key(("m", "linear", "cog_l1", None, 22)), 600, worker="elsewhere")
     threading.Timer(15.0, release, (held,)).start()  # after the workers' pass has left it
