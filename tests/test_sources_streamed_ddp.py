@@ -61,7 +61,8 @@ def bench(onto, tmp_path_factory):
 def _cmd(bench, layout: str, out: Path, *extra: str) -> list[str]:
     in1k, in21k = bench[layout]
     return [sys.executable, "-m", "cog_pl.cli.main", "extract", "--model.model", "timm:resnet10t",
-            "--model.random_weights", "true", "--data.in1k_root", str(in1k), "--data.in21k_root", str(in21k), "--data.benchmark", str(bench["benchmark"]),
+            "--model.random_weights", "true", "--data.in1k_root", str(in1k), "--data.in21k_root", str(in21k),
+            "--data.benchmark", str(bench["benchmark"]),
             "--data.domains", f"[{','.join(DOMAINS)}]", "--data.out", str(out), "--data.num_workers", "0",
             "--data.batch_size", "2", "--trainer.accelerator", "cpu", "--seed_everything", "0", *extra]
 
