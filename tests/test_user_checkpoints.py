@@ -262,7 +262,8 @@ def test_a_download_kept_unverified_is_recorded_and_run_says_so(bench, tmp_path)
     assert proc.stdout.strip() == (f"dino: {dest} (unverified: the zoo knows no digest of it and its URL's name "
                                    f"carries none; sha256 {file_sha256(mirror)}, recorded beside it)")
     record = json.loads((models / "dino" / "dino_r50.pth.download.json").read_text())
-    assert record == {"file": "dino_r50.pth", "url": mirror.as_uri(), "sha256": file_sha256(mirror), "verified": None}
+    assert record == {"model": "dino", "file": "dino_r50.pth", "url": mirror.as_uri(), "sha256": file_sha256(mirror),
+                      "verified": None}
     proc = cog_pl("run", "--model", "dino", "--models-dir", models, "--in21k-root", bench["in21k"], "--benchmark",
                   bench["benchmark"], "--out", tmp_path / "out", "--domains", "cog_l2", "--no-check", "--num-workers",
                   "0", "--stage", "extract", "--accelerator", "cpu")
