@@ -333,7 +333,8 @@ def test_the_own_checkpoint_tutorial_runs_as_written(bench, tmp_path):
     assert "key prefix taken: 'encoder.'" in run_encoder.stderr
     for run in ("mine", "encoder"):
         assert (tmp_path / "runs" / run / "report" / "report.html").is_file()
-        meta = json.loads((tmp_path / "runs" / run / "features" / "resnet50" / "cog_l2" / "test" / "meta.json")
+        label = {"mine": "resnet50@my_r50", "encoder": "resnet50@my_encoder"}[run]  # not the paper's resnet50
+        meta = json.loads((tmp_path / "runs" / run / "features" / label / "cog_l2" / "test" / "meta.json")
                           .read_text())
         assert meta["weights"] == {"mine": "my_r50.pth", "encoder": "my_encoder.pth"}[run]
     assert "already complete" in extract.stdout  # the run's stores: the file read alike by both commands
