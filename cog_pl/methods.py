@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cog_pl.errors import UnknownNameError
-from cog_pl.registry import Registry, did_you_mean
+from cog_pl.registry import Registry, did_you_mean, plugins
 
 __all__ = ["ENTRY_POINT_GROUP", "Method", "get_method", "is_probe", "list_methods", "method_label", "method_sort_key",
            "register_method", "sort_methods", "unknown_method", "unregister_method"]
@@ -90,14 +90,7 @@ def _load() -> None:
     _loaded = True
     for module in _BUILTIN_MODULES:
         importlib.import_module(module)
-    from importlib.metadata import entry_points
-
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = point.load()
-        except Exception as err:  # a broken plugin must not break the table: say which, and go on
-            logger.warning("cannot load the probe method entry point %s = %s: %s", point.name, point.value, err)
-            continue
+    for _, obj in plugins(ENTRY_POINT_GROUP, "probe method"):
         if isinstance(obj, Method) and obj.name not in _METHODS:
             _METHODS.add(obj.name, obj)
 

@@ -10,6 +10,7 @@ registration order, which is the order of choices on the command line and in rep
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
@@ -90,3 +91,18 @@ class Registry(Generic[T]):
         if name not in self._entries:
             raise self.unknown(name)
         return name
+
+
+def plugins(group: str, what: str) -> Iterator[tuple[str, object]]:
+    """(name, loaded object) of each installed entry point of ``group``; one that fails to load is named in a
+    warning (``what``: the kind of plug-in) and skipped, so a broken plug-in never breaks a table."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=group):
+        try:
+            obj = point.load()
+        except Exception as err:
+            logging.getLogger(__name__).warning("cannot load the %s entry point %s = %s: %s", what, point.name,
+                                                point.value, err)
+            continue
+        yield point.name, obj

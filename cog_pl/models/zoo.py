@@ -338,22 +338,17 @@ def load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    from importlib.metadata import entry_points
+    from cog_pl.registry import plugins
 
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = point.load()
-        except Exception as err:  # a broken plugin must not break the table: say which, and go on
-            logger.warning("cannot load the backbone entry point %s = %s: %s", point.name, point.value, err)
-            continue
-        if point.name in BACKBONES:
+    for name, obj in plugins(ENTRY_POINT_GROUP, "backbone"):
+        if name in BACKBONES:
             continue  # the module registered it on import
         if isinstance(obj, BackboneSpec):
-            add_spec(point.name, obj)
+            add_spec(name, obj)
         elif callable(obj):
             from cog_pl.models.build import register_backbone
 
-            register_backbone(point.name, obj)
+            register_backbone(name, obj)
 
 
 def resolve_spec(name: str) -> BackboneSpec:
