@@ -106,9 +106,23 @@ class SlurmCluster:
         done = self.run("scontrol", "-o", "show", "job", job_id, check=False)
         return [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in done.stdout.splitlines()]
 
-    def release(self, job_id: str) -> None:
-        """Make a requeued job eligible now: SLURM delays a requeued batch job by two minutes."""
-        self.run("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
+    def release(self, job_id: str, after_s: int = 10) -> None:
+        """Make a requeued job eligible in ``after_s`` seconds rather than SLURM's two minutes.
+
+        Not at once: slurmd revokes a requeued job's credential and refuses a launch whose credential was not issued
+        after the revocation ("Job credential revoked", SchedMD/slurm ``src/slurmd/slurmd/req.c``; credential times
+        are whole seconds), and the old incarnation's steps take up to KillWait (5 s) to end. A job started inside
+        that window fails at launch with nothing in its log (seen on a loaded CI machine); SLURM's own delay exists
+        for the same reason."""
+        self.run("scontrol", "update", f"JobId={job_id}", f"StartTime=now+{after_s}", check=False)
+
+    def cancel_all(self, timeout: float = 60) -> None:
+        """Cancel every job and wait until SLURM forgets them, so one test's jobs never reach the next test."""
+        ids = sorted({j[0] for j in self.jobs()})
+        if ids:
+            self.run("scancel", "--full", "--signal=KILL", *ids, check=False)
+            self.run("scancel", *ids, check=False)
+            wait_for(lambda: not self.jobs(), timeout, "the cancelled jobs to end")
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"

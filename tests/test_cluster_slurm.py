@@ -92,7 +92,8 @@ def _wait_graph(cluster, out: Path, timeout: float = GRAPH_TIMEOUT) -> None:
         for key, job_id in ids.items():
             bad = [t for t in cluster.show(job_id) if t.get("JobState") in ("FAILED", "CANCELLED", "TIMEOUT",
                                                                             "OUT_OF_MEMORY", "NODE_FAIL")]
-            assert not bad, f"job {key} ({job_id}) ended {bad[0]['JobState']}\n{_job_logs(out)}"
+            assert not bad, (f"job {key} ({job_id}) ended {bad[0]['JobState']} (reason {bad[0].get('Reason')}, exit "
+                             f"code {bad[0].get('ExitCode')})\n{_job_logs(out)}\n{cluster.logs()}")
         return "report" in ids and [t.get("JobState") for t in cluster.show(ids["report"])] == ["COMPLETED"]
 
     try:
@@ -110,6 +111,14 @@ def _stores(out: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def cluster(slurm_cluster):  # noqa: F811  (tests/slurm.py)
     return slurm_cluster
+
+
+@pytest.fixture(autouse=True)
+def _no_jobs_left(request):
+    """After each test, even a failed one, its jobs are cancelled: the next test starts on an empty queue."""
+    yield
+    if "cluster" in request.fixturenames:
+        request.getfixturevalue("cluster").cancel_all()
 
 
 @pytest.fixture(scope="module")
