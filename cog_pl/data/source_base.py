@@ -181,7 +181,8 @@ def get_source(name: str) -> type[ImageSource]:
 
 
 def list_sources() -> tuple[str, ...]:
-    """Registered source names in registration order.
+    """Registered source names in registration order (the built-in layouts other than ``synsets`` are registered by
+    :mod:`cog_pl.data.sources`, where this is imported from).
 
     Returns:
         The names, the built-ins first.
