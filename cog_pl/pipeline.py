@@ -359,7 +359,6 @@ def run(cfg: RunConfig) -> RunSummary:
     resolve_spec(cfg.model)  # an unknown model fails before any work
     check_results_file(Path(cfg.out) / "results.sqlite")  # so does a results file that cannot take the rows
     from cog_pl.labels import check_label_weights
-    from cog_pl.levels.seen import run_seen_warnings
     from cog_pl.models.build import weights_file
 
     check_label_weights(cfg.label, weights_file(cfg.model, cfg.checkpoint), features=Path(cfg.out) / "features",
@@ -414,6 +413,21 @@ def run(cfg: RunConfig) -> RunSummary:
     if cfg.report and runs("report"):
         report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline, html=cfg.html)
     return RunSummary(out, stores, written, len(read_rows(out / "results.sqlite")), report, seconds)
+
+
+def run_seen_warnings(model: str, seen: str | None, benchmark: str | None, domains: Sequence[str]) -> list[str]:
+    """:func:`~cog_pl.levels.seen.seen_warnings` for a run: the levels of ``domains`` (``cog_l1``..``cog_l5``) in
+    ``benchmark`` (the official one when None), the model's registry entry saying what it saw unless ``seen`` does."""
+    from cog_pl.benchmark import load_benchmark
+    from cog_pl.levels.seen import seen_warnings
+    from cog_pl.models import resolve_spec
+
+    levels = [LEVEL_OF_DOMAIN[d] for d in domains if d in LEVEL_OF_DOMAIN]
+    registry_seen = resolve_spec(model).seen
+    if not levels or (seen is None and registry_seen is None):
+        return []
+    bench = load_benchmark(benchmark)
+    return seen_warnings(model, seen, {lv: bench.classes(lv) for lv in levels}, registry_seen)
 
 
 def _record_report_inputs(cfg: RunConfig, out: Path) -> None:

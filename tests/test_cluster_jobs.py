@@ -284,6 +284,55 @@ def test_extract_and_probe_protocol_take_the_launcher_too(tmp_path, capsys, monk
     assert "a SQLite file cannot be shared by 3 tasks" in capsys.readouterr().err
 
 
+class _FakeExecutor:
+    """submitit's executor without SLURM: records what is submitted."""
+
+    def __init__(self) -> None:
+        self.submitted: list = []
+
+    def update_parameters(self, **params) -> None:
+        pass
+
+    def batch(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def submit(self, job):
+        self.submitted.append(job)
+        return type("Submitted", (), {"job_id": f"{100 + len(self.submitted)}_0"})()
+
+
+def test_a_submitted_job_runs_the_command_line_it_was_handed(tmp_path, capsys, monkeypatch):
+    """``--launcher slurm`` hands each job the command line's entry point (the launcher imports nothing of the
+    command line): submitit pickles it by reference, and the job runs its argv through it, requeues with it and
+    fails when it fails."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    submit = pytest.importorskip("cog_pl.cluster.submit")
+    from cog_pl.cli import main as cli_main
+    from cog_pl.cluster.options import JOB_ENV
+
+    executor = _FakeExecutor()
+    monkeypatch.setattr(submit, "_executor", lambda folder, opts: executor)
+    _roots(tmp_path)
+    assert main(FULL.replace(" --dry-run", "").format(t=tmp_path).split()) == 0, capsys.readouterr().err
+    assert len(executor.submitted) == 19  # check, extraction, 16 probe tasks, report
+    for job in executor.submitted:
+        assert job.entry is cli_main.main and "--launcher" not in job.argv
+        again = cloudpickle.loads(cloudpickle.dumps(job))  # as submitit writes it and the node reads it
+        assert again.entry is cli_main.main and again.argv == job.argv
+    assert b"cog_pl.cli.main" in cloudpickle.dumps(executor.submitted[0])  # by reference, not by value
+    monkeypatch.setenv(JOB_ENV, "")  # the job sets it (its command never submits jobs): removed again after
+    seen: list = []
+    assert submit.StageJob(("report", "--out", "o"), lambda argv: seen.append(argv) or 0)() == 0
+    assert seen == [["report", "--out", "o"]]
+    entry = seen.append
+    requeued = submit.StageJob(("probe",), entry).checkpoint()
+    assert requeued.function.entry is entry and requeued.function.argv == ("probe",)
+    with pytest.raises(RuntimeError, match="cog-pl probe ended with exit status 2"):
+        submit.StageJob(("probe",), lambda argv: 2)()
+
+
 def test_a_submission_is_refused_while_an_earlier_one_does_the_same_work(tmp_path, monkeypatch):
     """Two extractions of one model must not write the same stores: a second submission waits for the first;
     another model's jobs may go; jobs that can never start (their dependency failed) are cancelled."""

@@ -38,6 +38,20 @@ def test_the_table_lists_the_built_in_source_and_refuses_unknown_names(tmp_path)
         open_source(tmp_path / "absent")
 
 
+
+@pytest.mark.parametrize("first", ["cog_pl.data.hf_tars", "cog_pl.data.whole_tar", "cog_pl.data.source_base"])
+def test_the_built_in_sources_register_in_one_order_whichever_module_comes_first(first):
+    """The base imports no layout; ``cog_pl.data.sources`` registers the built-in ones, so the detection order
+    (newest first) does not depend on which of their modules a program imported first."""
+    import subprocess
+    import sys
+
+    code = (f"import {first}, sys; base = sys.modules['cog_pl.data.source_base']; print(base.list_sources()); "
+            "from cog_pl.data.sources import list_sources; print(list_sources())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "('synsets',)"  # the plug-ins' modules register nothing themselves
+    assert out[1] == "('synsets', 'flat_val', 'hf_tars', 'wds', 'whole_tar')"
+
 def test_the_source_options_name_every_built_in_source_where_it_applies():
     """``--in1k-source`` / ``--in21k-source`` list the built-in sources without importing the table (start-up stays
     fast): each of them, under the datasets it can hold; and data check takes a benchmark file as run and extract."""

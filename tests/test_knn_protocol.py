@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 from test_knn import brute_force
 from test_probe_fixtures import write_features
 
-import cog_pl.probe.protocol_run as protocol_run
+import cog_pl.probe.cell as cell
 from cog_pl.data.sampling import final_indices, tuning_indices
 from cog_pl.features.pair import open_pair
 from cog_pl.probe.data import l2_normalize, load_store
@@ -72,12 +72,12 @@ def test_few_shot_samples_are_the_linear_probes(tmp_path, monkeypatch):
             out = fn(*args, **kw)
             seen[name] = out[0] if isinstance(out, tuple) else out
             return out
-        monkeypatch.setattr(protocol_run, name, wrapped)
+        monkeypatch.setattr(cell, name, wrapped)
 
-    spy("tuning_indices", protocol_run.tuning_indices)
-    spy("final_indices", protocol_run.final_indices)
-    splits = protocol_run.Splits.load(root)
-    protocol_run.probe(splits, seed=37, shots=2, storage=tmp_path / "s.db", protocol=replace(
+    spy("tuning_indices", cell.tuning_indices)
+    spy("final_indices", cell.final_indices)
+    splits = cell.Splits.load(root)
+    cell.probe(splits, seed=37, shots=2, storage=tmp_path / "s.db", protocol=replace(
         ProbeProtocol(), trials=1, epochs=1), plan=SearchPlan(mode="exact"))
     (row,) = knn_rows(open_pair(root), [(2, 37)], model="m", domain="d", protocol=ProbeProtocol(), settings=SETTINGS,
                       device="cpu", precision="32-true")

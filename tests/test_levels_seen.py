@@ -20,9 +20,10 @@ from cog_pl.levels.seen import (
     named_seen_set,
     read_seen_file,
     resolve_seen,
-    run_seen_warnings,
+    seen_warnings,
 )
 from cog_pl.models.zoo import resolve_spec, seen_of_timm_tag
+from cog_pl.pipeline import run_seen_warnings
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.resources import LEVELS, fall11_image_counts, in1k_wnids, in21k_wnids
 from cog_pl.wordnet.ontology import synset_of
@@ -192,6 +193,16 @@ def test_registry_seen_sets_and_run_warnings():
     # --seen describes the user's checkpoint: it replaces the registry entry's set
     assert run_seen_warnings("timm:vit_base_patch16_224.augreg_in21k", "in1k", None, DOMAINS) == []
 
+
+
+def test_seen_warnings_take_the_registry_entrys_set_from_the_caller():
+    """The levels layer asks no model registry: a name no registry knows is fine, its seen set comes from the caller
+    (the run looks it up, :func:`cog_pl.pipeline.run_seen_warnings`), and ``--seen`` still wins over it."""
+    levels = {"L5": Benchmark.official().classes("L5")}
+    assert seen_warnings("no_such_model", None, levels) == []
+    (msg,) = seen_warnings("no_such_model", None, levels, registry_seen="in21k")
+    assert "the registry entry of no_such_model says its pretraining covered in21k" in msg and "L5 1000/1000" in msg
+    assert seen_warnings("no_such_model", "in1k", levels, registry_seen="in21k") == []
 
 def _pick_tree(content) -> tuple[list[str], str]:
     """Ten eligible concepts spread over the ranking, one of them an IN-1K concept the subset did not see."""

@@ -19,7 +19,7 @@ def test_hf_tars_stream_to_the_folder_layouts_stores(tiny, tmp_path, caplog):  #
     assert isinstance(train, HFTarSource) and not train.random_access and len(train.tars) == 2
     assert all(train.list(w) == sorted(images["train"][w]) for w in tiny.in1k)  # original names, wnid dropped
     w = tiny.in1k[-1]
-    with caplog.at_level("WARNING", logger="cog_pl.data.sources"):
+    with caplog.at_level("WARNING", logger="cog_pl.data"):
         assert [train.read(w, n) for n in train.list(w)] == [images["train"][w][n] for n in train.list(w)]
     assert sum("decompresses the tar up to them" in r.message for r in caplog.records) == 1  # said once
     got = extract(tmp_path / "got", ("in1k",), in1k_root=root)

@@ -99,6 +99,7 @@ def run(argv: list[str], prog: str = "cog-pl extract") -> ExtractCLI | None:
 def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
     """``cog-pl extract --launcher``: the command line checked here, then run as one SLURM job of ``--nodes`` x one
     task per GPU, Lightning's DDP across them (:mod:`cog_pl.cluster`)."""
+    from cog_pl.cli.main import main  # what the job runs its command line with
     from cog_pl.cluster.jobs import Job, extract_trainer_options
     from cog_pl.cluster.launch import launch as launch_jobs
     config = _cli(_ParseOnly, rest, prog, run=False).config
@@ -126,4 +127,4 @@ def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
     job = Job(f"extract/{name}", "extract", ("extract", *rest, *options),
               what=f"{len(stores)} feature stores ({len(data['domains'])} domains)", nodes=cluster.nodes,
               tasks_per_node=per_node, gpus_per_node=cluster.gpus_per_node, stores=stores)
-    return launch_jobs([job], cluster, root)
+    return launch_jobs([job], cluster, root, entry=main)

@@ -195,6 +195,7 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
 def _launch_protocol(args: argparse.Namespace, cluster) -> int:
     """``probe protocol --launcher``: the grid as a SLURM job array of ``--probe-workers`` tasks, each one worker that
     claims a cell before tuning it, all on one storage and one results file."""
+    from cog_pl.cli.main import main  # what the job runs its command line with
     from cog_pl.cluster.jobs import Job
     from cog_pl.cluster.launch import launch
     from cog_pl.cluster.options import array_tasks, split_argv
@@ -212,7 +213,8 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
               ("probe", "protocol", *rest, "--storage", storage),
               what=f"{len(rows)} rows: linear on {len(seeds)} seeds x {len(shots)} shot settings",
               gpus_per_node=cluster.task_gpus, array=tasks, rows=rows)
-    return launch([job], cluster, Path(args.results).resolve().parent, results=Path(args.results).resolve())
+    return launch([job], cluster, Path(args.results).resolve().parent, results=Path(args.results).resolve(),
+                  entry=main)
 
 
 def _knn(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cog_pl.cluster.jobs import Job, format_jobs, ordered
@@ -61,9 +61,11 @@ def refuse_live(root: Path, jobs: Sequence[Job]) -> None:
 
 
 def launch(jobs: Sequence[Job], opts: ClusterOptions, root: str | os.PathLike,
-           results: str | os.PathLike | None = None) -> int:
+           results: str | os.PathLike | None = None, *, entry: Callable[[list[str]], int]) -> int:
     """Print, submit or write ``jobs`` as ``opts`` says, recorded under ``root`` (``results``: where their rows go,
-    by default ``<root>/results.sqlite``); prints what was done. Returns the exit status."""
+    by default ``<root>/results.sqlite``); prints what was done. Returns the exit status. ``entry``: the command
+    line's entry point (``cog_pl.cli.main.main``, ``argv -> exit status``), which a job submitted through submitit
+    runs its command with (plain scripts run ``python -m cog_pl.cli.main``)."""
     if os.environ.get(JOB_ENV):
         raise ValueError("--launcher inside a cluster job: a job's command never submits jobs (drop --launcher)")
     jobs, root = ordered(jobs), Path(root).resolve()
@@ -94,7 +96,7 @@ def launch(jobs: Sequence[Job], opts: ClusterOptions, root: str | os.PathLike,
         raise ValueError(f"--launcher slurm needs submitit ({err}): pip install 'cog_pl[slurm]', or write plain "
                          "sbatch scripts with --launcher sbatch-scripts DIR") from None
     refuse_live(root, jobs)
-    ids = submit(jobs, opts, folder / "logs", workdir)
+    ids = submit(jobs, opts, folder / "logs", workdir, entry)
     write_ledger(root, opts.launcher, jobs, ids, {j.key: log_pattern(folder / "logs") for j in jobs}, results)
     print(f"submitted {_jobs(jobs)}\n\n{format_jobs(jobs, opts, ids)}\n\n"
           f"follow them with: cog-pl run --status {root}")

@@ -14,7 +14,7 @@ import logging
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import submitit
@@ -26,19 +26,25 @@ from cog_pl.errors import CogError
 log = logging.getLogger(__name__)
 
 
-class StageJob(submitit.helpers.Checkpointable):
-    """``cog-pl ARGV`` as a submitit job that requeues itself on SLURM's signal (time limit, preemption)."""
+#: What a job runs: the command line's entry point, ``argv -> exit status`` (``cog_pl.cli.main.main``, handed down by
+#: the command line through :func:`~cog_pl.cluster.launch.launch`). submitit pickles it by reference (its module and
+#: name), so the job imports it where it runs, and this module never imports the command line above it.
+Entry = Callable[[list[str]], int]
 
-    def __init__(self, argv: Sequence[str]) -> None:
+
+class StageJob(submitit.helpers.Checkpointable):
+    """``cog-pl ARGV`` as a submitit job that requeues itself on SLURM's signal (time limit, preemption); ``entry``
+    runs the command line (:data:`Entry`)."""
+
+    def __init__(self, argv: Sequence[str], entry: Entry) -> None:
         self.argv = tuple(argv)
+        self.entry = entry
         self.requeued = False
 
     def __call__(self) -> int:
         os.environ[JOB_ENV] = "1"
-        from cog_pl.cli.main import main
-
         try:
-            status = main(list(self.argv))
+            status = self.entry(list(self.argv))
         except BaseException:
             if self.requeued:  # submitit's handler ends the process with SystemExit, wherever it stood
                 sys.exit(-1)
@@ -55,7 +61,7 @@ class StageJob(submitit.helpers.Checkpointable):
         Called by submitit's signal handler on task 0 just before it requeues the job and exits."""
         self.requeued = True
         log.warning("requeued: cog-pl %s resumes from what is finished", shlex.join(self.argv))
-        return submitit.helpers.DelayedSubmission(StageJob(self.argv))
+        return submitit.helpers.DelayedSubmission(StageJob(self.argv, self.entry))
 
 
 def _executor(folder: Path, opts: ClusterOptions) -> submitit.AutoExecutor:
@@ -66,9 +72,10 @@ def _executor(folder: Path, opts: ClusterOptions) -> submitit.AutoExecutor:
                          "--launcher sbatch-scripts DIR)") from None
 
 
-def submit(jobs: Sequence[Job], opts: ClusterOptions, folder: Path, workdir: Path) -> dict[str, str]:
+def submit(jobs: Sequence[Job], opts: ClusterOptions, folder: Path, workdir: Path, entry: Entry) -> dict[str, str]:
     """Submit ``jobs`` (ordered: each after those it depends on), their logs under ``folder``, each running in
-    ``workdir``; returns each job's SLURM id. A job SLURM refuses cancels those submitted before it."""
+    ``workdir`` its command line through ``entry``; returns each job's SLURM id. A job SLURM refuses cancels those
+    submitted before it."""
     executor = _executor(folder, opts)
     ids: dict[str, str] = {}
     try:
@@ -84,10 +91,10 @@ def submit(jobs: Sequence[Job], opts: ClusterOptions, folder: Path, workdir: Pat
                 slurm_setup=[f"export {JOB_ENV}=1"], slurm_additional_parameters=extra)
             if job.array > 1:
                 with executor.batch():
-                    tasks = [executor.submit(StageJob(job.argv)) for _ in range(job.array)]
+                    tasks = [executor.submit(StageJob(job.argv, entry)) for _ in range(job.array)]
                 ids[job.key] = tasks[0].job_id.split("_")[0]
             else:
-                ids[job.key] = executor.submit(StageJob(job.argv)).job_id
+                ids[job.key] = executor.submit(StageJob(job.argv, entry)).job_id
             log.info("submitted %s as job %s", job.key, ids[job.key])
     except Exception as err:
         if ids:

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from cog_pl.data.index_cache import cached_index
-from cog_pl.data.sources import ImageSource, is_image_name, printable, register_source
+from cog_pl.data.source_base import ImageSource, is_image_name
 from cog_pl.errors import MissingDependencyError
+from cog_pl.io import printable
 
 GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
 KAGGLE = "LOC_val_solution.csv"
@@ -110,10 +111,10 @@ def kaggle_labels(csv_path: Path) -> dict[str, str]:
     return out
 
 
-@register_source("flat_val")
 class FlatValSource(ImageSource):
     """The 50,000 validation images directly under ``root``, labelled by the devkit or Kaggle's CSV."""
 
+    name = "flat_val"  # registered by cog_pl.data.sources
     serves = ("test",)
 
     def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None,

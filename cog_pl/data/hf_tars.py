@@ -21,8 +21,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from cog_pl.data.index_cache import cached_index
-from cog_pl.data.sources import ImageSource, is_image_name, printable, register_source
+from cog_pl.data.source_base import ImageSource, is_image_name
 from cog_pl.data.tar_index import leave_out, outside
+from cog_pl.io import printable
 
 _WNID = re.compile(r"n\d{8}")
 PATTERNS = {"train": re.compile(r"train_images_\d+\.tar\.gz"), "test": re.compile(r"val_images\.tar\.gz")}
@@ -71,10 +72,10 @@ def scan_hf_tar(tar: Path) -> list[list[str]]:
     return out
 
 
-@register_source("hf_tars")
 class HFTarSource(ImageSource):
     """Hugging Face's gzipped tars under ``root`` (or ``root/data``); ``split`` picks train or val."""
 
+    name = "hf_tars"  # registered by cog_pl.data.sources
     random_access = False
     holds_splits = True
 

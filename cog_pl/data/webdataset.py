@@ -32,9 +32,10 @@ import numpy as np
 from cog_pl import resources
 from cog_pl.data.image_table import ImageTable
 from cog_pl.data.index_cache import cached_index, cached_table
-from cog_pl.data.sources import ImageSource, printable, register_source
+from cog_pl.data.source_base import ImageSource
 from cog_pl.data.tar_index import BLOCK, check_complete, read_range
 from cog_pl.errors import NotFoundError
+from cog_pl.io import printable
 
 _SHARD = re.compile(r"(?P<prefix>.+?)(?:-(?P<split>train|validation|val|test))?-(?P<num>\d+)\.tar")
 _WNID = re.compile(r"n\d{8}")
@@ -104,10 +105,10 @@ def scan_shard(shard: Path) -> list[list[Any]]:
     return out
 
 
-@register_source("wds")
 class WebDatasetSource(ImageSource):
     """timm's webdataset shards under ``root``; ``split`` picks IN-1K's train or validation shards."""
 
+    name = "wds"  # registered by cog_pl.data.sources
     holds_splits = True
 
     def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None,

@@ -29,9 +29,11 @@ import numpy as np
 
 from cog_pl.data.image_table import ImageTable
 from cog_pl.data.index_cache import cached_table
-from cog_pl.data.sources import ImageSource, is_image_name, printable, register_source
+from cog_pl.data.source_base import ImageSource, is_image_name
 from cog_pl.data.tar_index import BLOCK, check_complete, leave_out, member_key, outside, read_range, scan_tar
+from cog_pl.data.webdataset import _SHARD
 from cog_pl.errors import NotFoundError
+from cog_pl.io import printable
 
 WHOLE = re.compile(r".+_whole\.tar(\.gz)?")
 INNER = re.compile(r"(?:.*/)?(n\d{8})\.tar")
@@ -69,8 +71,6 @@ def find_whole_tar(path: Path) -> list[Path]:
     named = [p for p in files if WHOLE.fullmatch(p.name)]
     if named:
         return named
-    from cog_pl.data.webdataset import _SHARD
-
     others = [p for p in files if not _WNID_TAR.fullmatch(p.name) and not _SHARD.fullmatch(p.name)][:8]
     return [p for p in others if holds_synset_tars(p)]
 
@@ -200,9 +200,10 @@ def _table(tar: Path, inner: list[str], wnids: list[str], names: list[str], colu
     return ImageTable.build(wnids, names, columns, {"inner": inner})
 
 
-@register_source("whole_tar")
 class WholeTarSource(ImageSource):
     """IN-21K's ``*_whole.tar[.gz]``: ``root`` the outer tar or a folder holding one."""
+
+    name = "whole_tar"  # registered by cog_pl.data.sources
 
     def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
                  split: str | None = None) -> None:

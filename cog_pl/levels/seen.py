@@ -153,30 +153,16 @@ def overlap_warning(seen: SeenSet, who: str, levels: Mapping[str, Sequence[str]]
             "run with --benchmark FILE")
 
 
-def seen_warnings(model: str, seen: str | None, levels: Mapping[str, Sequence[str]]) -> list[str]:
+def seen_warnings(model: str, seen: str | None, levels: Mapping[str, Sequence[str]],
+                  registry_seen: str | None = None) -> list[str]:
     """Warnings for ``model`` evaluated on ``levels``, naming the overlap: from ``seen`` (the user's ``--seen``, who
-    knows the checkpoint) or else from the model's registry entry."""
-    from cog_pl.models.zoo import resolve_spec
-
+    knows the checkpoint) or else from ``registry_seen``, the named seen set of the model's registry entry (its spec's
+    ``seen``, which the caller looks up: ``cog_pl.pipeline.run_seen_warnings``)."""
     if seen is not None:
         who, s = f"--seen says {model}'s", resolve_seen(seen)
-    elif (name := resolve_spec(model).seen) is not None:
-        who, s = f"the registry entry of {model} says its", named_seen_set(name)
+    elif registry_seen is not None:
+        who, s = f"the registry entry of {model} says its", named_seen_set(registry_seen)
     else:
         return []
     msg = overlap_warning(s, who, levels)
     return [msg] if msg else []
-
-
-def run_seen_warnings(model: str, seen: str | None, benchmark: str | None, domains: Sequence[str]) -> list[str]:
-    """:func:`seen_warnings` for a run: the levels of ``domains`` (``cog_l1``..``cog_l5``) in ``benchmark``
-    (the official one when None)."""
-    from cog_pl.benchmark import load_benchmark
-    from cog_pl.models.zoo import resolve_spec
-    from cog_pl.protocol import LEVEL_OF_DOMAIN
-
-    levels = [LEVEL_OF_DOMAIN[d] for d in domains if d in LEVEL_OF_DOMAIN]
-    if not levels or (seen is None and resolve_spec(model).seen is None):
-        return []
-    bench = load_benchmark(benchmark)
-    return seen_warnings(model, seen, {lv: bench.classes(lv) for lv in levels})

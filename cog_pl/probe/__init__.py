@@ -8,7 +8,7 @@
   one writer, the batched or exact TPE search.
 - ``claims`` / ``cells`` / ``workers``: who makes which cell (claims beside the results), a cell made (claim, tune,
   write, release) and the one grid loop over an executor, how many worker processes a machine runs and their pool.
-- ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
+- ``cell`` / ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
 - ``module`` / ``callback``: the Lightning shell (``LinearProbe``, the Optuna trial callback;
   its LightningCLI is :mod:`cog_pl.cli.probe_lightning`).
 """

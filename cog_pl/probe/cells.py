@@ -2,7 +2,7 @@
 
 The cell is the unit of ownership (:mod:`cog_pl.probe.claims`). A :class:`CellMaker` claims a cell whose row was
 missing, looks whether the row was written meanwhile (a previous holder writes its row before it releases the claim),
-tunes the cell's study as its one writer (:func:`cog_pl.probe.protocol_run.probe`, which starts over a study its
+tunes the cell's study as its one writer (:func:`cog_pl.probe.cell.probe`, which starts over a study its
 previous writer left unfinished), appends the row and releases the claim; a heartbeat renews the claim meanwhile. A
 worker whose claim was taken over while it worked (silent past ``stale_after``) drops its row and any error of its
 study: the new holder makes it. :func:`make_cells` is the one grid loop: it hands the cells, largest first, to an
@@ -25,8 +25,8 @@ from typing import Any
 from optuna.storages import BaseStorage
 
 from cog_pl.identity import differences, format_key, wanted
+from cog_pl.probe.cell import METHOD, Splits, probe
 from cog_pl.probe.claims import claim, heartbeat, release, renew
-from cog_pl.probe.protocol_run import METHOD, Splits, probe
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import append_row, get_row
