@@ -98,7 +98,7 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
     name = label or resolve_spec(model).name
     want = finetune_identity(name, checkpoint, recipe=recipe, epochs=epochs, batch_size=batch_size,
                              precision=trainer_kw["precision"], transform=transform, benchmark=benchmark)
-    existing = {row_key(r): r for r in read_rows(results)}
+    existing = {row_key(r): r for r in read_rows(results, model=name, method=METHOD)}
     todo = []
     for domain in domains:  # every row checked before any training
         key = (name, METHOD, domain, None, seed)

@@ -44,7 +44,7 @@ from cog_pl.probe.study import open_study
 from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, train_probe
 from cog_pl.protocol import ProbeProtocol, as_record, check_grid
 from cog_pl.provenance import versions
-from cog_pl.results import FORMAT_VERSION
+from cog_pl.results import FORMAT_VERSION, StoredRows
 
 log = logging.getLogger(__name__)
 #: The method of the rows written here (:data:`cog_pl.results.METHODS`).
@@ -183,13 +183,15 @@ def final_predictions(splits: Splits, ranked: Tensor) -> Predictions:
 
 def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, protocol: ProbeProtocol,
               plan: SearchPlan, seeds: tuple[int, ...], shots: tuple[int | None, ...], device: str | torch.device,
-              overwrite: bool = False, announce: bool = True) -> list[tuple[int | None, int]]:
+              overwrite: bool = False, announce: bool = True,
+              rows: StoredRows | None = None) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells of the grid whose row is missing or, with ``overwrite``, made with another identity
-    (:func:`~cog_pl.identity.cells_todo`); a row of another identity, or a shot count some class cannot fill
-    (:func:`~cog_pl.data.sampling.check_shots`), is refused otherwise, before any work."""
+    (:func:`~cog_pl.identity.cells_todo`, ``rows``: the rows read once by the caller, if any); a row of another
+    identity, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is refused
+    otherwise, before any work."""
     want = wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device))
     todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
-                      overwrite=overwrite, announce=announce)  # the results file first: named before all
+                      overwrite=overwrite, announce=announce, rows=rows)  # the results file first: named before all
     check_shots(train_labels(pair), protocol.val_fraction, shots)
     return todo
 
@@ -200,7 +202,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                  device: str | torch.device = "cpu", overwrite: bool = False, allow_class_mismatch: bool = False,
                  wait: bool = True, workers: int | str | None = None, threads: int = 0,
-                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+                 progress: Callable[[str], None] | None = None, rows: StoredRows | None = None) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end;
     returns the rows this run wrote, one ``progress`` line each (default: the log). ``model`` and ``domain`` default
     to the stores'; ``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s.
@@ -209,7 +211,9 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     made again). ``workers``: None runs the cells here, a count or ``"auto"`` in processes of ``threads`` torch
     threads (:func:`cog_pl.probe.workers.plan_workers`). Runs on any number of machines may share the storage and
     results file: each cell is claimed (:mod:`cog_pl.probe.cells`) and the rows equal a one-worker run's. A run
-    returns when every row is written, waiting for cells others hold; ``wait=False`` leaves those to them."""
+    returns when every row is written, waiting for cells others hold; ``wait=False`` leaves those to them.
+    ``rows``: the stored rows a caller read once (:func:`cog_pl.results.read_stored`), where it runs many grids; a
+    cell whose row another worker wrote since is found so when it is claimed."""
     from cog_pl.probe.cells import CellMaker, InProcess, make_cells
     from cog_pl.probe.workers import grid_slots, make_cell, worker_pool
 
@@ -218,7 +222,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     pair = open_pair(root, allow_class_mismatch=allow_class_mismatch)
     model, domain = pair.names(model, domain)
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
-                     shots=shots, device=device, overwrite=overwrite)
+                     shots=shots, device=device, overwrite=overwrite, rows=rows)
     if todo:  # a claims file that cannot hold claims is named before any work
         check_claims_file(results)
     if overwrite:  # the rows of other settings this grid would not make again
