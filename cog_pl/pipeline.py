@@ -23,7 +23,7 @@ exist are skipped and interrupted Optuna studies continued from their storage; t
 needs the stores complete, ``report`` rows. Under a distributed extraction (``srun`` tasks, Lightning's DDP) every
 rank extracts and only global rank zero goes on to the later stages.
 Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite`` and the test predictions beside it
-(``results.predictions/``, :mod:`cog_pl.predictions`), ``optuna.db`` (unless ``storage`` names another Optuna
+(``results.predictions/``, :mod:`cog_pl.results.predictions`), ``optuna.db`` (unless ``storage`` names another Optuna
 storage), ``report/``.
 """
 
@@ -358,9 +358,9 @@ def run(cfg: RunConfig) -> RunSummary:
 
     resolve_spec(cfg.model)  # an unknown model fails before any work
     check_results_file(Path(cfg.out) / "results.sqlite")  # so does a results file that cannot take the rows
-    from cog_pl.labels import check_label_weights
     from cog_pl.levels.seen import run_seen_warnings
     from cog_pl.models.build import weights_file
+    from cog_pl.results.labels import check_label_weights
 
     check_label_weights(cfg.label, weights_file(cfg.model, cfg.checkpoint), features=Path(cfg.out) / "features",
                         results=Path(cfg.out) / "results.sqlite", overwrite=cfg.overwrite)  # before any work
@@ -535,14 +535,14 @@ def _noise(cfg: RunConfig, out: Path, model_name: str) -> None:
     the IN-1K linear probe of the first seed, made again from its all-data row, on each level's test images;
     skipped where stored from the same row."""
     from cog_pl.analysis.label_noise import store_noise_predictions
-    from cog_pl.predictions import read_noise_predictions
     from cog_pl.results import get_row
+    from cog_pl.results.predictions import read_noise_predictions
 
     targets = [d for d in cfg.domains if d in LEVEL_OF_DOMAIN]
     row = get_row(out / "results.sqlite", (model_name, _noise_method(cfg), "in1k", None, cfg.seeds[0]))
     if not targets or row is None or not isinstance(row.get("predictions"), dict):
         return
-    from cog_pl.predictions import PredictionsError
+    from cog_pl.results.predictions import PredictionsError
 
     try:
         if all(read_noise_predictions(out / "results.sqlite", row, d) is not None for d in targets):

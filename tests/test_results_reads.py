@@ -11,7 +11,7 @@ from cog_pl.cli.main import main
 def _count_reads(monkeypatch) -> Counter:
     """Count every call of the functions that read many rows of a results file, wherever a module bound them, by
     function and the key fields it was narrowed to (``()``: the whole file)."""
-    import cog_pl.results as results
+    import cog_pl.results.rows as results
 
     calls: Counter = Counter()
     for name in ("read_rows", "row_times"):
@@ -106,10 +106,10 @@ def test_the_wait_pass_waits_for_a_cell_another_worker_holds_and_keeps_its_row(t
     import threading
     import time
 
-    from cog_pl.identity import format_key
     from cog_pl.pipeline import _probe
-    from cog_pl.probe.claims import claim, release
     from cog_pl.results import append_row, get_row, has_row
+    from cog_pl.results.claims import claim, release
+    from cog_pl.results.identity import format_key
 
     cfg, out, other_row = _grid(tmp_path)
     results, key = out / "results.sqlite", ("m", "linear", "cog_l2", None, 22)
@@ -135,7 +135,7 @@ def test_rows_are_read_by_scope_as_frozen_rows_and_handed_down_without_a_read(tm
 
     import pytest
 
-    import cog_pl.results as results
+    import cog_pl.results.rows as results
     from cog_pl.results import append_row, count_rows, read_rows, read_stored
 
     path = tmp_path / "r.sqlite"

@@ -16,9 +16,9 @@ from cog_pl.console import filter_known_warnings
 from cog_pl.device import resolve_precision, trainer_options
 from cog_pl.finetune.module import FineTuneClassifier, no_val_split
 from cog_pl.finetune.rows import METHOD, result_row
-from cog_pl.identity import digest, refusal, refuse_other_protocols, remove_stale
 from cog_pl.progress.trainer import StageProgress
 from cog_pl.results import append_row, read_rows, row_key
+from cog_pl.results.identity import digest, refusal, refuse_other_protocols, remove_stale
 
 logger = logging.getLogger(__name__)
 

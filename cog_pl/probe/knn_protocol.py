@@ -33,13 +33,13 @@ from torch import Tensor
 from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device, resolve_precision
 from cog_pl.features.pair import StorePair, open_pair
-from cog_pl.identity import cells_todo, digest, features_identity, format_key, remove_stale
-from cog_pl.predictions import Predictions
 from cog_pl.probe.data import l2_normalize, load_store, train_labels
 from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.provenance import versions
 from cog_pl.results import FORMAT_VERSION, StoredRows, append_row, row_key
+from cog_pl.results.identity import cells_todo, digest, features_identity, format_key, remove_stale
+from cog_pl.results.predictions import Predictions
 
 log = logging.getLogger(__name__)
 METHOD = "knn"
@@ -169,7 +169,7 @@ def knn_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain:
     """The (shots, seed) cells whose k-NN row is missing or (``overwrite``) made with other values; a row made with
     other values, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is refused
     otherwise, before any work. ``rows``: the rows read once by the caller, if any
-    (:func:`~cog_pl.identity.cells_todo`)."""
+    (:func:`~cog_pl.results.identity.cells_todo`)."""
     todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
                       overwrite=overwrite, compare=_differences, announce=announce,
                       rows=rows)  # the results file first

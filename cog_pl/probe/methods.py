@@ -50,7 +50,7 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
             ``wait``), as the linear probe's.
         noise_predictions: its IN-1K all-data row is made again for the report's label-noise check.
         takes_rows: its run and check take ``rows``, the model's rows read once by ``cog-pl run``
-            (:class:`cog_pl.results.StoredRows`; :func:`cog_pl.identity.cells_todo` uses them).
+            (:class:`cog_pl.results.StoredRows`; :func:`cog_pl.results.identity.cells_todo` uses them).
 
     Returns:
         The decorator; it returns the function unchanged.

@@ -2,7 +2,7 @@
 
 ``probe`` runs one (seed, shots) cell and returns its result row; ``run_protocol`` runs the grid of a domain and
 appends rows to a results file, skipping rows made with the same identity and refusing rows made with another
-(:mod:`cog_pl.identity`), each cell claimed, tuned, written and released by :mod:`cog_pl.probe.cells`, in this
+(:mod:`cog_pl.results.identity`), each cell claimed, tuned, written and released by :mod:`cog_pl.probe.cells`, in this
 process or in worker processes (:mod:`cog_pl.probe.workers`). Studies are named after the cell and its rows'
 identity digest, so a changed protocol, search or store never resumes a study made under other values.
 """
@@ -25,10 +25,6 @@ from torch import Tensor
 from cog_pl.data.sampling import check_shots
 from cog_pl.device import fits, resolve_device
 from cog_pl.features.pair import StorePair, open_pair
-from cog_pl.identity import cells_todo, features_identity, remove_stale, wanted
-from cog_pl.identity import study_name as identity_study_name
-from cog_pl.predictions import Predictions
-from cog_pl.probe.claims import check_claims_file, worker_id
 from cog_pl.probe.data import (
     ProbeData,
     final_indices,
@@ -45,6 +41,10 @@ from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, 
 from cog_pl.protocol import ProbeProtocol, as_record, check_grid
 from cog_pl.provenance import versions
 from cog_pl.results import FORMAT_VERSION, StoredRows
+from cog_pl.results.claims import check_claims_file, worker_id
+from cog_pl.results.identity import cells_todo, features_identity, remove_stale, wanted
+from cog_pl.results.identity import study_name as identity_study_name
+from cog_pl.results.predictions import Predictions
 
 log = logging.getLogger(__name__)
 #: The method of the rows written here (:data:`cog_pl.results.METHODS`).
@@ -63,7 +63,7 @@ class Splits:
     num_classes: int
     model: str | None = None
     domain: str | None = None
-    features: dict | None = None  # the stores' identity (:func:`cog_pl.identity.features_identity`)
+    features: dict | None = None  # the stores' identity (:func:`cog_pl.results.identity.features_identity`)
     test_images: np.ndarray | None = None  # the dataset row of each test feature row (the test store's index)
     classes: tuple[str, ...] | None = None  # the concepts of the labels (wnids), where the stores record them
 
@@ -112,8 +112,8 @@ def splits_device(pair: StorePair, device: torch.device | str, free_bytes: int |
 
 def study_name(model: str, domain: str, shots: int | None, seed: int, protocol: ProbeProtocol,
                plan: SearchPlan, device: str | torch.device = "cpu", features: dict | None = None) -> str:
-    """Name of the study of one cell (:func:`cog_pl.identity.study_name`): it changes with any protocol value, the
-    search, the precision the trials run with on ``device`` and the ``features``' identity."""
+    """Name of the study of one cell (:func:`cog_pl.results.identity.study_name`): it changes with any protocol value,
+    the search, the precision the trials run with on ``device`` and the ``features``' identity."""
     want = wanted(features, protocol, plan.as_record(), plan.precision_on(device))
     return identity_study_name(model, domain, shots, seed, want)
 
@@ -186,7 +186,7 @@ def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain
               overwrite: bool = False, announce: bool = True,
               rows: StoredRows | None = None) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells of the grid whose row is missing or, with ``overwrite``, made with another identity
-    (:func:`~cog_pl.identity.cells_todo`, ``rows``: the rows read once by the caller, if any); a row of another
+    (:func:`~cog_pl.results.identity.cells_todo`, ``rows``: the rows read once by the caller, if any); a row of another
     identity, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is refused
     otherwise, before any work."""
     want = wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device))

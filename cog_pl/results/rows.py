@@ -5,16 +5,16 @@ Format version 2: table ``rows(model, method, domain, shots, seed, row, updated)
 top-1/top-5, timings, versions). ``method`` is how the backbone was evaluated: any method's name, which the store does
 not check against a list (the methods, their labels and report order: :mod:`cog_pl.methods`). A level variant stays a
 domain of its own (``cog_l3@wup``, :func:`cog_pl.protocol.variant_domain`). Each append is one transaction, so many
-processes (DDP ranks, cluster jobs) can write the same file and a reader never sees half a row; resuming means
-skipping keys that exist (when made with the same identity: :mod:`cog_pl.identity`). Tables and plots are computed
-from these rows only (:mod:`cog_pl.report`) and the test predictions kept beside them: a row's ``predictions`` is the
-record (path, digest) of its file under ``<stem>.predictions/`` (:mod:`cog_pl.predictions`); rows made before
+processes (DDP ranks, cluster jobs) can write the same file and a reader never sees half a row; resuming means skipping
+keys that exist (when made with the same identity: :mod:`cog_pl.results.identity`). Tables and plots are computed from
+these rows only (:mod:`cog_pl.report`) and the test predictions kept beside them: a row's ``predictions`` is the record
+(path, digest) of its file under ``<stem>.predictions/`` (:mod:`cog_pl.results.predictions`); rows made before
 predictions were kept have none and stay valid.
 
 Rows are read as plain dicts (:func:`read_rows`) or as frozen rows (:class:`StoredRow`) of one scope, a model's say
 (:func:`read_stored`, found by the table's key, the rest of the file not read), which a run reads once and hands down
 to its passes over the model's domains (:class:`StoredRows`). Which worker makes which row is not kept here but in a
-claims file beside this one (:mod:`cog_pl.probe.claims`).
+claims file beside this one (:mod:`cog_pl.results.claims`).
 Table ``info(key, value)`` holds ``format`` and what the rows were made with that the report needs besides them
 (:func:`read_info`, :func:`write_info`; ``cog-pl run`` records the similarity source of the concept analyses and the
 feature stores' root: :mod:`cog_pl.report.concepts`).
@@ -258,11 +258,12 @@ def has_row(path: str | os.PathLike, key: tuple) -> bool:
 
 def append_row(path: str | os.PathLike, row: dict[str, Any]) -> None:
     """Add the row, or replace the row of the same key, in one transaction; the stored row names its method. A row
-    holding its test predictions (a :class:`cog_pl.predictions.Predictions` under ``predictions``) has them written
-    beside the file first, and their record (path, digest) takes their place, in the stored row and in ``row``."""
+    holding its test predictions (a :class:`cog_pl.results.predictions.Predictions` under ``predictions``) has them
+    written beside the file first, and their record (path, digest) takes their place, in the stored row and in
+    ``row``."""
     model, method, domain, shots, seed = row_key(row)
     if row.get("predictions") is not None and not isinstance(row["predictions"], dict):
-        from cog_pl.predictions import write_row_predictions
+        from cog_pl.results.predictions import write_row_predictions
 
         row["predictions"] = write_row_predictions(path, {**row, "method": method})["predictions"]
     with _connect(path, write=True) as con:
