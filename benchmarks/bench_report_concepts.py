@@ -29,15 +29,15 @@ from pathlib import Path
 import numpy as np
 
 from cog_pl import resources
-from cog_pl.predictions import (
+from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, ProbeProtocol
+from cog_pl.results import append_row, read_rows
+from cog_pl.results.predictions import (
     Predictions,
     noise_relative_path,
     predictions_root,
     read_row_predictions,
     write_predictions,
 )
-from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, ProbeProtocol
-from cog_pl.results import append_row, read_rows
 
 NEIGHBOURS = 20
 LEVEL_TOP1 = {"in1k": 0.76, "cog_l1": 0.70, "cog_l2": 0.64, "cog_l3": 0.58, "cog_l4": 0.52, "cog_l5": 0.42}

@@ -9,7 +9,7 @@ the grid loops. What both versions hold alike and is no coordination is left out
 workers a machine runs (``plan_workers`` and its helpers). A definition counts from its first decorator to its
 last line, docstring, comments and blank lines inside it included. The whole-file count is every line of the four
 files the issue counted ("about 1,100 lines": study, resume, workers, protocol_run) and of their successors
-(resume's identity rules are ``cog_pl/identity.py``; claims and cells are new), whatever else they hold.
+(resume's identity rules are ``cog_pl/results/identity.py``; claims and cells are new), whatever else they hold.
 
     python benchmarks/coordination_lines.py            # before: the commit before issue 29's merge
     python benchmarks/coordination_lines.py --before bf11a15 --after HEAD
@@ -39,7 +39,7 @@ BEFORE = {
 }
 #: The same after it: the claims and the cell loop whole, and the rest of what the files above held.
 AFTER = {
-    "cog_pl/probe/claims.py": "*",
+    "cog_pl/results/claims.py": "*",
     "cog_pl/probe/cells.py": "*",
     "cog_pl/probe/study.py": ("open_study", "trial_sampler", "ask_trials", "_FINISHED", "fail_trial", "tell_result"),
     "cog_pl/probe/workers.py": ("worker_pool", "_MAKER", "_start", "make_cell"),
@@ -50,8 +50,8 @@ AFTER = {
 #: The files of the whole-file count, before and after.
 FILES_BEFORE = ("cog_pl/probe/study.py", "cog_pl/probe/resume.py", "cog_pl/probe/workers.py",
                 "cog_pl/probe/protocol_run.py")
-FILES_AFTER = ("cog_pl/probe/study.py", "cog_pl/identity.py", "cog_pl/probe/workers.py", "cog_pl/probe/protocol_run.py",
-               "cog_pl/probe/claims.py", "cog_pl/probe/cells.py")
+FILES_AFTER = ("cog_pl/probe/study.py", "cog_pl/results/identity.py", "cog_pl/probe/workers.py",
+               "cog_pl/probe/protocol_run.py", "cog_pl/results/claims.py", "cog_pl/probe/cells.py")
 
 
 def source(rev: str, path: str) -> str:

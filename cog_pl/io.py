@@ -132,7 +132,7 @@ _REFUSED_OPCODE = re.compile(r"Unsupported operand (\d+)")
 
 def digest(values: Any) -> str:
     """The identity digest of JSON-able ``values``: SHA-256 of their JSON with sorted keys (non-JSON values as
-    ``str``), as recorded in result rows (:mod:`cog_pl.identity`) and model definitions."""
+    ``str``), as recorded in result rows (:mod:`cog_pl.results.identity`) and model definitions."""
     return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -59,6 +59,8 @@ class Method:
         shares_grid: its grid is shared by worker processes through the claims file (``workers``/``wait``
             arguments; the run waits for cells other workers hold after every domain's pass).
         noise_predictions: its IN-1K all-data row is the one the label-noise check makes again on the levels.
+        takes_rows: its run and check take ``rows``, the model's rows that ``cog-pl run`` reads once and hands to
+            every domain's check and run (:class:`cog_pl.results.StoredRows`), instead of reading the results file.
     """
 
     name: str
@@ -71,6 +73,7 @@ class Method:
     probe: bool = True
     shares_grid: bool = False
     noise_predictions: bool = False
+    takes_rows: bool = False
 
     @property
     def title(self) -> str:

@@ -23,7 +23,7 @@ exist are skipped and interrupted Optuna studies continued from their storage; t
 needs the stores complete, ``report`` rows. Under a distributed extraction (``srun`` tasks, Lightning's DDP) every
 rank extracts and only global rank zero goes on to the later stages.
 Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite`` and the test predictions beside it
-(``results.predictions/``, :mod:`cog_pl.predictions`), ``optuna.db`` (unless ``storage`` names another Optuna
+(``results.predictions/``, :mod:`cog_pl.results.predictions`), ``optuna.db`` (unless ``storage`` names another Optuna
 storage), ``report/``.
 """
 
@@ -358,8 +358,8 @@ def run(cfg: RunConfig) -> RunSummary:
 
     resolve_spec(cfg.model)  # an unknown model fails before any work
     check_results_file(Path(cfg.out) / "results.sqlite")  # so does a results file that cannot take the rows
-    from cog_pl.labels import check_label_weights
     from cog_pl.models.build import weights_file
+    from cog_pl.results.labels import check_label_weights
 
     check_label_weights(cfg.label, weights_file(cfg.model, cfg.checkpoint), features=Path(cfg.out) / "features",
                         results=Path(cfg.out) / "results.sqlite", overwrite=cfg.overwrite)  # before any work
@@ -407,12 +407,12 @@ def run(cfg: RunConfig) -> RunSummary:
         written += _finetune(cfg, out, transform or _backbone_transform(cfg))
         seconds["finetune"] = time.perf_counter() - t
     from cog_pl.report.build import write_report
-    from cog_pl.results import read_rows
+    from cog_pl.results import count_rows
 
     report = {}
     if cfg.report and runs("report"):
         report = write_report(out / "results.sqlite", out / "report", baseline=cfg.baseline, html=cfg.html)
-    return RunSummary(out, stores, written, len(read_rows(out / "results.sqlite")), report, seconds)
+    return RunSummary(out, stores, written, count_rows(out / "results.sqlite"), report, seconds)
 
 
 def run_seen_warnings(model: str, seen: str | None, benchmark: str | None, domains: Sequence[str]) -> list[str]:
@@ -549,16 +549,14 @@ def _noise(cfg: RunConfig, out: Path, model_name: str) -> None:
     the IN-1K linear probe of the first seed, made again from its all-data row, on each level's test images;
     skipped where stored from the same row."""
     from cog_pl.analysis.label_noise import store_noise_predictions
-    from cog_pl.predictions import read_noise_predictions
-    from cog_pl.results import read_rows
+    from cog_pl.results import get_row
+    from cog_pl.results.predictions import read_noise_predictions
 
     targets = [d for d in cfg.domains if d in LEVEL_OF_DOMAIN]
-    method = _noise_method(cfg)
-    row = next((r for r in read_rows(out / "results.sqlite") if r["model"] == model_name and r["method"] == method
-                and r["domain"] == "in1k" and r["shots"] is None and r["seed"] == cfg.seeds[0]), None)
+    row = get_row(out / "results.sqlite", (model_name, _noise_method(cfg), "in1k", None, cfg.seeds[0]))
     if not targets or row is None or not isinstance(row.get("predictions"), dict):
         return
-    from cog_pl.predictions import PredictionsError
+    from cog_pl.results.predictions import PredictionsError
 
     try:
         if all(read_noise_predictions(out / "results.sqlite", row, d) is not None for d in targets):
@@ -581,46 +579,59 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
     refused for all methods before the first probe runs."""
     from cog_pl.device import resolve_device
     from cog_pl.probe.methods import get_probe_method
+    from cog_pl.results import read_stored, row_key
 
     protocol, plan, device = cfg.protocol, cfg.probe.plan(), str(resolve_device(cfg.probe.device))
     grid = cfg.probe_grid
     methods = [get_probe_method(m) for m in cfg.methods]
     shared = [m for m in methods if m.shares_grid]  # workers (here, on other machines) share their grid
+    results = out / "results.sqlite"
 
-    def call(fn, domain, seeds, shots, wait=False):
-        if any(fn is m.run for m in shared):  # no barrier after each domain: the wait pass below
+    def call(method, fn, domain, seeds, shots, rows, wait=False):
+        if fn is method.run and method.shares_grid:  # no barrier after each domain: the wait pass below
             fn = functools.partial(fn, wait=wait, workers=cfg.probe.workers)
-        return fn(out / "features" / model_name / domain, out / "results.sqlite", model=model_name, domain=domain,
+        if method.takes_rows:  # the rows read once, not the whole file again for each domain
+            fn = functools.partial(fn, rows=rows)
+        return fn(out / "features" / model_name / domain, results, model=model_name, domain=domain,
                   storage=cfg.study_storage, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
                   overwrite=cfg.overwrite)
 
+    # The model's rows, read once for every method's check and run pass over the domains: this process writes a
+    # (method, domain)'s rows only in its run, after its check and run read them; a row another worker writes
+    # meanwhile is found when its cell is claimed (cog_pl.probe.cells), and the wait pass reads the file again.
+    stored = read_stored(results, model=model_name)
     for method in methods:  # a row made with other inputs is refused before any probe runs
         for domain, seeds, shots in grid:
             if method.check is not None:
-                call(method.check, domain, seeds, shots)
+                call(method, method.check, domain, seeds, shots, stored)
     from cog_pl.progress import Progress
 
-    written = 0
+    written, made = 0, {m.name: set() for m in shared}
     total = len(methods) * sum(len(seeds) * len(shots) for _, seeds, shots in grid)
     with Progress(f"probes of {model_name}", total, "rows", enabled=cfg.progress) as bar:
         for method in methods:
             for i, (domain, seeds, shots) in enumerate(grid, 1):
                 logger.debug("[%d/%d] %s on %s: %d seeds x %d shot settings", i, len(grid), method.name, domain,
                              len(seeds), len(shots))
-                written += len(call(method.run, domain, seeds, shots))
+                rows = call(method, method.run, domain, seeds, shots, stored)
+                written += len(rows)
+                if method.shares_grid:
+                    made[method.name].update(row_key(r) for r in rows)
                 bar.update(len(seeds) * len(shots))
         for method in shared:  # the cells other workers held: wait for them
-            waiting = grid if cfg.overwrite else _missing_rows(out / "results.sqlite", model_name, method.name, grid)
+            have = {r.key for r in stored.select(method=method.name)} | made[method.name]
+            if not cfg.overwrite and not _missing_rows(have, model_name, method.name, grid):
+                continue  # every cell's row was there or made here: no other worker's to wait for
+            fresh = read_stored(results, model=model_name, method=method.name)  # other workers' rows too
+            waiting = grid if cfg.overwrite else _missing_rows({r.key for r in fresh}, model_name, method.name, grid)
             for domain, seeds, shots in waiting:  # (overwrite: an old row may stand for one being made again)
-                written += len(call(method.run, domain, seeds, shots, wait=True))  # (taking over expired claims)
+                rows = call(method, method.run, domain, seeds, shots, fresh, wait=True)  # (taking over expired claims)
+                written += len(rows)
     return written
 
 
-def _missing_rows(results: Path, model_name: str, method: str, grid: list) -> list:
-    """The domains of ``grid`` (domain, seeds, shots) with a row of ``method`` still missing from ``results``."""
-    from cog_pl.results import read_rows, row_key
-
-    have = {row_key(r) for r in read_rows(results)}
+def _missing_rows(have: set[tuple], model_name: str, method: str, grid: list) -> list:
+    """The domains of ``grid`` (domain, seeds, shots) with a row of ``method`` whose key is not in ``have``."""
     return [(d, seeds, shots) for d, seeds, shots in grid
             if any((model_name, method, d, n, seed) not in have for n in shots for seed in seeds)]
 

@@ -273,8 +273,8 @@ def _passing_inputs(root: Path, d: dict[str, str]) -> None:
 
     from concept_fixtures import simulated_results
 
-    from cog_pl.predictions import noise_relative_path, predictions_root
     from cog_pl.results import append_row, read_rows
+    from cog_pl.results.predictions import noise_relative_path, predictions_root
 
     def split(model: str, domain: str) -> str:  # each model's level rows made on a split of its own
         return hashlib.sha256(f"{model} {domain}".encode()).hexdigest()

@@ -9,9 +9,9 @@ import numpy as np
 
 from cog_pl import resources
 from cog_pl.io import write_json
-from cog_pl.predictions import Predictions, noise_relative_path, predictions_root, write_predictions
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.results import append_row
+from cog_pl.results.predictions import Predictions, noise_relative_path, predictions_root, write_predictions
 
 #: Each level's similarity to the seen concepts, roughly (the official levels' means).
 LEVEL_SIM = {"L1": 0.85, "L2": 0.69, "L3": 0.57, "L4": 0.44, "L5": 0.2}

@@ -19,7 +19,7 @@ from cog_pl.analysis.concepts import (
     slope_interval,
 )
 from cog_pl.analysis.confusions import most_taken_for, top_confusions
-from cog_pl.predictions import Predictions
+from cog_pl.results.predictions import Predictions
 
 CLASSES = ("n01", "n02", "n03", "n04")
 

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from cog_pl.analysis.paired import aligned, bootstrap_differences, paired_difference, permutation_p_value
-from cog_pl.predictions import Predictions
+from cog_pl.results.predictions import Predictions
 
 #: Image types of the simulated population: share, top-1 chance of model B, of model A (a gap of 5 points).
 TYPES = np.array([0.5, 0.3, 0.2])

@@ -222,11 +222,11 @@ def test_claimed_cells_are_tuned_by_one_worker_alone(tmp_path):
     import optuna
     from test_probe_fixtures import write_features
 
-    from cog_pl.probe.claims import claim, release
     from cog_pl.probe.protocol_run import run_protocol
     from cog_pl.probe.tuner import SearchPlan
     from cog_pl.protocol import ProbeProtocol
     from cog_pl.results import has_row
+    from cog_pl.results.claims import claim, release
 
     features = write_features(tmp_path / "m" / "d", classes=3, dim=8, per_class=20, test_per_class=4)
     results, storage = tmp_path / "r.sqlite", tmp_path / "s.db"

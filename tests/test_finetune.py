@@ -128,8 +128,8 @@ def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
     from cog_pl.data.transforms import TransformConfig
     from cog_pl.device import resolve_precision
     from cog_pl.finetune.compare import finetune_domains
-    from cog_pl.predictions import read_row_predictions
     from cog_pl.results import read_rows
+    from cog_pl.results.predictions import read_row_predictions
 
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
                       image_size=32, onto=onto)

@@ -152,9 +152,9 @@ def test_a_paper_model_without_its_file_is_refused_before_any_work(tmp_path):
 def test_labels_of_weights(tmp_path):
     """The label rules (cog_pl.models.label): the paper name for a recorded download of a paper model's file,
     ``<name>@<stem>`` for other weights of a paper model's network, ``@random``, the name of others, ``--name``."""
-    from cog_pl.labels import LabelWeightsError, check_label_weights
     from cog_pl.models.label import model_label
     from cog_pl.models.records import record_download
+    from cog_pl.results.labels import LabelWeightsError, check_label_weights
 
     file = tmp_path / "models" / "dino" / "dino_resnet50_pretrain.pth"
     file.parent.mkdir(parents=True)

@@ -157,7 +157,7 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     monkeypatch.setattr(FeatureExtractor, "transform_config", property(lambda self: own))
     finetuned = []
     monkeypatch.setattr(cog_pl.finetune.compare, "finetune_domains", lambda *a, **kw: finetuned.append(kw) or [])
-    with caplog.at_level("INFO", logger="cog_pl.identity"):
+    with caplog.at_level("INFO", logger="cog_pl.results.identity"):
         summary = run(cfg)
     assert "row exists" not in caplog.text  # the rows this run made are not announced as skipped afterwards
     assert [(kw["transform"], kw["seed"], kw["epochs"]) for kw in finetuned] == [(own, 22, 1)]
@@ -173,7 +173,7 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     assert "| demo_cnn | lin (official) |" in report and "| demo_cnn | wup |" in report
     assert summary.report["variants"].is_file()
     caplog.clear()
-    with caplog.at_level("INFO", logger="cog_pl.identity"):
+    with caplog.at_level("INFO", logger="cog_pl.results.identity"):
         again = run(cfg)
     assert again.rows_written == 0 and again.rows_total == 15
     skipped = [m for m in caplog.messages if m.endswith("row exists, made with the same inputs")]
@@ -391,7 +391,7 @@ def test_default_demo_fine_tuning_scores_at_least_the_linear_probe(default_demo)
     assert all(ft >= lp for lp, ft in top1.values()), top1
     report = (out / "report" / "report.md").read_text()
     assert "Linear probe relative to fine-tuning" in report and "| demo_cnn | fine-tuned |" in report
-    from cog_pl.predictions import read_row_predictions
+    from cog_pl.results.predictions import read_row_predictions
 
     for row in tuned.values():  # the fine-tuned models' test predictions are kept too, and score their rows
         preds = read_row_predictions(out / "results.sqlite", row)

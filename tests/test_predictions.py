@@ -1,5 +1,5 @@
-"""Test predictions kept beside result rows (cog_pl.predictions): the format on disk, what the final linear and k-NN
-probes store, refusals of predictions that are not their row's, rows made before them, and the label-noise check's
+"""Test predictions kept beside result rows (cog_pl.results.predictions): the format on disk, what the final linear and
+k-NN probes store, refusals of predictions that are not their row's, rows made before them, and the label-noise check's
 predictions."""
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ import pytest
 
 from cog_pl import resources
 from cog_pl.features.store import make_meta, write_store
-from cog_pl.predictions import (
+from cog_pl.probe.knn_protocol import run_knn_protocol
+from cog_pl.probe.protocol_run import run_protocol
+from cog_pl.probe.tuner import SearchPlan
+from cog_pl.protocol import ProbeProtocol
+from cog_pl.results import append_row, read_rows
+from cog_pl.results.predictions import (
     Predictions,
     PredictionsError,
     load_predictions,
@@ -23,11 +28,6 @@ from cog_pl.predictions import (
     read_row_predictions,
     write_predictions,
 )
-from cog_pl.probe.knn_protocol import run_knn_protocol
-from cog_pl.probe.protocol_run import run_protocol
-from cog_pl.probe.tuner import SearchPlan
-from cog_pl.protocol import ProbeProtocol
-from cog_pl.results import append_row, read_rows
 
 PROTOCOL = replace(ProbeProtocol(), trials=2, epochs=3, batch_size=32)
 PLAN = SearchPlan(startup_trials=2, trial_batch=1)
@@ -154,7 +154,7 @@ def test_final_probes_store_the_predictions_their_rows_score(tmp_path):
 
 def test_the_label_noise_predictions_are_the_rows_probe_on_the_levels(tmp_path):
     from cog_pl.analysis.label_noise import store_noise_predictions
-    from cog_pl.predictions import read_noise_predictions
+    from cog_pl.results.predictions import read_noise_predictions
 
     features = tmp_path / "features"
     seen = list(resources.in1k_wnids()[:4])

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from test_probe_fixtures import write_features
 
-from cog_pl.probe.claims import claim, claims_path, heartbeat, release, renew, this_machine, worker_id
 from cog_pl.probe.protocol_run import run_protocol
 from cog_pl.probe.study import ask_trials, open_study
 from cog_pl.probe.tuner import SearchPlan, search_space
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import read_rows
+from cog_pl.results.claims import claim, claims_path, heartbeat, release, renew, this_machine, worker_id
 
 CELL = "m/linear/d/shots=all/seed=22"
 PROTOCOL = replace(ProbeProtocol(), trials=4, epochs=2, batch_size=64)
@@ -144,7 +144,7 @@ def test_a_grid_leaves_a_held_cell_to_its_holder_or_waits_for_its_row(tmp_path, 
 
 DIES_HOLDING = """
 import os, sys
-from cog_pl.probe.claims import claim
+from cog_pl.results.claims import claim
 held = claim(sys.argv[1], sys.argv[2], stale_after=3600)
 assert held is not None
 print(os.getpid(), flush=True)
@@ -169,7 +169,7 @@ def test_a_claim_of_a_dead_process_on_this_machine_is_taken_over_at_once(tmp_pat
     taken at once, long before its heartbeat would go stale."""
     results = tmp_path / "r.sqlite"
     pid = _dead_holder(results)
-    with caplog.at_level("WARNING", logger="cog_pl.probe.claims"):
+    with caplog.at_level("WARNING", logger="cog_pl.results.claims"):
         mine = claim(results, CELL, stale_after=3600, worker="resumed")
     assert mine is not None and mine.taken_over
     assert f":{pid} (its process no longer runs on this machine)" in caplog.text
@@ -222,7 +222,7 @@ def test_a_claims_file_of_format_1_is_judged_by_heartbeats_as_before(tmp_path):
 
 @pytest.mark.parametrize("kind", ["not a database", "a folder"])
 def test_a_claims_file_that_cannot_hold_claims_is_named(tmp_path, kind):
-    from cog_pl.probe.claims import ClaimsFileError
+    from cog_pl.results.claims import ClaimsFileError
 
     results = tmp_path / "r.sqlite"
     if kind == "a folder":
@@ -236,8 +236,8 @@ def test_a_claims_file_that_cannot_hold_claims_is_named(tmp_path, kind):
 
 def test_a_claims_file_that_cannot_be_written_is_named(tmp_path, monkeypatch):
     """SQLite's own error (read-only, locked) comes with the file's path and role; a heartbeat retries it."""
-    from cog_pl.probe import claims
-    from cog_pl.probe.claims import ClaimsFileUnusable
+    from cog_pl.results import claims
+    from cog_pl.results.claims import ClaimsFileUnusable
 
     results = tmp_path / "r.sqlite"
     real = sqlite3.connect

@@ -16,9 +16,9 @@ import pytest
 from test_probe_fixtures import write_features
 
 from cog_pl.cli.main import interrupted_line, main
-from cog_pl.identity import format_key
-from cog_pl.probe.claims import claims_path
 from cog_pl.results import read_rows, row_key
+from cog_pl.results.claims import claims_path
+from cog_pl.results.identity import format_key
 
 REPO = Path(__file__).resolve().parents[1]
 COG_PL = Path(sys.executable).with_name("cog-pl")  # the installed command, this checkout's cog_pl (PYTHONPATH)

@@ -23,9 +23,9 @@ from optuna.trial import TrialState
 from pg import postgres_url  # noqa: F401  (the fixture)
 from test_probe_fixtures import write_features
 
-from cog_pl.probe.claims import claims_path
 from cog_pl.probe.storage import close_storage, resolve_storage
 from cog_pl.results import read_rows, row_key
+from cog_pl.results.claims import claims_path
 
 COG_PL = Path(sys.executable).with_name("cog-pl")
 TRIALS, SEEDS, SHOTS, STALE_AFTER = 10, ("22", "37"), ("2", "all"), 6

@@ -84,7 +84,7 @@ def test_the_run_probe_stage_with_two_workers_writes_the_rows_of_one_process(tmp
         assert _probe(config, out, "m") == 4
         return {(r["shots"], r["seed"]): {k: r[k] for k in SAME} for r in read_rows(out / "results.sqlite")}
 
-    from cog_pl.probe.claims import worker_id
+    from cog_pl.results.claims import worker_id
 
     one, two = run(tmp_path / "one", None), run(tmp_path / "two", 2)
     assert one == two and len(one) == 4
@@ -112,9 +112,9 @@ def test_the_run_probe_stage_with_two_workers_waits_for_a_cell_another_machine_h
     ``cog-pl run --probe-workers 2`` still ends with every row."""
     import threading
 
-    from cog_pl.identity import format_key
     from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
-    from cog_pl.probe.claims import claim, release
+    from cog_pl.results.claims import claim, release
+    from cog_pl.results.identity import format_key
 
     out = tmp_path / "out"
     write_features(out / "features" / "m" / "cog_l1", classes=4, dim=8, per_class=20, test_per_class=4)

@@ -12,10 +12,10 @@ import pytest
 from concept_fixtures import level_concepts, simulated_results
 
 from cog_pl.cli.main import main
-from cog_pl.predictions import predictions_root, read_row_predictions, write_predictions
 from cog_pl.report.build import write_report
 from cog_pl.report.concepts import concept_info
 from cog_pl.results import read_rows
+from cog_pl.results.predictions import predictions_root, read_row_predictions, write_predictions
 
 MODELS = {"base": 0.0, "better": 0.25, "twin": 0.0}
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from test_probe_fixtures import write_features
 
-from cog_pl.identity import wanted
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.report.tables import summarize
 from cog_pl.results import append_row, read_rows
+from cog_pl.results.identity import wanted
 
 REPO = Path(__file__).resolve().parents[1]
 COG_PL = Path(sys.executable).with_name("cog-pl")  # the console script installed beside the test's Python
@@ -58,7 +58,7 @@ def test_a_run_resumed_with_other_settings_is_never_averaged_with_the_old_rows(t
     assert _probe(config((22, 37, 45), 3, 2), out, "m") == 6  # the first run: three seeds, 3 trials x 2 epochs
     assert _probe(config((22,), 3, 2, overwrite=True), out, "m") == 0  # the same settings: its other seeds stay
     assert len(read_rows(results)) == 6
-    with caplog.at_level(logging.INFO, logger="cog_pl.identity"):
+    with caplog.at_level(logging.INFO, logger="cog_pl.results.identity"):
         assert _probe(config((22, 37), 2, 1, overwrite=True), out, "m") == 4  # resumed: other seeds and settings
     rows = read_rows(results)
     assert sorted((r["domain"], r["seed"], r["protocol"]["trials"], r["protocol"]["epochs"]) for r in rows) == [
@@ -80,7 +80,7 @@ def test_a_run_resumed_with_other_settings_is_never_averaged_with_the_old_rows(t
 
 
 def _row(model: str, method: str, domain: str, seed: int, top1: float, trials: int = 30, epochs: int = 100) -> dict:
-    """A linear probe's row with the identity fields a real one records (:func:`cog_pl.identity.wanted`)."""
+    """A linear probe's row with the identity fields a real one records (:func:`cog_pl.results.identity.wanted`)."""
     protocol = replace(ProbeProtocol(), trials=trials, epochs=epochs)
     features = {"train": {"model": model, "domain": domain, "meta_sha256": "ab" * 32}}
     want = wanted(features, protocol, SEARCH, "32-true")
@@ -143,7 +143,7 @@ def test_knn_overwrite_removes_the_rows_of_other_values_outside_its_grid(tmp_pat
     run_knn_protocol(root, results, seeds=(22, 37, 45), precision="32-true", **kw)
     run_knn_protocol(root, results, seeds=(22,), precision="32-true", overwrite=True, **kw)  # same values: all kept
     assert len(read_rows(results)) == 6
-    with caplog.at_level(logging.INFO, logger="cog_pl.identity"):
+    with caplog.at_level(logging.INFO, logger="cog_pl.results.identity"):
         run_knn_protocol(root, results, seeds=(22, 37), precision="64-true", overwrite=True, **kw)
     assert sorted((r["shots"] or 0, r["seed"], r["precision"]) for r in read_rows(results)) == [
         (0, 22, "64-true"), (0, 37, "64-true"), (4, 22, "64-true"), (4, 37, "64-true")]
@@ -154,7 +154,7 @@ def test_knn_overwrite_removes_the_rows_of_other_values_outside_its_grid(tmp_pat
 
 def test_finetune_overwrite_removes_the_rows_of_other_inputs_outside_its_seeds(tmp_path):
     from cog_pl.finetune.compare import _differences, finetune_identity
-    from cog_pl.identity import remove_stale
+    from cog_pl.results.identity import remove_stale
 
     results = tmp_path / "r.sqlite"
     old, new = (finetune_identity("resnet50", None, recipe={}, epochs=e, batch_size=128, precision="32-true",

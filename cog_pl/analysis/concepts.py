@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cog_pl.predictions import Predictions
+from cog_pl.results.predictions import Predictions
 
 #: Bootstrap replicates of the curve's bands and the slope's interval, and the bands' level.
 N_BOOT = 2000

@@ -6,9 +6,9 @@ concepts with a confidence above a threshold (0.99 by default): candidates for a
 seen without its label.
 
 For the report, :func:`store_noise_predictions` keeps the predictions of the IN-1K probe of a result row (made again
-from the row) on each level's test images beside the results (:mod:`cog_pl.predictions`), from which
+from the row) on each level's test images beside the results (:mod:`cog_pl.results.predictions`), from which
 :mod:`cog_pl.analysis.confusions` names the seen concept each unseen concept is most often taken for
-(:func:`cog_pl.predictions.read_noise_predictions` reads them back).
+(:func:`cog_pl.results.predictions.read_noise_predictions` reads them back).
 """
 
 from __future__ import annotations
@@ -145,14 +145,14 @@ def store_noise_predictions(features: str | Path, results: str | Path, row: dict
     probe made again gives the row's stored first class on at least ``min_agreement`` of the source's test images;
     the agreement is recorded (``source.agreement``)."""
     from cog_pl.features.pair import open_pair
-    from cog_pl.predictions import (
+    from cog_pl.probe.multihead import predict_heads
+    from cog_pl.results.predictions import (
         Predictions,
         noise_relative_path,
         predictions_root,
         read_row_predictions,
         write_predictions,
     )
-    from cog_pl.probe.multihead import predict_heads
 
     model, source, seed = row["model"], row["domain"], int(row["seed"])
     stored = read_row_predictions(results, row)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from cog_pl.errors import CogError
-from cog_pl.predictions import Predictions
+from cog_pl.results.predictions import Predictions
 
 #: Replicates of the bootstrap and of the permutation test, the level of the interval, the report's seed.
 N_BOOT = 10_000

@@ -41,7 +41,7 @@ class ExtractCLI(CommandLineCLI):
     def predict(self, model: FeatureExtractor, datamodule: ExtractionDataModule | None = None,
                 return_predictions: bool | None = None, **kwargs: Any) -> None:
         """Run prediction without keeping the features in memory: the writer callback stores them."""
-        from cog_pl.labels import check_label_weights
+        from cog_pl.results.labels import check_label_weights
 
         backbone = model.backbone  # one label, one set of weights under --data.out, checked before any store
         check_label_weights(model.model_name, backbone.weights, sha256=backbone.weights_sha256, features=datamodule.out,

@@ -148,7 +148,7 @@ def _tune(args: argparse.Namespace) -> int:
 def _claimed(beside: Path, cell: str, plan):
     """Hold ``cell`` in the claims file beside ``beside`` while the block runs, waiting while another process holds
     it: two ``probe tune`` of one study take turns, the second finding it tuned."""
-    from cog_pl.probe.claims import claim, heartbeat, release
+    from cog_pl.results.claims import claim, heartbeat, release
 
     if (held := claim(beside, cell, plan.stale_after)) is None:
         log.info("%s is held by another worker; waiting for it", cell)
@@ -165,7 +165,7 @@ def _claimed(beside: Path, cell: str, plan):
 def _refuse_other_row(results: Path, key: tuple, splits, protocol, plan, device, overwrite: bool) -> None:
     """A row of the cell made with other inputs is refused before any work (``--overwrite``: replaced), as the
     grid does; one made with the same inputs is made again and replaced by an equal row."""
-    from cog_pl.identity import cells_todo, wanted
+    from cog_pl.results.identity import cells_todo, wanted
 
     model, method, domain, shots, seed = key
     cells_todo(results, model=model, method=method, domain=domain, seeds=[seed], shots=[shots], overwrite=overwrite,
@@ -265,7 +265,7 @@ ALLOW_CLASS_MISMATCH = ("probe a train and a test store without meta.json whose 
                         "refused); test labels the train split never has count as errors")
 
 
-#: ``--stale-after``'s help, in ``probe`` and ``run`` (:mod:`cog_pl.probe.claims`).
+#: ``--stale-after``'s help, in ``probe`` and ``run`` (:mod:`cog_pl.results.claims`).
 STALE_AFTER_HELP = ("seconds without a heartbeat after which a worker's claim on a cell is taken over (default 120); "
                     "a claim whose process no longer runs on this machine is taken over at once")
 

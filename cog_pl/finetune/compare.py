@@ -16,9 +16,9 @@ from cog_pl.console import filter_known_warnings
 from cog_pl.device import resolve_precision, trainer_options
 from cog_pl.finetune.module import FineTuneClassifier, no_val_split
 from cog_pl.finetune.rows import METHOD, result_row
-from cog_pl.identity import digest, refusal, refuse_other_protocols, remove_stale
 from cog_pl.progress.trainer import StageProgress
 from cog_pl.results import append_row, read_rows, row_key
+from cog_pl.results.identity import digest, refusal, refuse_other_protocols, remove_stale
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
     name = label or resolve_spec(model).name
     want = finetune_identity(name, checkpoint, recipe=recipe, epochs=epochs, batch_size=batch_size,
                              precision=trainer_kw["precision"], transform=transform, benchmark=benchmark)
-    existing = {row_key(r): r for r in read_rows(results)}
+    existing = {row_key(r): r for r in read_rows(results, model=name, method=METHOD)}
     todo = []
     for domain in domains:  # every row checked before any training
         key = (name, METHOD, domain, None, seed)

@@ -7,8 +7,8 @@ import lightning as L
 
 from cog_pl.finetune.method import METHOD
 from cog_pl.finetune.module import FineTuneClassifier
-from cog_pl.predictions import Predictions
 from cog_pl.provenance import versions
+from cog_pl.results.predictions import Predictions
 
 
 def result_row(trainer: L.Trainer, pl_module: FineTuneClassifier, seed: int, seconds: float) -> dict:

@@ -13,7 +13,7 @@ Without one:
 - random weights (only on request, ``random_weights``) are labelled ``<name>@random``;
 - every other network (``timm:resnet10t``, ``efficientnet_lite0``, a registered backbone, a module of yours) keeps its
   name: it cannot be taken for a paper model. Two files under one label in one output folder are refused
-  (:func:`cog_pl.labels.check_label_weights`), naming both.
+  (:func:`cog_pl.results.labels.check_label_weights`), naming both.
 """
 
 from __future__ import annotations

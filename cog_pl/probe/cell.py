@@ -23,10 +23,6 @@ from torch import Tensor
 
 from cog_pl.device import fits, resolve_device
 from cog_pl.features.pair import StorePair, open_pair
-from cog_pl.identity import features_identity, wanted
-from cog_pl.identity import study_name as identity_study_name
-from cog_pl.predictions import Predictions
-from cog_pl.probe.claims import worker_id
 from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_store, sub_seed, tuning_indices
 from cog_pl.probe.multihead import predict_heads
 from cog_pl.probe.storage import opened
@@ -35,6 +31,10 @@ from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, 
 from cog_pl.protocol import ProbeProtocol, as_record, check_grid
 from cog_pl.provenance import versions
 from cog_pl.results import FORMAT_VERSION
+from cog_pl.results.claims import worker_id
+from cog_pl.results.identity import features_identity, wanted
+from cog_pl.results.identity import study_name as identity_study_name
+from cog_pl.results.predictions import Predictions
 
 log = logging.getLogger(__name__)
 #: The method of the rows written here (:data:`cog_pl.results.METHODS`).
@@ -53,7 +53,7 @@ class Splits:
     num_classes: int
     model: str | None = None
     domain: str | None = None
-    features: dict | None = None  # the stores' identity (:func:`cog_pl.identity.features_identity`)
+    features: dict | None = None  # the stores' identity (:func:`cog_pl.results.identity.features_identity`)
     test_images: np.ndarray | None = None  # the dataset row of each test feature row (the test store's index)
     classes: tuple[str, ...] | None = None  # the concepts of the labels (wnids), where the stores record them
 
@@ -102,8 +102,8 @@ def splits_device(pair: StorePair, device: torch.device | str, free_bytes: int |
 
 def study_name(model: str, domain: str, shots: int | None, seed: int, protocol: ProbeProtocol,
                plan: SearchPlan, device: str | torch.device = "cpu", features: dict | None = None) -> str:
-    """Name of the study of one cell (:func:`cog_pl.identity.study_name`): it changes with any protocol value, the
-    search, the precision the trials run with on ``device`` and the ``features``' identity."""
+    """Name of the study of one cell (:func:`cog_pl.results.identity.study_name`): it changes with any protocol value,
+    the search, the precision the trials run with on ``device`` and the ``features``' identity."""
     want = wanted(features, protocol, plan.as_record(), plan.precision_on(device))
     return identity_study_name(model, domain, shots, seed, want)
 

@@ -1,6 +1,6 @@
 """The cells of a probe grid as every worker makes them: claim, tune, write, release; in this process or in a pool.
 
-The cell is the unit of ownership (:mod:`cog_pl.probe.claims`). A :class:`CellMaker` claims a cell whose row was
+The cell is the unit of ownership (:mod:`cog_pl.results.claims`). A :class:`CellMaker` claims a cell whose row was
 missing, looks whether the row was written meanwhile (a previous holder writes its row before it releases the claim),
 tunes the cell's study as its one writer (:func:`cog_pl.probe.cell.probe`, which starts over a study its
 previous writer left unfinished), appends the row and releases the claim; a heartbeat renews the claim meanwhile. A
@@ -24,12 +24,12 @@ from typing import Any
 
 from optuna.storages import BaseStorage
 
-from cog_pl.identity import differences, format_key, wanted
 from cog_pl.probe.cell import METHOD, Splits, probe
-from cog_pl.probe.claims import claim, heartbeat, release, renew
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import append_row, get_row
+from cog_pl.results.claims import claim, heartbeat, release, renew
+from cog_pl.results.identity import differences, format_key, wanted
 
 log = logging.getLogger(__name__)
 

@@ -33,13 +33,13 @@ from torch import Tensor
 from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device, resolve_precision
 from cog_pl.features.pair import StorePair, open_pair
-from cog_pl.identity import cells_todo, digest, features_identity, format_key, remove_stale
-from cog_pl.predictions import Predictions
 from cog_pl.probe.data import l2_normalize, load_store, train_labels
 from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.provenance import versions
-from cog_pl.results import FORMAT_VERSION, append_row, row_key
+from cog_pl.results import FORMAT_VERSION, StoredRows, append_row, row_key
+from cog_pl.results.identity import cells_todo, digest, features_identity, format_key, remove_stale
+from cog_pl.results.predictions import Predictions
 
 log = logging.getLogger(__name__)
 METHOD = "knn"
@@ -164,12 +164,15 @@ def _differences(row: dict, want: dict) -> list[tuple[str, Any, Any]]:
 
 def knn_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, seeds: Sequence[int],
              shots: Sequence[int | None], want: dict, protocol: ProbeProtocol,
-             overwrite: bool = False, announce: bool = True) -> list[tuple[int | None, int]]:
+             overwrite: bool = False, announce: bool = True,
+             rows: StoredRows | None = None) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells whose k-NN row is missing or (``overwrite``) made with other values; a row made with
     other values, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is refused
-    otherwise, before any work."""
+    otherwise, before any work. ``rows``: the rows read once by the caller, if any
+    (:func:`~cog_pl.results.identity.cells_todo`)."""
     todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
-                      overwrite=overwrite, compare=_differences, announce=announce)  # the results file first
+                      overwrite=overwrite, compare=_differences, announce=announce,
+                      rows=rows)  # the results file first
     check_shots(train_labels(pair), protocol.val_fraction, shots)
     return todo
 
@@ -232,10 +235,11 @@ def run_knn_protocol(root: str | os.PathLike | StorePair, results: str | os.Path
                      seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                      device: str | torch.device = "cpu", overwrite: bool = False, settings: KNNSettings | None = None,
                      precision: str | None = None, group: Any = None, plan: Any = None,
-                     **_: Any) -> list[dict[str, Any]]:
+                     rows: StoredRows | None = None, **_: Any) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default) into ``results``; returns
     the rows written. ``precision`` defaults to the search plan's (``plan.precision``), else ``auto``. Arguments of
-    the linear method that do not apply (``storage``) are accepted and ignored, so both run from one call."""
+    the linear method that do not apply (``storage``) are accepted and ignored, so both run from one call. ``rows``:
+    the stored rows a caller read once (:func:`cog_pl.results.read_stored`), where it runs many grids."""
     protocol, settings = protocol or ProbeProtocol(), settings or KNNSettings()
     seeds, shots = protocol.grid(seeds, shots)
     device = resolve_device(device)
@@ -244,7 +248,7 @@ def run_knn_protocol(root: str | os.PathLike | StorePair, results: str | os.Path
     model, domain = pair.names(model, domain)
     want = knn_identity(features_identity(pair), settings, protocol, precision)
     todo = knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,
-                    protocol=protocol, overwrite=overwrite)
+                    protocol=protocol, overwrite=overwrite, rows=rows)
     if overwrite:  # the rows of other values this grid would not make again
         remove_stale(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
                      compare=_differences)
@@ -268,7 +272,7 @@ def check_knn_grid(root: str | os.PathLike, results: str | os.PathLike, *, model
                    domain: str | None = None, protocol: ProbeProtocol | None = None,
                    seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                    device: str | torch.device = "cpu", overwrite: bool = False, plan: Any = None,
-                   **_: Any) -> list[tuple[int | None, int]]:
+                   rows: StoredRows | None = None, **_: Any) -> list[tuple[int | None, int]]:
     """:func:`knn_todo` of a grid as :func:`run_knn_protocol` would run it: refuses rows of other values before
     any work (``cog-pl run`` checks every method's grid before the first probe)."""
     protocol, settings = protocol or ProbeProtocol(), KNNSettings()
@@ -278,7 +282,7 @@ def check_knn_grid(root: str | os.PathLike, results: str | os.PathLike, *, model
     model, domain = pair.names(model, domain)
     want = knn_identity(features_identity(pair), settings, protocol, precision)
     return knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,
-                    protocol=protocol, overwrite=overwrite, announce=False)  # the run says what it skips
+                    protocol=protocol, overwrite=overwrite, announce=False, rows=rows)  # the run says what it skips
 
 
 def launched_group(device: torch.device) -> Any:

@@ -34,7 +34,8 @@ ProbeMethod = Method
 def register_probe_method(name: str, *, description: str = "", replace: bool = False,
                           check: RunMethod | None = None, label: str = "", order: float = 100.0,
                           options: type | None = None, shares_grid: bool = False,
-                          noise_predictions: bool = False) -> Callable[[RunMethod], RunMethod]:
+                          noise_predictions: bool = False,
+                          takes_rows: bool = False) -> Callable[[RunMethod], RunMethod]:
     """Decorator registering a method's run function as ``name``.
 
     Args:
@@ -48,6 +49,8 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
         shares_grid: worker processes share its grid through the claims file (the run takes ``workers`` and
             ``wait``), as the linear probe's.
         noise_predictions: its IN-1K all-data row is made again for the report's label-noise check.
+        takes_rows: its run and check take ``rows``, the model's rows read once by ``cog-pl run``
+            (:class:`cog_pl.results.StoredRows`; :func:`cog_pl.results.identity.cells_todo` uses them).
 
     Returns:
         The decorator; it returns the function unchanged.
@@ -73,7 +76,8 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
     """
     def add(fn: RunMethod) -> RunMethod:
         register_method(Method(name, fn, label=label, order=order, description=description, check=check,
-                               options=options, shares_grid=shares_grid, noise_predictions=noise_predictions),
+                               options=options, shares_grid=shares_grid, noise_predictions=noise_predictions,
+                               takes_rows=takes_rows),
                         replace=replace)
         return fn
     return add
@@ -121,7 +125,8 @@ def _check_linear(root: Any, results: Any, *, protocol: Any = None, plan: Any = 
 
 
 @register_probe_method("linear", check=_check_linear, label="linear probe", order=0, shares_grid=True,
-                       noise_predictions=True, description="linear probe tuned with Optuna (lr, wd), retrained, tested")
+                       noise_predictions=True, takes_rows=True,
+                       description="linear probe tuned with Optuna (lr, wd), retrained, tested")
 def linear(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """The tuned linear probe of every (seed, shots) cell (:func:`~cog_pl.probe.protocol_run.run_protocol`)."""
     from cog_pl.probe.protocol_run import run_protocol
@@ -135,7 +140,7 @@ def _check_knn(root: Any, results: Any, **kwargs: Any) -> Any:
     return check_knn_grid(root, results, **kwargs)
 
 
-@register_probe_method("knn", check=_check_knn, label="k-NN", order=20,
+@register_probe_method("knn", check=_check_knn, label="k-NN", order=20, takes_rows=True,
                        description="weighted k-NN (DINO's rule), k chosen on validation, on the linear probe's samples")
 def knn(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """The k-NN classifier of every (seed, shots) cell (:func:`~cog_pl.probe.knn_protocol.run_knn_protocol`)."""

@@ -3,7 +3,7 @@
 ``probe`` runs one (seed, shots) cell and returns its result row (:mod:`cog_pl.probe.cell`, whose names are
 importable from here too); ``run_protocol`` runs the grid of a domain and
 appends rows to a results file, skipping rows made with the same identity and refusing rows made with another
-(:mod:`cog_pl.identity`), each cell claimed, tuned, written and released by :mod:`cog_pl.probe.cells`, in this
+(:mod:`cog_pl.results.identity`), each cell claimed, tuned, written and released by :mod:`cog_pl.probe.cells`, in this
 process or in worker processes (:mod:`cog_pl.probe.workers`). Studies are named after the cell and its rows'
 identity digest, so a changed protocol, search or store never resumes a study made under other values.
 """
@@ -21,15 +21,16 @@ from optuna.storages import BaseStorage
 
 from cog_pl.data.sampling import check_shots
 from cog_pl.features.pair import StorePair, open_pair
-from cog_pl.identity import cells_todo, features_identity, remove_stale, wanted
 from cog_pl.probe.cell import METHOD, Splits, final_predictions, probe, set_flush_denormal, splits_device, study_name
 from cog_pl.probe.cells import CellMaker, InProcess, make_cells
-from cog_pl.probe.claims import check_claims_file
 from cog_pl.probe.data import train_labels
 from cog_pl.probe.storage import opened
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.probe.workers import grid_slots, make_cell, worker_pool
 from cog_pl.protocol import ProbeProtocol
+from cog_pl.results import StoredRows
+from cog_pl.results.claims import check_claims_file
+from cog_pl.results.identity import cells_todo, features_identity, remove_stale, wanted
 
 __all__ = ["METHOD", "Splits", "final_predictions", "grid_todo", "probe", "run_protocol", "set_flush_denormal",
            "splits_device", "study_name"]
@@ -38,13 +39,15 @@ log = logging.getLogger(__name__)
 
 def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, protocol: ProbeProtocol,
               plan: SearchPlan, seeds: tuple[int, ...], shots: tuple[int | None, ...], device: str | torch.device,
-              overwrite: bool = False, announce: bool = True) -> list[tuple[int | None, int]]:
+              overwrite: bool = False, announce: bool = True,
+              rows: StoredRows | None = None) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells of the grid whose row is missing or, with ``overwrite``, made with another identity
-    (:func:`~cog_pl.identity.cells_todo`); a row of another identity, or a shot count some class cannot fill
-    (:func:`~cog_pl.data.sampling.check_shots`), is refused otherwise, before any work."""
+    (:func:`~cog_pl.results.identity.cells_todo`, ``rows``: the rows read once by the caller, if any); a row of another
+    identity, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is refused
+    otherwise, before any work."""
     want = wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device))
     todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
-                      overwrite=overwrite, announce=announce)  # the results file first: named before all
+                      overwrite=overwrite, announce=announce, rows=rows)  # the results file first: named before all
     check_shots(train_labels(pair), protocol.val_fraction, shots)
     return todo
 
@@ -55,7 +58,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                  device: str | torch.device = "cpu", overwrite: bool = False, allow_class_mismatch: bool = False,
                  wait: bool = True, workers: int | str | None = None, threads: int = 0,
-                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+                 progress: Callable[[str], None] | None = None, rows: StoredRows | None = None) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end;
     returns the rows this run wrote, one ``progress`` line each (default: the log). ``model`` and ``domain`` default
     to the stores'; ``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s.
@@ -64,13 +67,15 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     made again). ``workers``: None runs the cells here, a count or ``"auto"`` in processes of ``threads`` torch
     threads (:func:`cog_pl.probe.workers.plan_workers`). Runs on any number of machines may share the storage and
     results file: each cell is claimed (:mod:`cog_pl.probe.cells`) and the rows equal a one-worker run's. A run
-    returns when every row is written, waiting for cells others hold; ``wait=False`` leaves those to them."""
+    returns when every row is written, waiting for cells others hold; ``wait=False`` leaves those to them.
+    ``rows``: the stored rows a caller read once (:func:`cog_pl.results.read_stored`), where it runs many grids; a
+    cell whose row another worker wrote since is found so when it is claimed."""
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
     seeds, shots = protocol.grid(seeds, shots)
     pair = open_pair(root, allow_class_mismatch=allow_class_mismatch)
     model, domain = pair.names(model, domain)
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
-                     shots=shots, device=device, overwrite=overwrite)
+                     shots=shots, device=device, overwrite=overwrite, rows=rows)
     if todo:  # a claims file that cannot hold claims is named before any work
         check_claims_file(results)
     if overwrite:  # the rows of other settings this grid would not make again

@@ -1,4 +1,4 @@
-"""A cell's Optuna study, written by one worker alone: the holder of the cell's claim (:mod:`cog_pl.probe.claims`).
+"""A cell's Optuna study, written by one worker alone: the holder of the cell's claim (:mod:`cog_pl.results.claims`).
 
 A study that its writer finds unfinished when it opens it (fewer finished trials than the budget, some trials made)
 was left by a writer that is gone: killed, or its claim taken over. It is started over, so that a resumed grid equals

@@ -31,7 +31,12 @@ from cog_pl.analysis.confusions import Confusion, most_taken_for, top_confusions
 from cog_pl.analysis.paired import SEED, PairedDifference, aligned, check_same_test_split, paired_difference
 from cog_pl.errors import CogError
 from cog_pl.io import read_json
-from cog_pl.predictions import (
+from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
+from cog_pl.report.tables import mean_std
+from cog_pl.report.variants import Stat
+from cog_pl.resources import in1k_wnids, is_wnid
+from cog_pl.results import DEFAULT_METHOD, method_of, read_info, write_info
+from cog_pl.results.predictions import (
     Predictions,
     PredictionsError,
     missing_reason,
@@ -39,11 +44,6 @@ from cog_pl.predictions import (
     read_noise_predictions,
     read_row_predictions,
 )
-from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
-from cog_pl.report.tables import mean_std
-from cog_pl.report.variants import Stat
-from cog_pl.resources import in1k_wnids, is_wnid
-from cog_pl.results import DEFAULT_METHOD, method_of, read_info, write_info
 
 log = logging.getLogger(__name__)
 Cell = tuple[str, str, str]  # (model, method, domain)
@@ -94,7 +94,7 @@ def stored_predictions(results: str | Path, rows: Iterable[dict[str, Any]]) -> t
         dict[Cell, dict[int, Predictions]], list[tuple[str, str]]]:
     """The predictions of every all-data row on the official domains, per (model, method, domain) and seed, and the
     rows lacking them with the reason; predictions not matching their row are refused
-    (:class:`~cog_pl.predictions.PredictionsError`)."""
+    (:class:`~cog_pl.results.predictions.PredictionsError`)."""
     found: dict[Cell, dict[int, Predictions]] = defaultdict(dict)
     lacking = []
     for row in rows:

@@ -1,9 +1,9 @@
 """Which rows a report's cells average: one protocol per (model, method, domain, shots) cell, the newest.
 
-A row's protocol key (:func:`cog_pl.identity.protocol_key`, its ``identity``) holds every value its number depends on
-but its seed and shot count. Where one cell holds rows of several protocols (an ``--overwrite`` run stopped half-way,
-rows copied in from another store, a single ``probe tune --overwrite``), :func:`split_protocols` keeps the rows of
-the protocol of the cell's newest row (the results store's ``updated``) and sets the others apart;
+A row's protocol key (:func:`cog_pl.results.identity.protocol_key`, its ``identity``) holds every value its number
+depends on but its seed and shot count. Where one cell holds rows of several protocols (an ``--overwrite`` run stopped
+half-way, rows copied in from another store, a single ``probe tune --overwrite``), :func:`split_protocols` keeps the
+rows of the protocol of the cell's newest row (the results store's ``updated``) and sets the others apart;
 :func:`stale_markdown` lists them in the report, with the values that differ.
 """
 
@@ -12,16 +12,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from cog_pl.identity import describe, protocol_differences, protocol_key
 from cog_pl.methods import method_label, method_sort_key
 from cog_pl.report.tables import cell_of, domain_key, domain_label
 from cog_pl.results import row_key
+from cog_pl.results.identity import describe, protocol_differences, protocol_key
 
 
 def split_protocols(rows: Iterable[dict], times: Mapping[tuple, str] | None = None) -> tuple[list[dict], list[dict]]:
     """(rows kept, stale rows): in each (model, method, domain, shots) cell holding rows of several protocols
-    (:func:`cog_pl.identity.protocol_key`), the rows of the protocol of the cell's newest row (``times``: when each
-    row was written, by key, :func:`cog_pl.results.row_times`) are kept and the others are stale, in their order."""
+    (:func:`cog_pl.results.identity.protocol_key`), the rows of the protocol of the cell's newest row (``times``: when
+    each row was written, by key, :func:`cog_pl.results.row_times`) are kept and the others are stale, in their
+    order."""
     rows, times = list(rows), times or {}
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:

@@ -10,9 +10,9 @@ App. C.2) are set against their linear probes in a section of their own; other p
 one) are set beside the linear probe per domain (:func:`methods_markdown`) and get rows of their own in the few-shot
 tables.
 
-A cell averages rows of one protocol only (:func:`cog_pl.identity.protocol_key`: every value a row's number depends
-on but its seed and shot count): :func:`cog_pl.report.protocols.split_protocols` keeps each cell's newest protocol
-and sets the other rows apart as stale, and :func:`summarize` refuses rows of two protocols in one cell.
+A cell averages rows of one protocol only (:func:`cog_pl.results.identity.protocol_key`: every value a row's number
+depends on but its seed and shot count): :func:`cog_pl.report.protocols.split_protocols` keeps each cell's newest
+protocol and sets the other rows apart as stale, and :func:`summarize` refuses rows of two protocols in one cell.
 A cell shows its n where it is not the protocol's seed count. A relative compares a row with the baseline's row of the
 same method (k-NN with k-NN, fine-tuned with fine-tuned); where the baseline has none, the relative is empty and
 ``relative_note`` says why.
@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cog_pl.finetune.method import METHOD as FINETUNE
-from cog_pl.identity import describe, protocol_differences, protocol_key, settings_of, value_differences
 from cog_pl.methods import is_probe, method_label, method_sort_key, sort_methods
 from cog_pl.protocol import DOMAINS, ProbeProtocol, split_domain
 from cog_pl.results import DEFAULT_METHOD, method_of
+from cog_pl.results.identity import describe, protocol_differences, protocol_key, settings_of, value_differences
 
 DOMAIN_LABELS = {"in1k": "IN-1K", **{f"cog_l{i}": f"L{i}" for i in range(1, 6)}}
 
@@ -69,10 +69,10 @@ class Cell:
     seeds: int
     relative: float | None = None  # top-1 minus the baseline's, in points
     expected: int | None = None  # the protocol's seed count (None: its rows record none)
-    protocol: str | None = None  # the rows' protocol key (cog_pl.identity.protocol_key)
+    protocol: str | None = None  # the rows' protocol key (cog_pl.results.identity.protocol_key)
     relative_to: str | None = None  # the baseline cell the relative is taken against: "<model>/<method>"
     relative_note: str | None = None  # why there is no relative, or how the baseline's settings differ
-    settings: tuple = ()  # the rows' settings (cog_pl.identity.settings_of) as sorted (name, JSON) pairs
+    settings: tuple = ()  # the rows' settings (cog_pl.results.identity.settings_of) as sorted (name, JSON) pairs
 
     @property
     def shots_label(self) -> str:

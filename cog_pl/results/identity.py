@@ -23,12 +23,15 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cog_pl.io import digest  # defined in the floor (models use it too); kept importable here
 from cog_pl.protocol import ProbeProtocol, as_record
+
+if TYPE_CHECKING:
+    from cog_pl.results import StoredRows
 
 log = logging.getLogger(__name__)
 
@@ -123,17 +126,19 @@ def _short(value: Any) -> str:
 
 def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, want: dict[str, Any],
                overwrite: bool = False, compare: Callable[[dict, dict], list] | None = None,
-               announce: bool = True) -> list[tuple[int | None, int]]:
+               announce: bool = True, rows: StoredRows | None = None) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells of a method's grid whose row is missing or, with ``overwrite``, made with other inputs
     (``compare(row, want)``: the values that differ, :func:`differences` by default); a row made with other inputs is
     refused otherwise, before any work, naming the row and the values that differ, and so is a row of another seed
     in one of the grid's (model, method, domain, shots) cells (:func:`refuse_other_protocols`). ``announce``: log
-    each row skipped (off for a check made before the run that skips them)."""
-    from cog_pl.results import read_rows, row_key
+    each row skipped (off for a check made before the run that skips them). ``rows``: the rows a caller read once
+    and hands down (:func:`cog_pl.results.read_stored`), used where they hold this grid's; else the rows of
+    ``model``, ``method`` and ``domain`` are read now."""
+    from cog_pl.results import read_stored, row_key
 
     compare = compare or differences
-    rows = read_rows(results)
-    existing = {row_key(r): r for r in rows}
+    found = [r.values for r in read_stored(results, model=model, method=method, domain=domain, reuse=rows)]
+    existing = {row_key(r): r for r in found}
     todo = []
     for n in shots:
         for seed in seeds:
@@ -147,7 +152,7 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
             elif announce:
                 log.info("skip %s: row exists, made with the same inputs", format_key(key))
     if not overwrite:  # the cells it adds rows to
-        refuse_other_protocols(results, rows, model=model, method=method, domain=domain, seeds=seeds,
+        refuse_other_protocols(results, found, model=model, method=method, domain=domain, seeds=seeds,
                                shots={n for n, _ in todo}, want=want, compare=compare)
     return todo
 
@@ -215,8 +220,8 @@ def remove_stale(results, *, model: str, method: str, domain: str, seeds, shots,
 
     compare = compare or differences
     grid = {(n, seed) for n in shots for seed in seeds}
-    stale = [(row_key(r), compare(r, want)) for r in read_rows(results) if row_key(r)[:3] == (model, method, domain)
-             and (r.get("shots"), r["seed"]) not in grid]
+    stale = [(row_key(r), compare(r, want)) for r in read_rows(results, model=model, method=method, domain=domain)
+             if (r.get("shots"), r["seed"]) not in grid]
     stale = [(key, sorted(diff, key=lambda d: d[0].startswith("features"))) for key, diff in stale if diff]
     for key, _ in stale:
         delete_row(results, key)

@@ -54,10 +54,9 @@ def recorded_weights(label: str, features: str | os.PathLike | None = None,
     if results is not None and Path(results).is_file():
         from cog_pl.results import read_rows
 
-        for row in read_rows(results):
-            if row.get("model") == label:
-                found += [(row.get("checkpoint"), d, f"{results} (row {label}/{row.get('method', 'linear')}/"
-                           f"{row.get('domain')})") for d in _row_digests(row)]
+        for row in read_rows(results, model=label):
+            found += [(row.get("checkpoint"), d, f"{results} (row {label}/{row.get('method', 'linear')}/"
+                       f"{row.get('domain')})") for d in _row_digests(row)]
     return found
 
 

@@ -5,13 +5,16 @@ Format version 2: table ``rows(model, method, domain, shots, seed, row, updated)
 top-1/top-5, timings, versions). ``method`` is how the backbone was evaluated: any method's name, which the store does
 not check against a list (the methods, their labels and report order: :mod:`cog_pl.methods`). A level variant stays a
 domain of its own (``cog_l3@wup``, :func:`cog_pl.protocol.variant_domain`). Each append is one transaction, so many
-processes (DDP ranks, cluster jobs) can write the same file and a reader never sees half a row; resuming means
-skipping keys that exist (when made with the same identity: :mod:`cog_pl.identity`). Tables and plots are computed
-from these rows only (:mod:`cog_pl.report`) and the test predictions kept beside them: a row's ``predictions`` is the
-record (path, digest) of its file under ``<stem>.predictions/`` (:mod:`cog_pl.predictions`); rows made before
+processes (DDP ranks, cluster jobs) can write the same file and a reader never sees half a row; resuming means skipping
+keys that exist (when made with the same identity: :mod:`cog_pl.results.identity`). Tables and plots are computed from
+these rows only (:mod:`cog_pl.report`) and the test predictions kept beside them: a row's ``predictions`` is the record
+(path, digest) of its file under ``<stem>.predictions/`` (:mod:`cog_pl.results.predictions`); rows made before
 predictions were kept have none and stay valid.
 
-Which worker makes which row is not kept here but in a claims file beside this one (:mod:`cog_pl.probe.claims`).
+Rows are read as plain dicts (:func:`read_rows`) or as frozen rows (:class:`StoredRow`) of one scope, a model's say
+(:func:`read_stored`, found by the table's key, the rest of the file not read), which a run reads once and hands down
+to its passes over the model's domains (:class:`StoredRows`). Which worker makes which row is not kept here but in a
+claims file beside this one (:mod:`cog_pl.results.claims`).
 Table ``info(key, value)`` holds ``format`` and what the rows were made with that the report needs besides them
 (:func:`read_info`, :func:`write_info`; ``cog-pl run`` records the similarity source of the concept analyses and the
 feature stores' root: :mod:`cog_pl.report.concepts`).
@@ -23,11 +26,14 @@ other format, naming the file and its format; it is never changed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from cog_pl.provenance import created
@@ -114,15 +120,109 @@ def check_results_file(path: str | os.PathLike) -> None:
             pass
 
 
-def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """All rows (none when the file does not exist), each with its ``method``."""
+#: The key fields a read can be narrowed to (:func:`read_rows`, :func:`read_stored`): a prefix of the table's key.
+SCOPE_FIELDS = ("model", "method", "domain")
+
+
+def read_rows(path: str | os.PathLike, *, model: str | None = None, method: str | None = None,
+              domain: str | None = None) -> list[dict[str, Any]]:
+    """All rows (none when the file does not exist), each with its ``method``, in key order; ``model``, ``method``,
+    ``domain``: only the rows of those (found by the table's key, the rest of the file not read)."""
     if not Path(path).exists():
         return []
+    scope = {"model": model, "method": method, "domain": domain}
+    where = [f"{k}=?" for k in SCOPE_FIELDS if scope[k] is not None]
     with _connect(path) as con:
         if con is None:
             return []
-        cur = con.execute("SELECT row FROM rows ORDER BY model, method, domain, shots, seed")
+        cur = con.execute("SELECT row FROM rows" + (f" WHERE {' AND '.join(where)}" if where else "")
+                          + " ORDER BY model, method, domain, shots, seed",
+                          [v for v in scope.values() if v is not None])
         return [json.loads(r[0]) for r in cur]
+
+
+def count_rows(path: str | os.PathLike) -> int:
+    """How many rows the file holds (0 when it does not exist), none of them read."""
+    if not Path(path).exists():
+        return 0
+    with _connect(path) as con:
+        return 0 if con is None else con.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
+
+
+@dataclass(frozen=True)
+class StoredRow:
+    """One row as read from a results file: its key fields and the whole row, read-only (``values``: the stored
+    JSON, nested values as parsed)."""
+
+    model: str
+    method: str
+    domain: str
+    shots: int | None
+    seed: int
+    values: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> StoredRow:
+        model, method, domain, shots, seed = row_key(row)
+        return cls(model, method, domain, shots, seed, MappingProxyType(row))
+
+    @property
+    def key(self) -> tuple:
+        """The row's key, as :func:`row_key` makes it."""
+        return self.model, self.method, self.domain, self.shots, self.seed
+
+
+@dataclass(frozen=True)
+class StoredRows:
+    """The rows of one scope of a results file, read at once (:func:`read_stored`): what ``cog-pl run`` reads once
+    for a model and hands down to the check, run and wait passes over its domains instead of reading the file
+    again. ``model``, ``method``, ``domain``: the scope that was read (None: any)."""
+
+    path: Path
+    rows: tuple[StoredRow, ...]
+    model: str | None = None
+    method: str | None = None
+    domain: str | None = None
+
+    def __iter__(self) -> Iterator[StoredRow]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @functools.cached_property
+    def _by_key(self) -> dict[tuple, StoredRow]:
+        return {r.key: r for r in self.rows}
+
+    def get(self, key: tuple) -> StoredRow | None:
+        """The row of ``key`` (as :func:`row_key` makes it), None where there was none."""
+        return self._by_key.get(key)
+
+    def covers(self, path: str | os.PathLike, *, model: str | None = None, method: str | None = None,
+               domain: str | None = None) -> bool:
+        """Whether these rows are of ``path`` and hold every row of that scope it had when read."""
+        asked = {"model": model, "method": method, "domain": domain}
+        return (Path(path).resolve() == Path(self.path).resolve()
+                and all(getattr(self, k) in (None, asked[k]) for k in SCOPE_FIELDS))
+
+    def select(self, *, model: str | None = None, method: str | None = None,
+               domain: str | None = None) -> StoredRows:
+        """The rows of a narrower scope."""
+        asked = {"model": model, "method": method, "domain": domain}
+        scope = {k: asked[k] if asked[k] is not None else getattr(self, k) for k in SCOPE_FIELDS}
+        rows = tuple(r for r in self.rows if all(v is None or getattr(r, k) == v for k, v in scope.items()))
+        return StoredRows(self.path, rows, **scope)
+
+
+def read_stored(path: str | os.PathLike, *, model: str | None = None, method: str | None = None,
+                domain: str | None = None, reuse: StoredRows | None = None) -> StoredRows:
+    """The rows of ``path`` of ``model``, ``method`` and ``domain`` (None: any), as frozen rows
+    (:class:`StoredRow`). ``reuse``: rows read before (by a caller that hands them down); where they are of ``path``
+    and hold this scope (:meth:`StoredRows.covers`) they are narrowed to it and the file is not read."""
+    scope = {"model": model, "method": method, "domain": domain}
+    if reuse is not None and reuse.covers(path, **scope):
+        return reuse.select(**scope)
+    return StoredRows(Path(path), tuple(StoredRow.of(r) for r in read_rows(path, **scope)), **scope)
 
 
 def row_times(path: str | os.PathLike) -> dict[tuple, str]:
@@ -158,11 +258,12 @@ def has_row(path: str | os.PathLike, key: tuple) -> bool:
 
 def append_row(path: str | os.PathLike, row: dict[str, Any]) -> None:
     """Add the row, or replace the row of the same key, in one transaction; the stored row names its method. A row
-    holding its test predictions (a :class:`cog_pl.predictions.Predictions` under ``predictions``) has them written
-    beside the file first, and their record (path, digest) takes their place, in the stored row and in ``row``."""
+    holding its test predictions (a :class:`cog_pl.results.predictions.Predictions` under ``predictions``) has them
+    written beside the file first, and their record (path, digest) takes their place, in the stored row and in
+    ``row``."""
     model, method, domain, shots, seed = row_key(row)
     if row.get("predictions") is not None and not isinstance(row["predictions"], dict):
-        from cog_pl.predictions import write_row_predictions
+        from cog_pl.results.predictions import write_row_predictions
 
         row["predictions"] = write_row_predictions(path, {**row, "method": method})["predictions"]
     with _connect(path, write=True) as con:
