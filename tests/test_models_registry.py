@@ -15,7 +15,7 @@ from cog_pl import FeatureExtractor, build_backbone, list_backbones, register_ba
 from cog_pl.cli.main import main
 from cog_pl.errors import UnknownNameError
 from cog_pl.features.store import is_complete
-from cog_pl.models import PAPER_MODELS, resolve_spec, unregister_backbone, zoo
+from cog_pl.models import PAPER_MODELS, registry, resolve_spec, unregister_backbone, zoo
 
 
 def _cnn(width: int = 6) -> nn.Module:
@@ -87,7 +87,7 @@ def plugin(tmp_path, monkeypatch):
         "from torch import nn\n\n\ndef build():\n"
         "    return nn.Sequential(nn.Conv2d(3, 5, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())\n")
     monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setattr(zoo, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
     yield "plugin_cnn"
     if "plugin_cnn" in zoo.BACKBONES:
         unregister_backbone("plugin_cnn")
