@@ -14,6 +14,7 @@ from cog_pl.models.registry import (
     BACKBONES,
     BackboneSpec,
     list_backbones,
+    parse_model_name,
     register_architecture,
     register_backbone,
     resolve_spec,
@@ -23,5 +24,5 @@ from cog_pl.models.transform import backbone_transform
 from cog_pl.models.zoo import EFFICIENTNET_LITE0, PAPER_MODELS  # (importing the zoo registers its entries)
 
 __all__ = ["BACKBONES", "EFFICIENTNET_LITE0", "PAPER_MODELS", "Backbone", "BackboneSpec", "backbone_transform",
-           "build_backbone", "list_backbones", "register_architecture", "register_backbone", "resolve_spec",
-           "unregister_backbone"]
+           "build_backbone", "list_backbones", "parse_model_name", "register_architecture", "register_backbone",
+           "resolve_spec", "unregister_backbone"]
