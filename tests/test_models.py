@@ -14,7 +14,14 @@ import torch
 from torch import nn
 
 from cog_pl.cli.configs import packaged
-from cog_pl.models import EFFICIENTNET_LITE0, PAPER_MODELS, build_backbone, register_architecture, resolve_spec
+from cog_pl.models import (
+    EFFICIENTNET_LITE0,
+    PAPER_MODELS,
+    build_backbone,
+    register_architecture,
+    resolve_spec,
+    unregister_backbone,
+)
 
 
 def test_the_zoo_has_the_papers_31_models():
@@ -72,8 +79,11 @@ def test_external_architectures_need_a_registered_builder():
     with pytest.raises(ValueError, match="register_architecture"):
         build_backbone("external:my_net")
     register_architecture("my_net", lambda: nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, 384)))
-    b = build_backbone("external:my_net")
-    assert b.model(torch.zeros(2, 3, 224, 224)).shape == (2, 384) and b.spec.feature_dim == 384
+    try:
+        b = build_backbone("external:my_net")
+        assert b.model(torch.zeros(2, 3, 224, 224)).shape == (2, 384) and b.spec.feature_dim == 384
+    finally:
+        unregister_backbone("my_net")  # an entry of the one table now: leave it as found
 
 
 @pytest.mark.slow  # 2026-12-01, shared 2 cores: 65 s (a fresh interpreter); the in-process build stays fast

@@ -15,7 +15,7 @@ from cog_pl import FeatureExtractor, build_backbone, list_backbones, register_ba
 from cog_pl.cli.main import main
 from cog_pl.errors import UnknownNameError
 from cog_pl.features.store import is_complete
-from cog_pl.models import PAPER_MODELS, resolve_spec, unregister_backbone, zoo
+from cog_pl.models import PAPER_MODELS, registry, resolve_spec, unregister_backbone, zoo
 
 
 def _cnn(width: int = 6) -> nn.Module:
@@ -33,6 +33,28 @@ def test_the_table_holds_the_paper_models_first():
     names = list_backbones()
     assert names[:31] == list(PAPER_MODELS) and "efficientnet_lite0" in names
     assert list_backbones("self-supervised")[:2] == ["simclr_v2", "moco_v2"]
+
+
+def test_every_listed_name_is_built_and_an_unlisted_one_is_refused(my_cnn):
+    """``list_backbones()`` lists exactly what ``build_backbone`` accepts by name: each listed name is its table
+    entry, whose builder is found (the paper's models' too, without building them); the demo's CNNs and a registered
+    builder build by name; a name not listed is refused, suggesting the closest listed one."""
+    from cog_pl.models.build import find_builder
+
+    names = list_backbones()
+    assert {"demo_cnn", "demo_cnn_ssl", "efficientnet_lite0", "my_cnn"} <= set(names) and len(set(names)) == len(names)
+    for name in names:
+        spec = resolve_spec(name)
+        assert spec is zoo.BACKBONES.get(name) and spec.name == name
+        assert callable(find_builder(spec)), name
+    for name in ("demo_cnn", "demo_cnn_ssl", "my_cnn"):
+        backbone = build_backbone(name)
+        assert backbone.spec.name == name and backbone.spec.feature_dim > 0
+    assert build_backbone("demo_cnn").spec.definition() == build_backbone("external:demo_cnn").spec.definition()
+    assert type(build_backbone("demo_cnn").model).__name__ == "DemoCNN"
+    for unlisted, close in (("demo_cnm", "demo_cnn"), ("cog:nat_m4", "nat_m4"), ("my_cnn2", "my_cnn")):
+        with pytest.raises(UnknownNameError, match=f"unknown model '{unlisted}'; did you mean '{close}'\\?"):
+            build_backbone(unlisted)
 
 
 def test_a_registered_builder_is_built_by_name(my_cnn):
@@ -87,7 +109,7 @@ def plugin(tmp_path, monkeypatch):
         "from torch import nn\n\n\ndef build():\n"
         "    return nn.Sequential(nn.Conv2d(3, 5, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())\n")
     monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setattr(zoo, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
     yield "plugin_cnn"
     if "plugin_cnn" in zoo.BACKBONES:
         unregister_backbone("plugin_cnn")

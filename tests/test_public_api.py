@@ -64,7 +64,8 @@ def test_the_curated_names_are_documented():
 
 
 #: Modules whose docstrings hold the public surface's examples (examples that need data are marked to skip).
-EXAMPLE_MODULES = ("cog_pl.registry", "cog_pl.errors", "cog_pl.models.zoo", "cog_pl.models.build",
+EXAMPLE_MODULES = ("cog_pl.registry", "cog_pl.errors", "cog_pl.models.registry", "cog_pl.models.zoo",
+                   "cog_pl.models.build",
                    "cog_pl.levels.measures", "cog_pl.data.sources", "cog_pl.probe.methods", "cog_pl.benchmark",
                    "cog_pl.cli.options", "cog_pl.extract.module", "cog_pl.datamodules.features",
                    "cog_pl.datamodules.images", "cog_pl.finetune.module", "cog_pl.pipeline", "cog_pl.features.store",

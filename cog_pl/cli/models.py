@@ -17,8 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="the paper's models: list them, check, convert and download their files",
                        description="The paper's 31 models as their authors publish them (docs/models.md).")
     msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
-    ls = msub.add_parser("list", help="every model: architecture, feature, input, where its file is published")
-    ls.add_argument("--json", action="store_true", help="one JSON object per model instead of the table")
+    ls = msub.add_parser("list", help="every model: architecture, feature, input, where its file is published; "
+                                      "then the other backbones built by name")
+    ls.add_argument("--json", action="store_true", help="one JSON object per paper model instead of the tables")
     ls.set_defaults(func=_list)
     check = msub.add_parser("check", help="load a file as the model reads it and report what it held",
                             description="Loads FILE in NAME's published layout and reports the container and "
@@ -120,6 +121,22 @@ def model_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def other_rows() -> list[dict[str, Any]]:
+    """One row per other backbone :func:`~cog_pl.models.build_backbone` builds by name (``efficientnet_lite0``, the
+    demo's CNNs, those registered or installed by packages' entry points), in the table's order."""
+    from cog_pl.models import list_backbones, resolve_spec
+    from cog_pl.models.zoo import PAPER_MODELS
+
+    rows = []
+    for name in list_backbones():
+        if name not in PAPER_MODELS:
+            spec = resolve_spec(name)
+            rows.append({"name": name, "group": spec.group, "arch": spec.arch,
+                         "feature_dim": spec.feature_dim if spec.feature_dim > 0 else "measured when built",
+                         "image_size": spec.image_size, "note": spec.note})
+    return rows
+
+
 def _list(args: argparse.Namespace) -> int:
     rows = model_rows()
     if args.json:
@@ -137,6 +154,14 @@ def _list(args: argparse.Namespace) -> int:
         extra = f" (needs a one-time conversion: {r['conversion']})" if r["conversion"] else ""
         trust = f" [{r['needs_trust']}: read with --trust-checkpoint or convert once]" if r["needs_trust"] else ""
         print(f"  {r['name']}: {r['published']}{extra}{trust}")
+    others = other_rows()
+    cols = ("name", "group", "arch", "feature_dim", "image_size", "note")
+    heads = ("model", "group", "architecture", "dim", "px", "note")
+    width = [max(len(h), *(len(str(r[c])) for r in others)) for c, h in zip(cols, heads)]
+    print("\nother backbones built by name (--model NAME; registered, or installed by a package):")
+    print("  " + "  ".join(h.ljust(w) for h, w in zip(heads, width)).rstrip())
+    for r in others:
+        print("  " + "  ".join(str(r[c]).ljust(w) for c, w in zip(cols, width)).rstrip())
     return 0
 
 

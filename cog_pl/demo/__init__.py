@@ -3,7 +3,8 @@
 ``prepare(root)`` makes both (idempotent) and returns :class:`DemoAssets`: the IN-1K and IN-21K roots, the
 benchmark file the demo evaluates (every domain with as many concepts, :mod:`cog_pl.demo.domains`), the checkpoints
 of ``external:demo_cnn`` (supervised, the baseline) and ``external:demo_cnn_ssl`` (self-supervised, with
-``ssl_epochs``), both registered on import, and the transform to use. :func:`cog_pl.demo.run.run_demo` evaluates
+``ssl_epochs``), both entries of the backbone table (:data:`cog_pl.models.zoo.DEMO_MODELS`), and the transform to
+use. :func:`cog_pl.demo.run.run_demo` evaluates
 both and writes the report relative to the baseline.
 :class:`DemoFineTune` is how the demo fine-tunes that backbone on each domain (paper App. C.2).
 """

@@ -1,42 +1,12 @@
-"""The demo's backbone: a small CNN for the miniature benchmark's tiny images, registered as ``external:demo_cnn``."""
+"""The demo's backbone: a small CNN for the miniature benchmark's tiny images, the backbone ``demo_cnn`` (also named
+``external:demo_cnn``). Its definition and its entry live in :mod:`cog_pl.models` (:mod:`cog_pl.models.arch.demo_cnn`,
+:data:`cog_pl.models.zoo.DEMO_MODELS`); these names stay for the demo's modules and users' code."""
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from cog_pl.models.arch.demo_cnn import WIDTH, DemoCNN
 
-from cog_pl.models import register_architecture
+__all__ = ["ARCH", "MODEL_NAME", "WIDTH", "DemoCNN"]
 
 ARCH = "demo_cnn"
 MODEL_NAME = f"external:{ARCH}"
-WIDTH = 24
-
-
-def _block(c_in: int, c_out: int) -> list[nn.Module]:
-    return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
-
-
-class DemoCNN(nn.Module):
-    """Five 3x3 conv-BN-ReLU layers in three stages, global average pooling: ``[B, 3, S, S] -> [B, 4 * width]``."""
-
-    def __init__(self, width: int = WIDTH) -> None:
-        super().__init__()
-        w = width
-        self.features = nn.Sequential(
-            *_block(3, w), nn.MaxPool2d(2),
-            *_block(w, 2 * w), *_block(2 * w, 2 * w), nn.MaxPool2d(2),
-            *_block(2 * w, 4 * w), *_block(4 * w, 4 * w),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-        )
-        self.feature_dim = 4 * w
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.features(images)
-
-
-def register(width: int = WIDTH) -> None:
-    """Make ``external:demo_cnn`` buildable by :func:`cog_pl.models.build_backbone` (feature extractor only)."""
-    register_architecture(ARCH, lambda: DemoCNN(width))
-
-
-register()

@@ -21,7 +21,6 @@ from torch import nn
 from cog_pl.demo.backbone import WIDTH, DemoCNN
 from cog_pl.demo.pretrain import fit_backbone, save_backbone
 from cog_pl.io import write_json
-from cog_pl.models import register_architecture
 
 log = logging.getLogger(__name__)
 ARCH = "demo_cnn_ssl"
@@ -115,5 +114,3 @@ def pretrain_selfsup_backbone(root: str | os.PathLike, epochs: int = 12, batch_s
     log.info("pretrained %s (self-supervised, %d epochs, %.0f s): %s", ARCH, epochs, seconds, out)
     return out
 
-
-register_architecture(ARCH, lambda: DemoCNN(WIDTH))

@@ -29,116 +29,26 @@ from cog_pl.models.checkpoints import (
     strip_wrappers,
     take_container,
 )
-from cog_pl.models.transform import backbone_transform
-from cog_pl.models.zoo import (
-    BACKBONES,
-    EFFICIENTNET_LITE0,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
+from cog_pl.models.registry import (
     USER_LAYOUT,
     BackboneSpec,
-    add_spec,
-    load_entry_points,
+    list_backbones,
+    parse_model_name,
+    register_architecture,
+    register_backbone,
     resolve_spec,
+    unregister_backbone,
 )
+from cog_pl.models.transform import backbone_transform
+from cog_pl.models.zoo import EFFICIENTNET_LITE0
 
-__all__ = ["Backbone", "BackboneSpec", "build_backbone", "list_backbones", "module_spec", "register_architecture",
-           "register_backbone", "state_sha256", "unregister_backbone"]
+__all__ = ["Backbone", "BackboneSpec", "build_backbone", "find_builder", "list_backbones", "module_spec",
+           "register_architecture", "register_backbone", "state_sha256", "unregister_backbone"]
 
 logger = logging.getLogger(__name__)
 
-_EXTERNAL: dict[str, Callable[[], nn.Module]] = {}
 #: The seed of ``random_weights``: random initialisation is one fixed set of weights, reproducible on resume.
 RANDOM_SEED = 0
-#: ``external:`` architectures this package provides, registered by importing their module on first use.
-_BUILTIN_EXTERNAL = {"demo_cnn": "cog_pl.demo.backbone"}
-#: ``cog:<name>``: the paper's architectures that neither timm nor torchvision provide (:mod:`cog_pl.models.arch`).
-BUILTIN_ARCHS = {
-    "t2t_vit_t_14": "cog_pl.models.arch.t2t_vit:build_t2t_vit_t_14",
-    "nat_m4": "cog_pl.models.arch.nat:build_nat_m4",
-    "pycls_efficientnet_b1": "cog_pl.models.arch.pycls_effnet:build_efficientnet_b1",
-    "pycls_efficientnet_b4": "cog_pl.models.arch.pycls_effnet:build_efficientnet_b4",
-    "simclr_v2_resnet50": "cog_pl.models.arch.tf_resnet:build_simclr_v2_resnet50",
-    "byol_resnet50": "cog_pl.models.arch.tf_resnet:build_byol_resnet50",
-    "clip_resnet50": "cog_pl.models.arch.clip_resnet:build_clip_resnet50",
-}
-
-
-def register_architecture(name: str, builder: Callable[[], nn.Module]) -> None:
-    """Make ``external:<name>`` buildable (a user's own architecture).
-
-    The builder returns a module mapping images to features (its classifier already removed). From a config, where
-    nothing can be registered first, ``external:<module>:<function>`` imports the builder by its path instead.
-    """
-    _EXTERNAL[name] = builder
-
-
-def register_backbone(name: str, spec_or_builder: BackboneSpec | Callable[[], nn.Module], *, image_size: int = 224,
-                      mean: tuple[float, float, float] = IMAGENET_MEAN, std: tuple[float, float, float] = IMAGENET_STD,
-                      seen: str | None = None, replace: bool = False) -> BackboneSpec:
-    """Make ``name`` a backbone that every part of cog_pl builds by name, as it does the paper's models.
-
-    Args:
-        name: the name (``FeatureExtractor(model=name)``, ``--model name``, ``model: name`` in a config); no prefix.
-        spec_or_builder: a :class:`BackboneSpec` (an architecture timm or torchvision builds, a file layout), or a
-            function of no arguments returning a module that maps normalised images to features (its classifier
-            removed); the feature size is measured the first time it is built.
-        image_size: the input size of a builder's backbone (a spec states its own).
-        mean: the normalisation mean of a builder's backbone.
-        std: the normalisation standard deviation of a builder's backbone.
-        seen: the named seen set its pretraining covered (``in1k``...), for the warnings of ``cog-pl run``.
-        replace: replace a backbone already registered under ``name`` (the paper's models included).
-
-    Returns:
-        The spec registered.
-
-    Example:
-        >>> from torch import nn
-        >>> spec = register_backbone("tiny_cnn", lambda: nn.Sequential(nn.Conv2d(3, 8, 3), nn.AdaptiveAvgPool2d(1),
-        ...                                                             nn.Flatten()), image_size=32)
-        >>> build_backbone("tiny_cnn").spec.feature_dim
-        8
-        >>> _ = unregister_backbone("tiny_cnn")
-
-    A package registers its backbones for every process, the command line's included, through the entry-point
-    group ``cog_pl.backbones`` (:data:`~cog_pl.models.zoo.ENTRY_POINT_GROUP`).
-    """
-    if isinstance(spec_or_builder, BackboneSpec):
-        return add_spec(name, spec_or_builder, replace_existing=replace)
-    if not callable(spec_or_builder):
-        raise TypeError(f"register_backbone({name!r}, ...): expected a BackboneSpec or a builder function, got "
-                        f"{type(spec_or_builder).__name__}")
-    spec = BackboneSpec(name, f"external:{name}", feature_dim=-1, image_size=image_size, mean=mean, std=std,
-                        layout=USER_LAYOUT, group="user", external=True, seen=seen)
-    add_spec(name, spec, replace_existing=replace)
-    register_architecture(name, spec_or_builder)
-    return spec
-
-
-def unregister_backbone(name: str) -> BackboneSpec:
-    """Remove a registered backbone (tests, plugins replaced at run time); returns its spec."""
-    spec = BACKBONES.remove(name)
-    if spec.arch == f"external:{name}":
-        _EXTERNAL.pop(name, None)
-    return spec
-
-
-def list_backbones(group: str | None = None) -> list[str]:
-    """The names :func:`build_backbone` knows without a prefix, in registration order.
-
-    Args:
-        group: only those of this group: ``architecture``, ``self-supervised``, ``label-regularization``,
-            ``web-data`` (the paper's four), ``extra`` (efficientnet_lite0) or ``user`` (registered builders).
-
-    Returns:
-        The names, the paper's 31 first; installed packages' entry points are loaded first.
-
-    Example:
-        >>> list_backbones("web-data")
-        ['semi_sup', 'semi_weakly_sup', 'clip', 'mopro']
-    """
-    load_entry_points()
-    return [n for n in BACKBONES.names() if group is None or BACKBONES.get(n).group == group]
 
 
 class CallableBackbone(nn.Module):
@@ -220,50 +130,64 @@ def _function(ref: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
-    kind, arch = spec.arch.split(":", 1)
-    if kind == "timm":
+def find_builder(spec: BackboneSpec) -> Callable[[bool], nn.Module]:
+    """What builds ``spec``'s network (``with_head`` -> module), found without building it: the builder its entry
+    carries (a function, or its ``"module:function"`` import path), else its architecture's source
+    (:func:`~cog_pl.models.registry.parse_model_name`): timm, torchvision, or ``external:<module>:<function>``.
+    A name no source builds is refused, saying how to register its builder."""
+    if spec.builder is not None:
+        builder = spec.builder
+        if isinstance(builder, str):
+            try:
+                builder = _function(builder)
+            except (ImportError, AttributeError) as err:
+                raise ValueError(f"{spec.name}: cannot import its builder {spec.builder} ({err})") from err
+        return lambda with_head=False: builder()
+    source, arch = parse_model_name(spec.arch)
+    if source == "timm":
         import timm
 
         if arch not in timm.list_models():
             raise ValueError(f"timm has no model {arch!r}")
-        num_classes = None if spec.feature == "output" or with_head else 0
-        kwargs = {"pretrained": False, **spec.timm_kwargs}
-        if num_classes is not None:
-            kwargs["num_classes"] = num_classes
-        return timm.create_model(arch, **kwargs)
-    if kind == "torchvision":
+
+        def make_timm(with_head: bool = False) -> nn.Module:
+            num_classes = None if spec.feature == "output" or with_head else 0
+            kwargs = {"pretrained": False, **spec.timm_kwargs}
+            if num_classes is not None:
+                kwargs["num_classes"] = num_classes
+            return timm.create_model(arch, **kwargs)
+
+        return make_timm
+    if source == "torchvision":
         import torchvision
 
+        if arch not in torchvision.models.list_models():
+            raise ValueError(f"torchvision has no model {arch!r}")
+        kwargs = {"aux_logits": False, "init_weights": False} if arch == "inception_v3" else {}
+        if arch.startswith("vgg"):
+            kwargs["init_weights"] = False
+        return lambda with_head=False: torchvision.models.get_model(arch, weights=None, **kwargs)
+    if source == "external" and ":" in arch:  # external:<module>:<function>, the builder imported by its path
         try:
-            kwargs = {"aux_logits": False, "init_weights": False} if arch == "inception_v3" else {}
-            if arch.startswith("vgg"):
-                kwargs["init_weights"] = False
-            model = torchvision.models.get_model(arch, weights=None, **kwargs)
-        except ValueError as err:
-            raise ValueError(f"torchvision has no model {arch!r}") from err
-        return model
-    if kind == "cog":
-        if arch not in BUILTIN_ARCHS:
-            raise ValueError(f"cog_pl has no architecture {arch!r}; it has {', '.join(sorted(BUILTIN_ARCHS))}")
-        return _function(BUILTIN_ARCHS[arch])()
-    if arch not in _EXTERNAL and arch in _BUILTIN_EXTERNAL:
-        importlib.import_module(_BUILTIN_EXTERNAL[arch])
-    if arch not in _EXTERNAL and ":" in arch:  # external:<module>:<function>, the builder imported by its path
-        try:
-            return _function(arch)()
+            builder = _function(arch)
         except (ImportError, AttributeError) as err:
             raise ValueError(f"external:{arch}: cannot import the builder ({err})") from err
-    if arch not in _EXTERNAL:
+        return lambda with_head=False: builder()
+    if source == "external":
         raise ValueError(f"architecture {arch!r} is not in timm or torchvision: its authors' code must provide it; "
                          f"call cog_pl.register_backbone({arch!r}, builder) (or register_architecture) first, or "
                          "name the builder by its import path (external:<module>:<function>)")
-    return _EXTERNAL[arch]()
+    raise ValueError(f"{spec.name}: architecture {spec.arch!r} has no builder; register the backbone with its "
+                     "builder (cog_pl.register_backbone(name, builder))")
+
+
+def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
+    return find_builder(spec)(with_head)
 
 
 def _without_head(model: nn.Module, spec: BackboneSpec) -> nn.Module:
     """Replace a torchvision classifier by identity (timm models are built without one)."""
-    if not spec.arch.startswith("torchvision:"):
+    if parse_model_name(spec.arch)[0] != "torchvision":
         return model
     if spec.feature == "fc7":  # VGG: naver/cog load_sup_vgg19 `del classifier[-1]`: fc7 after its ReLU (and dropout)
         model.classifier = nn.Sequential(*list(model.classifier.children())[:-1])
@@ -289,8 +213,8 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
     """Build a backbone with random weights, or the weights of ``checkpoint`` read in the spec's layout.
 
     Args:
-        name: a name of :func:`list_backbones` (a paper model such as ``resnet50``, ``efficientnet_lite0``, one
-            registered with :func:`register_backbone`), ``timm:<name>``, ``torchvision:<name>``,
+        name: a name of :func:`list_backbones` (a paper model such as ``resnet50``, ``efficientnet_lite0``,
+            ``demo_cnn``, one registered with :func:`register_backbone`), ``timm:<name>``, ``torchvision:<name>``,
             ``external:<registered name>`` or ``external:<module>:<function>``; or the user's own module (or
             callable) mapping images to features, used as it is (its weights unless ``checkpoint``).
         checkpoint: the file as its authors publish it (paper models) or any state dict file.
@@ -346,7 +270,7 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
         if in_order:  # the file's head is part of the order: load it, then remove it
             report.loaded = load_in_order(net, tensors, path)
             net = _without_head(net, spec)
-            if spec.arch.startswith("timm:") and spec.feature != "output":
+            if parse_model_name(spec.arch)[0] == "timm" and spec.feature != "output":
                 net.reset_classifier(0)
         else:
             net = _without_head(net, spec)
@@ -355,7 +279,7 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
                 state = adapt_state_dict(tensors, spec.layout, key_map, report)
             except CheckpointError as err:
                 raise CheckpointError(f"{err}{note}") from err
-            hint = note or ("" if spec.group == "user" else (
+            hint = note or ("" if spec.group == "user" or spec.external else (
                 f"; is it {spec.paper_name or spec.name}'s published file"
                 f"{f' ({spec.published.file})' if spec.published else ''}? cog-pl models check {spec.name} FILE "
                 "shows what it holds"))
@@ -378,6 +302,8 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
         with torch.inference_mode():
             dim = model(torch.zeros(1, 3, spec.image_size, spec.image_size)).shape[-1]
         spec = replace(spec, feature_dim=int(dim))
+    if callable(spec.builder):  # the record of what was built; a builder (a lambda, say) need not pickle with it
+        spec = replace(spec, builder=None)
     logger.debug("built %s (%s) with %s weights", spec.name, spec.arch, weights)
     return Backbone(model, spec, weights, digest, report is not None and report.trusted, report)
 

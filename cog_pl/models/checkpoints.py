@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from cog_pl.models.zoo import Layout
+from cog_pl.models.registry import Layout
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import math
 from torch import nn
 
 from cog_pl.data.transforms import INTERPOLATIONS, TransformConfig, protocol_transform
-from cog_pl.models.zoo import BackboneSpec, resolve_spec
+from cog_pl.models.registry import BackboneSpec, resolve_spec
 from cog_pl.protocol import FeatureProtocol
 
 
@@ -28,7 +28,7 @@ def backbone_transform(model: str | BackboneSpec, module: nn.Module | None = Non
     """The transform of a model (a name or its spec; ``module``: the built network, for timm's own config)."""
     spec = resolve_spec(model) if isinstance(model, str) else model
     base = protocol_transform(protocol)
-    if spec.group != "user":
+    if spec.group != "user" and not spec.external:  # (a builder's network states no input of its own)
         return dataclasses.replace(base, crop=spec.image_size, resize=spec.image_size, mean=tuple(spec.mean),
                                    std=tuple(spec.std))
     if spec.arch.startswith("timm:"):

