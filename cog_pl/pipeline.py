@@ -544,7 +544,7 @@ def _noise(cfg: RunConfig, out: Path, model_name: str) -> None:
                 and r["domain"] == "in1k" and r["shots"] is None and r["seed"] == cfg.seeds[0]), None)
     if not targets or row is None or not isinstance(row.get("predictions"), dict):
         return
-    from cog_pl.predictions import PredictionsError
+    from cog_pl.errors import PredictionsError
 
     try:
         if all(read_noise_predictions(out / "results.sqlite", row, d) is not None for d in targets):

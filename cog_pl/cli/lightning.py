@@ -66,7 +66,7 @@ class CommandLineCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse ``args``; a bad option or config file prints the usage, then raises a :class:`CommandError` whose
         one-line message (jsonargparse's, its lines joined) ``cog-pl`` prints as its other errors."""
-        from cog_pl.cli.main import CommandError
+        from cog_pl.errors import CommandError
 
         for each in (parser, *getattr(self, "_subcommand_parsers", {}).values()):
             each.exit_on_error = False
@@ -119,7 +119,7 @@ class CommandLineCLI(LightningCLI):
 
     # -- test and validate score a trained model, never an untrained one -------------------------------------------
     def _checked(self, command: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-        from cog_pl.cli.main import CommandError
+        from cog_pl.errors import CommandError
 
         if kwargs.get("ckpt_path") is None:
             raise CommandError(f"{command} needs --ckpt_path (the .ckpt file a fit wrote, or last): without it the "

@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable
 
 from cog_pl import console
-from cog_pl.errors import CogError
+from cog_pl.errors import CogError, DiskFullError
 from cog_pl.version import __version__
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
@@ -68,10 +68,6 @@ def lightning_command(argv: list[str]) -> tuple[str, str, list[str]] | None:
     return None
 
 
-class CommandError(CogError):
-    """A user-facing error of the command line itself: printed without a traceback, exit status 2."""
-
-
 #: Errors in what the user gave (an option, a file, a URL, a synset): one line, exit status 2. A ``ValueError`` counts
 #: (library code validates its arguments with it); a ``KeyError`` or ``RuntimeError`` does not: it is a defect.
 USAGE_ERRORS = (CogError, ValueError, FileNotFoundError)
@@ -105,8 +101,6 @@ def runtime_errors() -> tuple[type[BaseException], ...]:
 
 def error_message(err: BaseException) -> str:
     """``err`` in one line, naming the file (an OSError's filename) or the database where the error knows it."""
-    from cog_pl.io import DiskFullError  # light: no torch
-
     if isinstance(err, KeyError) and err.args:
         return str(err.args[0])
     if isinstance(err, DiskFullError):  # names the path and the bytes needed and free

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from cog_pl.data.sources import ImageSource, printable
 from cog_pl.defaults import MAX_SKIPPED
+from cog_pl.errors import UnreadableImageError
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +52,6 @@ def skip_budget(rows: int, max_skipped: float = MAX_SKIPPED) -> int:
     keeps a broken mount from producing a store of zeros; extraction and ``cog-pl data check`` both use it."""
     check_policy("skip", max_skipped)
     return int(max_skipped) if max_skipped >= 1 else math.ceil(max_skipped * rows)
-
-
-class UnreadableImageError(OSError):
-    """An image that cannot be read or decoded; the message names the file, in one line."""
-
-    def __init__(self, message: str) -> None:
-        # re-raised from a DataLoader worker, the message is the worker's traceback: keep its last line, ours
-        mark = f"{type(self).__name__}: "
-        lines = [line for line in str(message).splitlines() if mark in line]
-        if "\n" in str(message) and lines:
-            message = lines[-1].split(mark, 1)[1]
-        super().__init__(message)
 
 
 def decode_image(data: bytes) -> Image.Image:

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from cog_pl import resources
+from cog_pl.errors import StoreError
 from cog_pl.features.pair import SPLITS, open_pair
-from cog_pl.features.store import FeatureStore, StoreError, make_meta, open_store, write_store
+from cog_pl.features.store import FeatureStore, make_meta, open_store, write_store
 from cog_pl.io import load_failure
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from cog_pl.features.store import FeatureStore, StoreError, open_store
+from cog_pl.errors import StoreError
+from cog_pl.features.store import FeatureStore, open_store
 from cog_pl.io import printable
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from cog_pl.errors import CogError
+from cog_pl.errors import DivergedError
 from cog_pl.metrics import topk_first
 from cog_pl.models import build_backbone
 from cog_pl.models.module import BackboneModule
@@ -78,10 +78,6 @@ def no_val_split() -> Iterator[None]:
 
 #: An epoch's mean training loss above this many times ``ln(num_classes)`` (a uniform guess's) stops the run.
 DIVERGED_FACTOR = 10.0
-
-
-class DivergedError(CogError, RuntimeError):
-    """The training loss stopped being finite: the recipe's learning rate is too high for this backbone."""
 
 
 class FineTuneClassifier(BackboneModule):

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from cog_pl.errors import CheckpointError
 from cog_pl.models.zoo import Layout
 
 logger = logging.getLogger(__name__)
@@ -85,10 +86,6 @@ def _safe_globals() -> list[Any]:
     dtypes = [type(np.dtype(t)) for t in (np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_)]
     # numpy 1.x wrote numpy.core.multiarray.scalar (torch.serialization.safe_globals takes (object, name) for that)
     return [argparse.Namespace, scalar, (scalar, "numpy.core.multiarray.scalar"), np.dtype, *dtypes]
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read or does not fit; the message names the file and the fix."""
 
 
 def is_torchscript(path: str | Path) -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
+from cog_pl.errors import DownloadError
 from cog_pl.io import DISK_FULL, disk_full, file_sha256
 from cog_pl.progress import Progress, duration, is_terminal
 from cog_pl.version import __version__
@@ -33,10 +34,6 @@ HASH_REGEX = re.compile(r"-([a-f0-9]{6,})\.")
 #: Bytes read from the connection at a time (and the progress bar's step).
 CHUNK = 1 << 18
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)")
-
-
-class DownloadError(OSError):
-    """A transfer that failed; the message (one line) names the URL, why, and the ``.part`` kept to resume."""
 
 
 def hash_prefix_of(filename: str) -> str | None:
