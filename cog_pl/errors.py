@@ -17,7 +17,7 @@ import sqlite3
 __all__ = ["CheckpointError", "ClaimsFileError", "ClaimsFileUnusable", "CogError", "CommandError", "DiskFullError",
            "DivergedError", "DownloadError", "LabelWeightsError", "MissingDependencyError", "MissingFileError",
            "MissingWeightsError", "NotFoundError", "PredictionsError", "StoreError", "UnknownNameError",
-           "UnreadableImageError", "WordNetUnavailable"]
+           "UnreadableImageError", "WordNetUnavailable", "WrongTypeError"]
 
 
 class CogError(ValueError):
@@ -49,6 +49,11 @@ class UnknownNameError(CogError):
 class MissingFileError(CogError, FileNotFoundError):
     """A file or folder the user named (an option, an argument, a configured path) does not exist; still a
     ``FileNotFoundError`` for the callers that catch one."""
+
+
+class WrongTypeError(CogError, TypeError):
+    """An argument of the wrong kind given to the API (a registered backbone that is no builder, a source that is no
+    ``ImageSource``, a storage object where a path is wanted); still a ``TypeError``."""
 
 
 class CommandError(CogError):
