@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from cog_pl.errors import DiskFullError
+from cog_pl.errors import CogError, DiskFullError, MissingFileError
 
 #: errno values that mean the file system is full (ENOSPC) or the user's quota is spent (EDQUOT).
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -106,9 +106,9 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{what} {path} does not exist") from None
+        raise MissingFileError(f"{what} {path} does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{what} {path} is not readable JSON: {err}") from err
+        raise CogError(f"{what} {path} is not readable JSON: {err}") from err
 
 
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
