@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from cog_pl.data.tar_index import TarIndex
-from cog_pl.errors import NotFoundError
+from cog_pl.errors import CogError, MissingFileError, NotFoundError, WrongTypeError
 from cog_pl.io import printable
 from cog_pl.registry import Registry
 
@@ -80,7 +80,7 @@ class ImageSource(ABC):
                  split: str | None = None) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
-            raise FileNotFoundError(f"image root {self.root} is not a directory")
+            raise MissingFileError(f"image root {self.root} is not a directory")
         self.cache_dir = cache_dir
         self.split = split
 
@@ -186,7 +186,7 @@ def register_source(name: str, *, replace: bool = False) -> Callable[[S], S]:
     """
     def add(cls: S) -> S:
         if not (isinstance(cls, type) and issubclass(cls, ImageSource)):
-            raise TypeError(f"image source {name!r}: {cls!r} is not an ImageSource subclass")
+            raise WrongTypeError(f"image source {name!r}: {cls!r} is not an ImageSource subclass")
         cls.name = name
         _SOURCES.add(name, cls, replace=replace)
         return cls
@@ -224,11 +224,11 @@ def open_source(root: str | os.PathLike, kind: str = "auto", cache_dir: str | os
         return get_source(kind)(root, cache_dir, split)
     path = Path(root)
     if not path.is_dir() and not (path.is_file() and get_source("whole_tar").detect(path)):
-        raise FileNotFoundError(f"image root {path} is not a directory")  # a file: only IN-21K's whole tar
+        raise MissingFileError(f"image root {path} is not a directory")  # a file: only IN-21K's whole tar
     for name in reversed(list_sources()):
         if get_source(name).detect(path):
             return get_source(name)(path, cache_dir, split)
-    raise ValueError(f"image root {path}: no registered source recognises it; known: {', '.join(list_sources())}")
+    raise CogError(f"image root {path}: no registered source recognises it; known: {', '.join(list_sources())}")
 
 
 #: IN-1K's folders under its root, by split, for layouts that keep them apart.
@@ -253,8 +253,8 @@ def open_split_source(root: str | os.PathLike, split: str, kind: str = "auto",
             if cls.holds_splits and cls.detect(path):
                 return cls(path, cache_dir, split)
         if (path / KAGGLE_IMAGES / sub).is_dir():
-            raise FileNotFoundError(f"image root {path / sub} is not a directory: {path} is Kaggle's ImageNet "
-                                    f"download as unpacked, whose IN-1K root is {path / KAGGLE_IMAGES}")
+            raise MissingFileError(f"image root {path / sub} is not a directory: {path} is Kaggle's ImageNet "
+                                   f"download as unpacked, whose IN-1K root is {path / KAGGLE_IMAGES}")
     return open_source(path / sub, "auto", cache_dir, split)
 
 
@@ -307,7 +307,7 @@ class SynsetSource(ImageSource):
             elif kind == "tar":
                 names = [n for n in self._tar(wnid).names() if is_image_name(n)]
             else:
-                raise FileNotFoundError(f"synset {wnid} is missing under {self.root} (no {wnid}/ nor {wnid}.tar)")
+                raise MissingFileError(f"synset {wnid} is missing under {self.root} (no {wnid}/ nor {wnid}.tar)")
             self._lists[wnid] = names
         return self._lists[wnid]
 
