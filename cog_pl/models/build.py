@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from cog_pl.data.transforms import TransformConfig
-from cog_pl.errors import MissingDependencyError
+from cog_pl.errors import CogError, MissingDependencyError, WrongTypeError
 from cog_pl.io import file_sha256
 from cog_pl.models.checkpoints import (
     CONVERTED,
@@ -106,8 +106,8 @@ def register_backbone(name: str, spec_or_builder: BackboneSpec | Callable[[], nn
     if isinstance(spec_or_builder, BackboneSpec):
         return add_spec(name, spec_or_builder, replace_existing=replace)
     if not callable(spec_or_builder):
-        raise TypeError(f"register_backbone({name!r}, ...): expected a BackboneSpec or a builder function, got "
-                        f"{type(spec_or_builder).__name__}")
+        raise WrongTypeError(f"register_backbone({name!r}, ...): expected a BackboneSpec or a builder function, got "
+                             f"{type(spec_or_builder).__name__}")
     spec = BackboneSpec(name, f"external:{name}", feature_dim=-1, image_size=image_size, mean=mean, std=std,
                         layout=USER_LAYOUT, group="user", external=True, seen=seen)
     add_spec(name, spec, replace_existing=replace)
@@ -226,7 +226,7 @@ def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
         import timm
 
         if arch not in timm.list_models():
-            raise ValueError(f"timm has no model {arch!r}")
+            raise CogError(f"timm has no model {arch!r}")
         num_classes = None if spec.feature == "output" or with_head else 0
         kwargs = {"pretrained": False, **spec.timm_kwargs}
         if num_classes is not None:
@@ -241,11 +241,11 @@ def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
                 kwargs["init_weights"] = False
             model = torchvision.models.get_model(arch, weights=None, **kwargs)
         except ValueError as err:
-            raise ValueError(f"torchvision has no model {arch!r}") from err
+            raise CogError(f"torchvision has no model {arch!r}") from err
         return model
     if kind == "cog":
         if arch not in BUILTIN_ARCHS:
-            raise ValueError(f"cog_pl has no architecture {arch!r}; it has {', '.join(sorted(BUILTIN_ARCHS))}")
+            raise CogError(f"cog_pl has no architecture {arch!r}; it has {', '.join(sorted(BUILTIN_ARCHS))}")
         return _function(BUILTIN_ARCHS[arch])()
     if arch not in _EXTERNAL and arch in _BUILTIN_EXTERNAL:
         importlib.import_module(_BUILTIN_EXTERNAL[arch])
@@ -253,11 +253,11 @@ def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
         try:
             return _function(arch)()
         except (ImportError, AttributeError) as err:
-            raise ValueError(f"external:{arch}: cannot import the builder ({err})") from err
+            raise CogError(f"external:{arch}: cannot import the builder ({err})") from err
     if arch not in _EXTERNAL:
-        raise ValueError(f"architecture {arch!r} is not in timm or torchvision: its authors' code must provide it; "
-                         f"call cog_pl.register_backbone({arch!r}, builder) (or register_architecture) first, or "
-                         "name the builder by its import path (external:<module>:<function>)")
+        raise CogError(f"architecture {arch!r} is not in timm or torchvision: its authors' code must provide it; "
+                       f"call cog_pl.register_backbone({arch!r}, builder) (or register_architecture) first, or "
+                       "name the builder by its import path (external:<module>:<function>)")
     return _EXTERNAL[arch]()
 
 
@@ -315,7 +315,7 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
     """
     own = None if isinstance(name, str) else name if isinstance(name, nn.Module) else CallableBackbone(name)
     if own is None and label is not None:
-        raise ValueError(f"label={label!r} names a module passed as model=; {name!r} has its own name")
+        raise CogError(f"label={label!r} names a module passed as model=; {name!r} has its own name")
     spec = resolve_spec(name) if own is None else module_spec(own, label, image_size)
     if prefix is not None:
         spec = replace(spec, layout=replace(spec.layout, prefix=prefix))

@@ -24,6 +24,7 @@ import logging
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from cog_pl.errors import CogError
 from cog_pl.io import digest
 from cog_pl.registry import Registry
 
@@ -327,8 +328,8 @@ def add_spec(name: str, spec: BackboneSpec, *, replace_existing: bool = False) -
     """Put ``spec`` in :data:`BACKBONES` as ``name`` (its ``name`` field set to it); a taken name is refused unless
     ``replace_existing``. :func:`cog_pl.models.register_backbone` is the public way in."""
     if name.startswith(_PREFIXES) or ":" in name:
-        raise ValueError(f"backbone name {name!r}: a registered name has no prefix (timm:, torchvision:, external: "
-                         "name architectures)")
+        raise CogError(f"backbone name {name!r}: a registered name has no prefix (timm:, torchvision:, external: "
+                       "name architectures)")
     return BACKBONES.add(name, spec if spec.name == name else replace(spec, name=name), replace=replace_existing)
 
 
