@@ -20,6 +20,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from cog_pl.errors import CogError
+
 #: Loggers whose packages Lightning does not install: the class and the packages (any one of them) it needs.
 LOGGER_PACKAGES = {"TensorBoardLogger": ("tensorboard", "tensorboardX"), "WandbLogger": ("wandb",),
                    "MLFlowLogger": ("mlflow",), "CometLogger": ("comet_ml",), "NeptuneLogger": ("neptune",)}
@@ -44,9 +46,9 @@ class RequireCheckpoint(L.Callback):
 
     def _check(self, trainer: L.Trainer) -> None:
         if trainer.ckpt_path is None:
-            raise ValueError(f"{self.command} --ckpt_path {self.given}: Lightning found no such checkpoint, so the "
-                             f"{self.command} would score an untrained model; pass the .ckpt file the fit wrote (fit "
-                             "prints it), or keep last.ckpt (ModelCheckpoint save_last) where this run looks")
+            raise CogError(f"{self.command} --ckpt_path {self.given}: Lightning found no such checkpoint, so the "
+                           f"{self.command} would score an untrained model; pass the .ckpt file the fit wrote (fit "
+                           "prints it), or keep last.ckpt (ModelCheckpoint save_last) where this run looks")
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._check(trainer)
@@ -97,7 +99,7 @@ class CommandLineCLI(LightningCLI):
             from cog_pl.io import load_failure
 
             path = self.config[self.config.subcommand].get("ckpt_path")
-            raise ValueError(f"--ckpt_path {path}: not a checkpoint this command can read: {load_failure(err)}") \
+            raise CogError(f"--ckpt_path {path}: not a checkpoint this command can read: {load_failure(err)}") \
                 from err
 
     def instantiate_classes(self) -> None:
@@ -106,15 +108,15 @@ class CommandLineCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except ModuleNotFoundError as err:
-            raise ValueError(missing_logger_package(str(err) + " " + " ".join(sys.argv)) or str(err)) from err
+            raise CogError(missing_logger_package(str(err) + " " + " ".join(sys.argv)) or str(err)) from err
         except ValueError as err:
             missing = missing_logger_package(str(err)) if "logger" in str(err) else None
             if missing:
-                raise ValueError(missing) from err
+                raise CogError(missing) from err
             reasons = [line.strip()[2:] for line in str(err).splitlines() if line.strip().startswith("- ")
                        and not line.strip().startswith("- Expected a <class 'NoneType'>")]
             if str(err).startswith("Does not validate against") and reasons:
-                raise ValueError("; ".join(reasons)) from err
+                raise CogError("; ".join(reasons)) from err
             raise
 
     # -- test and validate score a trained model, never an untrained one -------------------------------------------

@@ -68,9 +68,10 @@ def lightning_command(argv: list[str]) -> tuple[str, str, list[str]] | None:
     return None
 
 
-#: Errors in what the user gave (an option, a file, a URL, a synset): one line, exit status 2. A ``ValueError`` counts
-#: (library code validates its arguments with it); a ``KeyError`` or ``RuntimeError`` does not: it is a defect.
-USAGE_ERRORS = (CogError, ValueError, FileNotFoundError)
+#: Errors in what the user gave (an option, a file, a URL, a synset): one line, exit status 2. Only cog_pl's own
+#: :class:`~cog_pl.errors.CogError` counts: a plain ``ValueError``, ``TypeError`` or ``KeyError`` reaching the command
+#: is a defect of cog_pl (its traceback, exit status 1), never shown as the user's error.
+USAGE_ERRORS: tuple[type[BaseException], ...] = (CogError,)
 #: The base error classes of libraries (module, class) whose errors say the user's configuration is wrong.
 LIBRARY_USAGE_ERRORS = (("lightning.fabric.utilities.exceptions", "MisconfigurationException"),)
 #: The base error classes of the database libraries and torch's out-of-memory (module, class): failures of the

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cog_pl.cli.options import add_deprecated_alias, add_no_longer_needed
+from cog_pl.errors import CogError
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -94,12 +95,12 @@ def _device(name: str) -> str:
 def _setup(args: argparse.Namespace) -> None:
     """Threads and logging of the probe commands; refuses a bad numeric option before any work."""
     if args.threads < 0:
-        raise ValueError(f"--threads must be at least 0 (0: torch's default), got {args.threads}")
+        raise CogError(f"--threads must be at least 0 (0: torch's default), got {args.threads}")
     _protocol(args), _plan(args)
     if args.probe_command == "tune":
         if args.seed < 0 or (args.shots is not None and args.shots < 1):
-            raise ValueError(f"--seed must be at least 0 and --shots at least 1, got --seed {args.seed} --shots "
-                             f"{args.shots}")
+            raise CogError(f"--seed must be at least 0 and --shots at least 1, got --seed {args.seed} --shots "
+                           f"{args.shots}")
     else:
         _check_grid(args.seeds or ProbeProtocol().seeds, args.shots or ())
     import optuna
@@ -218,8 +219,8 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
 def _knn(args: argparse.Namespace) -> int:
     """One k-NN cell (k chosen on validation, then tested); its row is the last line."""
     if args.seed < 0 or (args.shots is not None and args.shots < 1):
-        raise ValueError(f"--seed must be at least 0 and --shots at least 1, got --seed {args.seed} --shots "
-                         f"{args.shots}")
+        raise CogError(f"--seed must be at least 0 and --shots at least 1, got --seed {args.seed} --shots "
+                       f"{args.shots}")
     import torch
 
     from cog_pl.features.pair import open_pair
