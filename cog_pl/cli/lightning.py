@@ -37,6 +37,17 @@ def missing_logger_package(text: str) -> str | None:
     return None
 
 
+def _cog_error_in(err: BaseException) -> bool:
+    """Whether ``err`` or an error it was raised from (jsonargparse wraps a class's own refusal) is a CogError."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, CogError):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
 class RequireCheckpoint(L.Callback):
     """Refuse to test or validate a module no checkpoint was loaded into: in a fresh process it is untrained, and
     its accuracy (chance) would read as a result."""
@@ -117,7 +128,9 @@ class CommandLineCLI(LightningCLI):
                        and not line.strip().startswith("- Expected a <class 'NoneType'>")]
             if str(err).startswith("Does not validate against") and reasons:
                 raise CogError("; ".join(reasons)) from err
-            raise
+            if not isinstance(err, CogError) and _cog_error_in(err):  # ours, wrapped by jsonargparse: the user's
+                raise CogError(str(err)) from err
+            raise  # a CogError as raised, or a plain ValueError: a defect
 
     # -- test and validate score a trained model, never an untrained one -------------------------------------------
     def _checked(self, command: str, kwargs: dict[str, Any]) -> dict[str, Any]:
