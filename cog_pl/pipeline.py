@@ -291,11 +291,11 @@ class RunConfig:
         try:
             self.probe.plan()
             resolve_device(self.probe.device)
-        except ValueError as err:
+        except CogError as err:
             raise CogError(f"probe options: {err}") from None
         try:
             resolve_precision(self.extract.precision, "cpu")
-        except ValueError as err:
+        except CogError as err:
             raise CogError(f"extraction options: {err}") from None
 
     def _check_finetune(self) -> None:
@@ -309,7 +309,7 @@ class RunConfig:
             raise CogError(f"finetune: unknown option(s) {', '.join(bad)}; choose from {', '.join(allowed)}")
         try:
             check_options(self.finetune.get("precision", params["precision"].default), self.finetune.get("recipe"))
-        except ValueError as err:
+        except CogError as err:
             raise CogError(f"finetune: {err}") from None
         if not self.finetune_seed_values:
             raise CogError("finetune_seeds: give at least one seed")

@@ -32,19 +32,19 @@ OPTION_OF_FIELD = {"trials": "--trials", "epochs": "--epochs", "batch_size": "--
                    "shots": "--shots", "variant_seeds": "--variant-seeds", "finetune_seeds": "--finetune-seeds"}
 
 
-def option_error(err: ValueError) -> ValueError:
-    """``err`` with the field names it mentions written as the options that set them (``trial_batch`` ->
-    ``--trial-batch``)."""
+def option_error(err: CogError) -> CogError:
+    """``err`` (of its own kind) with the field names it mentions written as the options that set them
+    (``trial_batch`` -> ``--trial-batch``)."""
     text = str(err)
     for name, option in OPTION_OF_FIELD.items():
         text = re.sub(rf"(?<![\w-]){name}\b", option, text)
-    return ValueError(text)
+    return type(err)(text)
 
 
 def _protocol(args: argparse.Namespace) -> ProbeProtocol:
     try:
         return replace(ProbeProtocol(), trials=args.trials, epochs=args.epochs, batch_size=args.batch_size)
-    except ValueError as err:
+    except CogError as err:
         raise option_error(err) from None
 
 
@@ -54,7 +54,7 @@ def _plan(args: argparse.Namespace):
     given = {"trial_batch": args.trial_batch, "stale_after": args.stale_after, "precision": args.precision}
     try:
         return SearchPlan(mode="exact" if args.exact else "fast", **{k: v for k, v in given.items() if v is not None})
-    except ValueError as err:
+    except CogError as err:
         raise option_error(err) from None
 
 
@@ -63,7 +63,7 @@ def _check_grid(seeds, shots) -> None:
 
     try:
         check_grid(seeds, shots)
-    except ValueError as err:
+    except CogError as err:
         raise option_error(err) from None
 
 

@@ -269,7 +269,7 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
                          variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
                          extract=extract, probe=probe, finetune=finetune, methods=tuple(dict.fromkeys(args.methods)),
                          finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds), **kw)
-    except ValueError as err:
+    except CogError as err:
         from cog_pl.cli.probe import option_error
 
         raise option_error(err) from None
