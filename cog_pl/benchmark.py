@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cog_pl import resources
+from cog_pl.errors import CogError
 from cog_pl.io import read_json, write_json
 from cog_pl.protocol import FeatureProtocol
 
@@ -65,7 +66,7 @@ class Benchmark:
     def classes(self, level: str) -> tuple[str, ...]:
         """A level's concepts in label order (sorted wnids)."""
         if level not in self.levels:
-            raise ValueError(f"benchmark {self.name!r} has no level {level!r}; it has {', '.join(self.levels)}")
+            raise CogError(f"benchmark {self.name!r} has no level {level!r}; it has {', '.join(self.levels)}")
         return self.levels[level]
 
     def test_by_concept(self, level: str) -> dict[str, tuple[str, ...]]:
@@ -103,17 +104,17 @@ class Benchmark:
         path = Path(path)
         rec = read_json(path, "benchmark file")
         if not isinstance(rec, dict) or rec.get("format") != FORMAT or rec.get("version") != VERSION:
-            raise ValueError(f"benchmark file {path} {_what(rec)}; expected a {FORMAT!r} file, version {VERSION} "
-                             "(cog-pl levels build --seen writes one)")
+            raise CogError(f"benchmark file {path} {_what(rec)}; expected a {FORMAT!r} file, version {VERSION} "
+                           "(cog-pl levels build --seen writes one)")
         try:
             bench = cls(rec["name"], rec["in1k"], rec["levels"], rec["test"], rec.get("in1k_test", ""),
                         rec.get("protocol", {}), rec.get("meta", {}))
         except (KeyError, TypeError, AttributeError) as err:
-            raise ValueError(f"benchmark file {path}: missing or malformed field {err}") from err
+            raise CogError(f"benchmark file {path}: missing or malformed field {err}") from err
         problems = validate(bench)
         if problems:
-            raise ValueError(f"benchmark file {path}: " + "; ".join(problems[:5])
-                             + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""))
+            raise CogError(f"benchmark file {path}: " + "; ".join(problems[:5])
+                           + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""))
         return bench
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from cog_pl.errors import CogError
+
 log = logging.getLogger(__name__)
 
 #: Lightning's Trainer precisions (its ``_PRECISION_INPUT``), the one vocabulary of every stage.
@@ -40,12 +42,12 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         try:
             dev = torch.device(device)
         except (RuntimeError, TypeError) as err:
-            raise ValueError(f"device {device!r}: not a device name (auto, cpu, cuda, cuda:1, ...)") from err
+            raise CogError(f"device {device!r}: not a device name (auto, cpu, cuda, cuda:1, ...)") from err
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device {str(dev)!r}: this machine has no CUDA device (use --device cpu or auto)")
+            raise CogError(f"device {str(dev)!r}: this machine has no CUDA device (use --device cpu or auto)")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {str(dev)!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+            raise CogError(f"device {str(dev)!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return dev
 
 
@@ -87,7 +89,7 @@ def resolve_precision(precision: str | int, device: str | torch.device = "auto",
         if precision not in allowed:
             precision = "32-true"
     if precision not in allowed:
-        raise ValueError(f"precision {precision!r}; expected auto or one of {', '.join(allowed)}")
+        raise CogError(f"precision {precision!r}; expected auto or one of {', '.join(allowed)}")
     return precision
 
 

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from cog_pl.errors import CogError, DiskFullError, MissingFileError
+
 #: errno values that mean the file system is full (ENOSPC) or the user's quota is spent (EDQUOT).
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -23,13 +25,6 @@ def printable(name: str | os.PathLike) -> str:
     """A file name for messages and logs: bytes that are not UTF-8 (kept by Python as surrogate escapes, see
     :func:`os.fsdecode`) shown as ``\\xff``, so printing or writing the name as text never fails."""
     return os.fspath(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-class DiskFullError(OSError):
-    """No space left for a file; the message (one line) names the file and, where known, the bytes needed."""
-
-    def __str__(self) -> str:
-        return str(self.strerror)
 
 
 def disk_full(path: str | os.PathLike, needed: int | None = None, refused: OSError | None = None) -> DiskFullError:
@@ -111,9 +106,9 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{what} {path} does not exist") from None
+        raise MissingFileError(f"{what} {path} does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{what} {path} is not readable JSON: {err}") from err
+        raise CogError(f"{what} {path} is not readable JSON: {err}") from err
 
 
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cog_pl.errors import UnknownNameError
+from cog_pl.errors import CogError, UnknownNameError
 from cog_pl.registry import Registry, did_you_mean, plugins
 
 __all__ = ["ENTRY_POINT_GROUP", "Method", "get_method", "is_probe", "list_methods", "method_label", "method_sort_key",
@@ -101,8 +101,8 @@ def _load() -> None:
 def register_method(method: Method, *, replace: bool = False) -> Method:
     """Add ``method`` to the table; a taken name is refused unless ``replace``, and a name must be an identifier."""
     if not isinstance(method.name, str) or not method.name.isidentifier():
-        raise ValueError(f"a probe method's name must be a Python identifier (letters, digits, _), "
-                         f"got {method.name!r}")
+        raise CogError(f"a probe method's name must be a Python identifier (letters, digits, _), "
+                       f"got {method.name!r}")
     return _METHODS.add(method.name, method, replace=replace)
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cog_pl.defaults import MAX_SKIPPED, NUM_WORKERS
-from cog_pl.errors import CogError
+from cog_pl.errors import CogError, MissingFileError
 from cog_pl.protocol import (
     DOMAINS,
     LEVEL_OF_DOMAIN,
@@ -221,7 +221,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.stage is not None and self.stage not in STAGES:
-            raise ValueError(f"stage {self.stage!r}: choose from {', '.join(STAGES)}")
+            raise CogError(f"stage {self.stage!r}: choose from {', '.join(STAGES)}")
         self.protocol  # noqa: B018 - refuses bad trials/epochs now, not after extraction
         for name, seeds in (("seeds", self.seeds), ("variant_seeds", self.variant_seeds),
                             ("finetune_seeds", self.finetune_seeds)):
@@ -244,29 +244,29 @@ class RunConfig:
         for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
             bad_shots = [s for s in shots if s is not None and not (isinstance(s, int) and s > 0)]
             if bad_shots:
-                raise ValueError(f"invalid shot value(s) {bad_shots} in {name}: use 'all' (None) or positive "
-                                 f"integers (protocol: {', '.join(map(str, ProbeProtocol().shots))})")
+                raise CogError(f"invalid shot value(s) {bad_shots} in {name}: use 'all' (None) or positive "
+                               f"integers (protocol: {', '.join(map(str, ProbeProtocol().shots))})")
         if self.variants:
             from cog_pl.levels.measures import get_measure, list_measures
 
             bad = [v for v in self.variants if v not in list_measures()]
             if bad:
-                raise ValueError(f"unknown level variant(s) {', '.join(bad)}; choose from "
-                                 f"{', '.join(list_measures())}")
+                raise CogError(f"unknown level variant(s) {', '.join(bad)}; choose from "
+                               f"{', '.join(list_measures())}")
             for v in self.variants:
                 get_measure(v).require(f"the level variant {v!r}", f"or drop {v!r} from the variants")
             lacking = [d for d in LEVEL_OF_DOMAIN if d not in self.domains]
             if lacking:
-                raise ValueError(f"level variants regroup the features of all five levels; add {', '.join(lacking)} "
-                                 "to the domains")
+                raise CogError(f"level variants regroup the features of all five levels; add {', '.join(lacking)} "
+                               "to the domains")
         needs_in1k = "in1k" in self.domains
         needs_in21k = any(d != "in1k" for d in self.domains)
         for flag, need, root in (("--in1k-root", needs_in1k, self.in1k_root),
                                  ("--in21k-root", needs_in21k, self.in21k_root)):
             if need and not root:
-                raise ValueError(f"{flag} is required for the domains {', '.join(self.domains)}")
+                raise CogError(f"{flag} is required for the domains {', '.join(self.domains)}")
             if need and not Path(root).is_dir() and not (flag == "--in21k-root" and _is_whole_tar(root)):
-                raise FileNotFoundError(f"{flag} {root} is not a folder" + (
+                raise MissingFileError(f"{flag} {root} is not a folder" + (
                     " nor an IN-21K whole tar (fall11_whole.tar, winter21_whole.tar.gz)" if flag == "--in21k-root"
                     else ""))
         if self.finetune is not None:
@@ -291,12 +291,12 @@ class RunConfig:
         try:
             self.probe.plan()
             resolve_device(self.probe.device)
-        except ValueError as err:
-            raise ValueError(f"probe options: {err}") from None
+        except CogError as err:
+            raise CogError(f"probe options: {err}") from None
         try:
             resolve_precision(self.extract.precision, "cpu")
-        except ValueError as err:
-            raise ValueError(f"extraction options: {err}") from None
+        except CogError as err:
+            raise CogError(f"extraction options: {err}") from None
 
     def _check_finetune(self) -> None:
         """Refuse a ``finetune`` option, recipe key or precision the fine-tuning would fail on after the probes."""
@@ -306,13 +306,13 @@ class RunConfig:
         allowed = [k for k in params if k not in FINETUNE_SET_BY_RUN]
         bad = [k for k in self.finetune if k not in allowed]
         if bad:
-            raise ValueError(f"finetune: unknown option(s) {', '.join(bad)}; choose from {', '.join(allowed)}")
+            raise CogError(f"finetune: unknown option(s) {', '.join(bad)}; choose from {', '.join(allowed)}")
         try:
             check_options(self.finetune.get("precision", params["precision"].default), self.finetune.get("recipe"))
-        except ValueError as err:
-            raise ValueError(f"finetune: {err}") from None
+        except CogError as err:
+            raise CogError(f"finetune: {err}") from None
         if not self.finetune_seed_values:
-            raise ValueError("finetune_seeds: give at least one seed")
+            raise CogError("finetune_seeds: give at least one seed")
 
 
 @functools.lru_cache(maxsize=32)
@@ -448,8 +448,8 @@ def _require_stores(paths: Sequence[Path]) -> None:
 
     missing = [p for p in paths if not is_complete(p)]
     if missing:
-        raise FileNotFoundError(f"feature store {missing[0]} is not complete ({len(missing)} of {len(paths)} are "
-                                "not): run the extract stage first (cog-pl run ... --stage extract)")
+        raise MissingFileError(f"feature store {missing[0]} is not complete ({len(missing)} of {len(paths)} are "
+                               "not): run the extract stage first (cog-pl run ... --stage extract)")
 
 
 def _backbone_transform(cfg: RunConfig) -> Any:
@@ -556,7 +556,7 @@ def _noise(cfg: RunConfig, out: Path, model_name: str) -> None:
     row = get_row(out / "results.sqlite", (model_name, _noise_method(cfg), "in1k", None, cfg.seeds[0]))
     if not targets or row is None or not isinstance(row.get("predictions"), dict):
         return
-    from cog_pl.results.predictions import PredictionsError
+    from cog_pl.errors import PredictionsError
 
     try:
         if all(read_noise_predictions(out / "results.sqlite", row, d) is not None for d in targets):

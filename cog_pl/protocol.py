@@ -11,6 +11,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cog_pl.errors import CogError
+
 DOMAINS = ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
 LEVEL_OF_DOMAIN = {f"cog_l{i}": f"L{i}" for i in range(1, 6)}
 DOMAIN_OF_LEVEL = {level: domain for domain, level in LEVEL_OF_DOMAIN.items()}
@@ -23,16 +25,16 @@ def check_domains(domains, who: str = "") -> None:
     """Refuse names that are not domains of the benchmark, naming them and the choices (``who``: a prefix)."""
     unknown = [d for d in domains if d not in DOMAINS]
     if unknown:
-        raise ValueError(f"{who}unknown domain(s) {', '.join(unknown)}; choose from {', '.join(DOMAINS)}")
+        raise CogError(f"{who}unknown domain(s) {', '.join(unknown)}; choose from {', '.join(DOMAINS)}")
 
 
 def variant_domain(domain: str, variant: str) -> str:
     """The domain name of a level of a level variant, e.g. ``variant_domain("cog_l3", "wup") == "cog_l3@wup"``."""
     if domain not in LEVEL_OF_DOMAIN:
-        raise ValueError(f"level variants regroup the CoG levels; {domain!r} is not one of "
-                         f"{', '.join(LEVEL_OF_DOMAIN)}")
+        raise CogError(f"level variants regroup the CoG levels; {domain!r} is not one of "
+                       f"{', '.join(LEVEL_OF_DOMAIN)}")
     if not _VARIANT_NAME.fullmatch(variant):
-        raise ValueError(f"variant name {variant!r}: use letters, digits, '_', '-' or '.'")
+        raise CogError(f"variant name {variant!r}: use letters, digits, '_', '-' or '.'")
     return f"{domain}{VARIANT_SEP}{variant}"
 
 
@@ -103,18 +105,18 @@ class ProbeProtocol:
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "trials"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise ValueError(f"probe protocol: {name} must be at least 1 (an integer), got "
-                                 f"{getattr(self, name)!r}")
+                raise CogError(f"probe protocol: {name} must be at least 1 (an integer), got "
+                               f"{getattr(self, name)!r}")
         if not 0 < self.val_fraction < 1:
-            raise ValueError(f"probe protocol: val_fraction must be between 0 and 1, got {self.val_fraction}")
+            raise CogError(f"probe protocol: val_fraction must be between 0 and 1, got {self.val_fraction}")
         if not 0 <= self.momentum < 1:
-            raise ValueError(f"probe protocol: momentum must be in [0, 1), got {self.momentum}")
+            raise CogError(f"probe protocol: momentum must be in [0, 1), got {self.momentum}")
         for name in ("lr_range", "wd_range"):
             low, high = getattr(self, name)
             if not 0 < low <= high:
-                raise ValueError(f"probe protocol: {name} must be (low, high) with 0 < low <= high, got {(low, high)}")
+                raise CogError(f"probe protocol: {name} must be (low, high) with 0 < low <= high, got {(low, high)}")
         if self.sampler not in SAMPLERS:
-            raise ValueError(f"probe protocol: sampler {self.sampler!r}; this code implements {', '.join(SAMPLERS)}")
+            raise CogError(f"probe protocol: sampler {self.sampler!r}; this code implements {', '.join(SAMPLERS)}")
         check_grid(self.seeds, self.shots, "probe protocol: ")
 
     def grid(self, seeds=None, shots=None) -> tuple[tuple[int, ...], tuple[int | None, ...]]:
@@ -134,10 +136,10 @@ def check_grid(seeds, shots=(), who: str = "", names: tuple[str, str] = ("seeds"
     integers >= 1, naming the values (``who``: a prefix; ``names``: what the seeds and shots are called)."""
     bad = [s for s in seeds if not (_is_int(s) and s >= 0)]
     if bad or not len(seeds):
-        raise ValueError(f"{who}{names[0]} must be at least 0 (integers, one or more), got {list(seeds)}")
+        raise CogError(f"{who}{names[0]} must be at least 0 (integers, one or more), got {list(seeds)}")
     bad = [n for n in shots if n is not None and not (_is_int(n) and n >= 1)]
     if bad:
-        raise ValueError(f"{who}{names[1]} must be 'all' or at least 1 (integers), got {bad}")
+        raise CogError(f"{who}{names[1]} must be 'all' or at least 1 (integers), got {bad}")
 
 
 def as_record(obj: Any) -> dict[str, Any]:

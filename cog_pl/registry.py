@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
-from cog_pl.errors import UnknownNameError
+from cog_pl.errors import CogError, UnknownNameError
 
 __all__ = ["Registry", "did_you_mean"]
 
@@ -51,9 +51,9 @@ class Registry(Generic[T]):
     def add(self, name: str, entry: T, *, replace: bool = False) -> T:
         """Register ``entry`` as ``name``; a taken name is refused unless ``replace``."""
         if not name or not isinstance(name, str):
-            raise ValueError(f"a {self.kind} needs a non-empty name, got {name!r}")
+            raise CogError(f"a {self.kind} needs a non-empty name, got {name!r}")
         if name in self._entries and not replace:
-            raise ValueError(f"{self.kind} {name!r} is already registered; pass replace=True to replace it")
+            raise CogError(f"{self.kind} {name!r} is already registered; pass replace=True to replace it")
         self._entries[name] = entry
         return entry
 

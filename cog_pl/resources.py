@@ -13,6 +13,8 @@ import re
 from importlib import resources
 from typing import IO
 
+from cog_pl.errors import CogError
+
 LEVELS = ("L1", "L2", "L3", "L4", "L5")
 WNID_RE = re.compile(r"^n\d{8}$")
 
@@ -86,6 +88,6 @@ def concept_gloss(wnid: str) -> str:
 def official_test_split(level: str) -> tuple[str, ...]:
     """The official test images of a level: 50,000 ``wnid/filename.JPEG`` paths."""
     if level not in LEVELS:
-        raise ValueError(f"unknown level {level!r}; expected one of {', '.join(LEVELS)}")
+        raise CogError(f"unknown level {level!r}; expected one of {', '.join(LEVELS)}")
     with _open(f"cog_test_split_{level}.txt.gz") as fh:
         return tuple(line.strip() for line in fh if line.strip())

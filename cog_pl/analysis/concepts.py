@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cog_pl.errors import CogError
 from cog_pl.results.predictions import Predictions
 
 #: Bootstrap replicates of the curve's bands and the slope's interval, and the bands' level.
@@ -57,14 +58,14 @@ def concept_scores(model: str, method: str, domain: str, by_seed: Mapping[int, P
     labels in every seed: refused otherwise)."""
     seeds = tuple(sorted(by_seed))
     if not seeds:
-        raise ValueError(f"{model}/{method}/{domain}: no predictions")
+        raise CogError(f"{model}/{method}/{domain}: no predictions")
     first = by_seed[seeds[0]]
     for s in seeds[1:]:
         other = by_seed[s]
         if not (np.array_equal(other.image, first.image) and np.array_equal(other.label, first.label)
                 and other.classes == first.classes):
-            raise ValueError(f"{model}/{method}/{domain}: seed {s}'s predictions hold other test images or labels "
-                             f"than seed {seeds[0]}'s")
+            raise CogError(f"{model}/{method}/{domain}: seed {s}'s predictions hold other test images or labels "
+                           f"than seed {seeds[0]}'s")
     num = len(first.classes) if first.classes is not None else int(first.label.max(initial=-1)) + 1
     top1, images = concept_accuracy(first.label, np.stack([by_seed[s].correct for s in seeds]), num)
     classes = first.classes if first.classes is not None else tuple(f"class {i}" for i in range(num))
@@ -89,7 +90,7 @@ def quantile_edges(similarity: Sequence[float], bins: int) -> np.ndarray:
     sim = np.asarray(similarity, dtype=np.float64)
     sim = sim[np.isfinite(sim)]
     if len(sim) == 0:
-        raise ValueError("no concept with a similarity to bin")
+        raise CogError("no concept with a similarity to bin")
     edges = np.unique(np.quantile(sim, np.linspace(0, 1, max(1, bins) + 1)))
     return edges if len(edges) > 1 else np.array([edges[0], edges[0]])
 

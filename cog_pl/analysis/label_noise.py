@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from cog_pl.errors import CogError
 from cog_pl.features.store import FeatureStore, open_store
 from cog_pl.probe.data import ProbeData, l2_normalize, load_store
 from cog_pl.probe.multihead import HeadsResult
@@ -51,11 +52,11 @@ def open_domains(features: str | Path, source: str, target: str) -> tuple[Featur
     root = Path(features)
     src, tgt = open_store(root / source / "train"), open_store(root / target / "test")
     if src.features.shape[1] != tgt.features.shape[1]:
-        raise ValueError(f"{source} has {src.features.shape[1]}-d features but {target} {tgt.features.shape[1]}-d: "
-                         "not the same model")
+        raise CogError(f"{source} has {src.features.shape[1]}-d features but {target} {tgt.features.shape[1]}-d: "
+                       "not the same model")
     models = src.meta.get("model"), tgt.meta.get("model")
     if None not in models and models[0] != models[1]:
-        raise ValueError(f"{src.path} holds features of {models[0]!r}, {tgt.path} of {models[1]!r}")
+        raise CogError(f"{src.path} holds features of {models[0]!r}, {tgt.path} of {models[1]!r}")
     return src, tgt
 
 

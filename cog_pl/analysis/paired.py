@@ -100,7 +100,7 @@ def paired_difference(a: np.ndarray, b: np.ndarray, *, seeds: tuple[int, ...] = 
     """Difference in top-1 of A and B with its paired bootstrap interval and permutation p-value, from their
     ``(seeds, images)`` correctness arrays (the same images in the same order, row ``j`` of both from one seed)."""
     if not 0 < level < 1:
-        raise ValueError(f"interval level must be between 0 and 1, got {level}")
+        raise CogError(f"interval level must be between 0 and 1, got {level}")
     a, b = np.atleast_2d(np.asarray(a, dtype=bool)), np.atleast_2d(np.asarray(b, dtype=bool))
     boot_rng, perm_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     reps = bootstrap_differences(a, b, n_boot, boot_rng)
@@ -117,23 +117,23 @@ def aligned(a: Mapping[int, Predictions], b: Mapping[int, Predictions]) -> tuple
     answered (matched by dataset row); refused when they name other concepts or other labels for an image."""
     seeds = tuple(sorted(a.keys() & b.keys()))
     if not seeds:
-        raise ValueError(f"no seed in common (seeds {sorted(a)} and {sorted(b)})")
+        raise CogError(f"no seed in common (seeds {sorted(a)} and {sorted(b)})")
     first_a, first_b = a[seeds[0]], b[seeds[0]]
     if first_a.classes is not None and first_b.classes is not None and first_a.classes != first_b.classes:
-        raise ValueError("the two models' predictions name other concepts (class lists differ)")
+        raise CogError("the two models' predictions name other concepts (class lists differ)")
     images = np.intersect1d(first_a.image, first_b.image)
     if len(images) == 0:
-        raise ValueError("the two models answered no test image in common")
+        raise CogError("the two models answered no test image in common")
     rows_a, rows_b = [], []
     for s in seeds:
         for preds, out in ((a[s], rows_a), (b[s], rows_b)):
             pos = positions(preds.image, images)
             if pos is None:
-                raise ValueError("the predictions of one seed hold other test images than another's")
+                raise CogError("the predictions of one seed hold other test images than another's")
             out.append((preds.label[pos], preds.correct[pos]))
     labels = [lab for lab, _ in rows_a + rows_b]
     if any(not np.array_equal(labels[0], lab) for lab in labels[1:]):
-        raise ValueError("the two models' predictions give other labels to the same test images")
+        raise CogError("the two models' predictions give other labels to the same test images")
     return np.stack([c for _, c in rows_a]), np.stack([c for _, c in rows_b]), seeds
 
 

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cog_pl.data.transforms import TransformConfig, protocol_transform
+from cog_pl.errors import CogError, MissingFileError
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol, check_domains
 
 logger = logging.getLogger(__name__)
@@ -114,17 +115,17 @@ class CoGEvaluationCallback(L.Callback):
         check_domains(domains, "CoGEvaluationCallback: ")  # refused now rather than at the end of the first epoch
         unknown = [m for m in methods if m not in METHODS]
         if unknown or not methods:
-            raise ValueError(f"CoGEvaluationCallback: methods {list(methods)}; choose one or more of "
-                             f"{', '.join(METHODS)}")
+            raise CogError(f"CoGEvaluationCallback: methods {list(methods)}; choose one or more of "
+                           f"{', '.join(METHODS)}")
         from cog_pl.probe.knn import KNNSettings
         from cog_pl.probe.knn_protocol import resolve_knn_precision
 
         self.methods, self.knn = tuple(dict.fromkeys(methods)), KNNSettings(ks=tuple(knn_ks))
         self.knn_precision = resolve_knn_precision(knn_precision, "cpu")  # the features are on the host
         if not in1k_root and "in1k" in domains:
-            raise ValueError("CoGEvaluationCallback: in1k needs in1k_root (or leave in1k out of domains)")
+            raise CogError("CoGEvaluationCallback: in1k needs in1k_root (or leave in1k out of domains)")
         if not in21k_root and any(d != "in1k" for d in domains):
-            raise ValueError("CoGEvaluationCallback: the CoG levels need in21k_root")
+            raise CogError("CoGEvaluationCallback: the CoG levels need in21k_root")
         self.roots = {"in1k_root": in1k_root, "in21k_root": in21k_root, "benchmark": benchmark}
         self.backbone, self.domains = backbone, domains
         self.every_n_epochs, self.at_fit_end = every_n_epochs, at_fit_end
@@ -196,13 +197,13 @@ class CoGEvaluationCallback(L.Callback):
             return
         sharded = [c.__name__ for c in type(trainer.strategy).__mro__ if c.__name__ in SHARDED_STRATEGIES]
         if sharded:
-            raise ValueError(f"CoGEvaluationCallback: {sharded[0]} shards the model across processes, and the "
-                             "callback runs the backbone on rank zero alone, which would wait forever for the "
-                             "others; train with DDP, or call evaluate() yourself on a gathered copy")
+            raise CogError(f"CoGEvaluationCallback: {sharded[0]} shards the model across processes, and the "
+                           "callback runs the backbone on rank zero alone, which would wait forever for the "
+                           "others; train with DDP, or call evaluate() yourself on a gathered copy")
         self._features_fn(pl_module)
         for option, path in self.roots.items():
             if path and not Path(path).exists():
-                raise FileNotFoundError(f"CoGEvaluationCallback: {option} {path} does not exist")
+                raise MissingFileError(f"CoGEvaluationCallback: {option} {path} does not exist")
         if trainer.is_global_zero and self._data is None:
             self._data = self._load(self.eval_transform(trainer, pl_module))  # names a missing synset or split
 
@@ -302,7 +303,7 @@ def _check_transform(transform: Any) -> Any:
     try:
         return resolve_transform(transform)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"CoGEvaluationCallback: transform {err}") from err
+        raise CogError(f"CoGEvaluationCallback: transform {err}") from err
 
 
 def _modules_of(fn: Any) -> list[nn.Module]:

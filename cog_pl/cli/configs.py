@@ -13,7 +13,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from cog_pl.errors import NotFoundError
+from cog_pl.errors import MissingFileError, NotFoundError
 
 #: The LightningCLI commands and the folder of packaged configs each one reads names from.
 GROUPS = ("extract", "finetune", "probe")
@@ -45,9 +45,9 @@ def find(name: str, group: str | None = None) -> Path:
     where = f"{group} " if group else ""
     if hits:
         raise NotFoundError(f"{name}: the name of {len(hits)} packaged configs ("
-                            f"{', '.join(k for k in table if k.endswith('/' + stem))}): give the group too")
+                                 f"{', '.join(k for k in table if k.endswith('/' + stem))}): give the group too")
     raise NotFoundError(f"{name}: no packaged {where}config of that name; there are: "
-                        f"{', '.join(k.split('/', 1)[1] if group else k for k in table)} (cog-pl configs list)")
+                             f"{', '.join(k.split('/', 1)[1] if group else k for k in table)} (cog-pl configs list)")
 
 
 def resolve_config(group: str, value: str) -> str:
@@ -64,7 +64,7 @@ def resolve_config(group: str, value: str) -> str:
     if "/" in value or value.endswith((SUFFIX, ".yml", ".json")):
         stem = Path(value).name.removesuffix(SUFFIX)
         hint = f"; the packaged config of that name is --config {stem}" if f"{group}/{stem}" in table else ""
-        raise FileNotFoundError(f"--config {value}: no such file{hint}")
+        raise MissingFileError(f"--config {value}: no such file{hint}")
     if re.fullmatch(r"[\w.-]+", value):
         find(value, group)  # raises, listing the group's names
     return value

@@ -22,6 +22,7 @@ from typing import Any
 from lightning.pytorch.cli import LightningArgumentParser
 
 from cog_pl.cli.lightning import CommandLineCLI, hand_over
+from cog_pl.errors import CogError
 from cog_pl.extract.datamodule import ExtractionDataModule
 from cog_pl.extract.module import FeatureExtractor
 from cog_pl.features.store import is_complete
@@ -106,13 +107,13 @@ def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
     trainer, data = config["trainer"], config["data"]
     per_node, wanted = cluster.tasks_per_node, "gpu" if cluster.gpus_per_node else "cpu"
     if str(trainer["devices"]) not in ("auto", str(per_node)):
-        raise ValueError(f"--trainer.devices {trainer['devices']}: under --launcher the extraction runs one task per "
-                         f"GPU of each node ({per_node} with --gpus-per-node {cluster.gpus_per_node})")
+        raise CogError(f"--trainer.devices {trainer['devices']}: under --launcher the extraction runs one task per "
+                       f"GPU of each node ({per_node} with --gpus-per-node {cluster.gpus_per_node})")
     if trainer["num_nodes"] not in (1, cluster.nodes):
-        raise ValueError(f"--trainer.num_nodes {trainer['num_nodes']}: under --launcher use --nodes")
+        raise CogError(f"--trainer.num_nodes {trainer['num_nodes']}: under --launcher use --nodes")
     if str(trainer["accelerator"]) not in ("auto", wanted, *(("cuda",) if wanted == "gpu" else ())):
-        raise ValueError(f"--trainer.accelerator {trainer['accelerator']}: under --launcher with --gpus-per-node "
-                         f"{cluster.gpus_per_node} the extraction runs on {wanted}")
+        raise CogError(f"--trainer.accelerator {trainer['accelerator']}: under --launcher with --gpus-per-node "
+                       f"{cluster.gpus_per_node} the extraction runs on {wanted}")
     from cog_pl.models.files import EXTRACT_OPTIONS, resolve_checkpoint
     from cog_pl.models.label import model_label
 

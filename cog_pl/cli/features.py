@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from cog_pl.errors import CogError, MissingFileError
 from cog_pl.levels.measures import list_measures
 from cog_pl.protocol import DOMAINS
 from cog_pl.wordnet.similarity import LCS_RULES
@@ -64,11 +65,11 @@ def _import(args: argparse.Namespace) -> int:
         pairs = [(args.src / f"features_{s}" / "X_Y.pth", args.out / s, s) for s in ("train", "test")]
     else:
         if not args.split:
-            raise ValueError("--split is required when importing a single X_Y.pth file")
+            raise CogError("--split is required when importing a single X_Y.pth file")
         pairs = [(args.src, args.out, args.split)]
     for src, out, split in pairs:
         if not src.is_file():
-            raise FileNotFoundError(f"{src} does not exist")
+            raise MissingFileError(f"{src} does not exist")
         import_pth(src, out, args.model, args.domain, split, args.weights_sha256, overwrite=args.overwrite,
                    dtype=args.dtype)
         print(f"{src} -> {out}")
@@ -112,7 +113,7 @@ def _regroup(args: argparse.Namespace) -> int:
     from cog_pl.resources import LEVELS
 
     if args.levels is not None and args.lcs is not None:
-        raise ValueError("--lcs goes with --measure: a level file (--levels) was ranked with its own subsumer rule")
+        raise CogError("--lcs goes with --measure: a level file (--levels) was ranked with its own subsumer rule")
     lcs = {} if args.lcs is None else {"lcs": args.lcs}  # regroup_variant's default otherwise
     result = regroup_variant(args.features_root, args.model, measure=args.measure, level_file=args.levels,
                              name=args.name, overwrite=args.overwrite, **lcs)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from cog_pl.cli.options import at_least
+from cog_pl.errors import CogError
 from cog_pl.levels.measures import get_measure, list_measures
 from cog_pl.protocol import LevelProtocol
 from cog_pl.wordnet.similarity import LCS_RULES
@@ -117,7 +118,7 @@ def _build(args: argparse.Namespace) -> int:
     if not get_measure(args.measure).wordnet or args.concepts == "official":
         return _build_variant(args)
     if args.benchmark and not args.in21k_root:
-        raise ValueError("--benchmark draws each concept's test images from your IN-21K: give --in21k-root")
+        raise CogError("--benchmark draws each concept's test images from your IN-21K: give --in21k-root")
     seen = resolve_seen(args.seen)  # a bad --seen is refused before the ontology is built
     size = _P.level_size if args.level_size in (None, "auto") else args.level_size
     protocol = dataclasses.replace(_P, measure=args.measure, lcs=args.lcs, level_size=size,
@@ -178,16 +179,16 @@ def _build_variant(args: argparse.Namespace) -> int:
     from cog_pl.resources import LEVELS
 
     if args.concepts == "eligible":
-        raise ValueError(f"--measure {args.measure} re-ranks the official 5000 concepts (it does not use WordNet); "
-                         "--concepts eligible is not available")
+        raise CogError(f"--measure {args.measure} re-ranks the official 5000 concepts (it does not use WordNet); "
+                       "--concepts eligible is not available")
     eligibility = {"--discard": args.discard, "--in21k-root": args.in21k_root, "--allow-missing": args.allow_missing,
                    "--leaf-rule": args.leaf_rule is not None, "--min-images": args.min_images is not None,
                    "--seen": args.seen is not None, "--level-size": args.level_size is not None,
                    "--benchmark": args.benchmark is not None}
     ignored = [option for option, given in eligibility.items() if given]
     if ignored:
-        raise ValueError(f"{', '.join(ignored)}: eligibility options, but re-ranking the official 5000 concepts "
-                         f"(--concepts official, or --measure {args.measure}) has no eligibility step")
+        raise CogError(f"{', '.join(ignored)}: eligibility options, but re-ranking the official 5000 concepts "
+                       f"(--concepts official, or --measure {args.measure}) has no eligibility step")
     print(f"Re-ranking the 5000 official concepts by {args.measure} similarity to IN-1K (paper App. D)")
     content = rerank_official(args.measure, args.lcs)
     write_level_file(args.out, content)
@@ -252,7 +253,7 @@ def _plot(args: argparse.Namespace) -> int:
 
     content = load_level_file(args.file)
     if "ranking" not in content or "similarity" not in content:
-        raise ValueError(f"{args.file} has no ranking/similarity to plot (build it with `cog-pl levels build`)")
+        raise CogError(f"{args.file} has no ranking/similarity to plot (build it with `cog-pl levels build`)")
     print(plot_levels(content, args.out))
     return 0
 

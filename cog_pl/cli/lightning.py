@@ -20,6 +20,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from cog_pl.errors import CogError
+
 #: Loggers whose packages Lightning does not install: the class and the packages (any one of them) it needs.
 LOGGER_PACKAGES = {"TensorBoardLogger": ("tensorboard", "tensorboardX"), "WandbLogger": ("wandb",),
                    "MLFlowLogger": ("mlflow",), "CometLogger": ("comet_ml",), "NeptuneLogger": ("neptune",)}
@@ -35,6 +37,17 @@ def missing_logger_package(text: str) -> str | None:
     return None
 
 
+def _cog_error_in(err: BaseException) -> bool:
+    """Whether ``err`` or an error it was raised from (jsonargparse wraps a class's own refusal) is a CogError."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, CogError):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
 class RequireCheckpoint(L.Callback):
     """Refuse to test or validate a module no checkpoint was loaded into: in a fresh process it is untrained, and
     its accuracy (chance) would read as a result."""
@@ -44,9 +57,9 @@ class RequireCheckpoint(L.Callback):
 
     def _check(self, trainer: L.Trainer) -> None:
         if trainer.ckpt_path is None:
-            raise ValueError(f"{self.command} --ckpt_path {self.given}: Lightning found no such checkpoint, so the "
-                             f"{self.command} would score an untrained model; pass the .ckpt file the fit wrote (fit "
-                             "prints it), or keep last.ckpt (ModelCheckpoint save_last) where this run looks")
+            raise CogError(f"{self.command} --ckpt_path {self.given}: Lightning found no such checkpoint, so the "
+                           f"{self.command} would score an untrained model; pass the .ckpt file the fit wrote (fit "
+                           "prints it), or keep last.ckpt (ModelCheckpoint save_last) where this run looks")
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._check(trainer)
@@ -66,7 +79,7 @@ class CommandLineCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse ``args``; a bad option or config file prints the usage, then raises a :class:`CommandError` whose
         one-line message (jsonargparse's, its lines joined) ``cog-pl`` prints as its other errors."""
-        from cog_pl.cli.main import CommandError
+        from cog_pl.errors import CommandError
 
         for each in (parser, *getattr(self, "_subcommand_parsers", {}).values()):
             each.exit_on_error = False
@@ -97,7 +110,7 @@ class CommandLineCLI(LightningCLI):
             from cog_pl.io import load_failure
 
             path = self.config[self.config.subcommand].get("ckpt_path")
-            raise ValueError(f"--ckpt_path {path}: not a checkpoint this command can read: {load_failure(err)}") \
+            raise CogError(f"--ckpt_path {path}: not a checkpoint this command can read: {load_failure(err)}") \
                 from err
 
     def instantiate_classes(self) -> None:
@@ -106,20 +119,22 @@ class CommandLineCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except ModuleNotFoundError as err:
-            raise ValueError(missing_logger_package(str(err) + " " + " ".join(sys.argv)) or str(err)) from err
+            raise CogError(missing_logger_package(str(err) + " " + " ".join(sys.argv)) or str(err)) from err
         except ValueError as err:
             missing = missing_logger_package(str(err)) if "logger" in str(err) else None
             if missing:
-                raise ValueError(missing) from err
+                raise CogError(missing) from err
             reasons = [line.strip()[2:] for line in str(err).splitlines() if line.strip().startswith("- ")
                        and not line.strip().startswith("- Expected a <class 'NoneType'>")]
             if str(err).startswith("Does not validate against") and reasons:
-                raise ValueError("; ".join(reasons)) from err
-            raise
+                raise CogError("; ".join(reasons)) from err
+            if not isinstance(err, CogError) and _cog_error_in(err):  # ours, wrapped by jsonargparse: the user's
+                raise CogError(str(err)) from err
+            raise  # a CogError as raised, or a plain ValueError: a defect
 
     # -- test and validate score a trained model, never an untrained one -------------------------------------------
     def _checked(self, command: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-        from cog_pl.cli.main import CommandError
+        from cog_pl.errors import CommandError
 
         if kwargs.get("ckpt_path") is None:
             raise CommandError(f"{command} needs --ckpt_path (the .ckpt file a fit wrote, or last): without it the "

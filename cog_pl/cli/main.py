@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable
 
 from cog_pl import console
-from cog_pl.errors import CogError
+from cog_pl.errors import CogError, DiskFullError
 from cog_pl.version import __version__
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
@@ -68,13 +68,10 @@ def lightning_command(argv: list[str]) -> tuple[str, str, list[str]] | None:
     return None
 
 
-class CommandError(CogError):
-    """A user-facing error of the command line itself: printed without a traceback, exit status 2."""
-
-
-#: Errors in what the user gave (an option, a file, a URL, a synset): one line, exit status 2. A ``ValueError`` counts
-#: (library code validates its arguments with it); a ``KeyError`` or ``RuntimeError`` does not: it is a defect.
-USAGE_ERRORS = (CogError, ValueError, FileNotFoundError)
+#: Errors in what the user gave (an option, a file, a URL, a synset): one line, exit status 2. Only cog_pl's own
+#: :class:`~cog_pl.errors.CogError` counts: a plain ``ValueError``, ``TypeError`` or ``KeyError`` reaching the command
+#: is a defect of cog_pl (its traceback, exit status 1), never shown as the user's error.
+USAGE_ERRORS: tuple[type[BaseException], ...] = (CogError,)
 #: The base error classes of libraries (module, class) whose errors say the user's configuration is wrong.
 LIBRARY_USAGE_ERRORS = (("lightning.fabric.utilities.exceptions", "MisconfigurationException"),)
 #: The base error classes of the database libraries and torch's out-of-memory (module, class): failures of the
@@ -105,8 +102,6 @@ def runtime_errors() -> tuple[type[BaseException], ...]:
 
 def error_message(err: BaseException) -> str:
     """``err`` in one line, naming the file (an OSError's filename) or the database where the error knows it."""
-    from cog_pl.io import DiskFullError  # light: no torch
-
     if isinstance(err, KeyError) and err.args:
         return str(err.args[0])
     if isinstance(err, DiskFullError):  # names the path and the bytes needed and free

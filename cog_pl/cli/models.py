@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cog_pl.errors import CogError
+
 NORMALISATIONS = {((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)): "ImageNet",
                   ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)): "none (pixels in [0, 1])",
                   ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)): "0.5 / 0.5",
@@ -246,13 +248,13 @@ def _download(args: argparse.Namespace) -> int:
 
     spec = resolve_spec(args.name)
     if spec.name not in PAPER_MODELS or spec.published is None:
-        raise ValueError(f"{args.name}: not one of the paper's models (cog-pl models list); timm and torchvision "
-                         "models need no download")
+        raise CogError(f"{args.name}: not one of the paper's models (cog-pl models list); timm and torchvision "
+                       "models need no download")
     pub, folder = spec.published, model_folder(spec.name, args.dir)
     url = args.url or pub.url
     if url is None:
         conversion = f"; then convert it: {pub.conversion}" if pub.conversion else ""
-        raise ValueError(f"{spec.name}: {pub.manual}{conversion}; put it in {folder}/ (where cog-pl run looks)")
+        raise CogError(f"{spec.name}: {pub.manual}{conversion}; put it in {folder}/ (where cog-pl run looks)")
     from cog_pl.io import file_sha256
     from cog_pl.models.download import download, hash_prefix_of
     from cog_pl.models.records import write_download_record
@@ -273,8 +275,8 @@ def _download(args: argparse.Namespace) -> int:
     digest = file_sha256(dest)
     if known and expected == known and not digest.startswith(known):  # a zip's member, checked once unpacked
         dest.unlink()
-        raise ValueError(f"{spec.name}: {dest} from {url}: sha256 {digest} does not start with the published "
-                         f"file's {known} (it was removed)")
+        raise CogError(f"{spec.name}: {dest} from {url}: sha256 {digest} does not start with the published "
+                       f"file's {known} (it was removed)")
     verified = None if expected is None else ("the published file's digest" if expected == known
                                               else "the digest its URL's name carries")
     write_download_record(dest, url, digest, verified, spec.name)  # the paper's file for its label (models.label)
@@ -295,7 +297,7 @@ def _unzip(archive: Path, member: str, dest: Path) -> Path:
 
     with zipfile.ZipFile(archive) as zf:
         if member not in zf.namelist():
-            raise ValueError(f"{archive}: holds no {member} (it holds {', '.join(zf.namelist()[:5])})")
+            raise CogError(f"{archive}: holds no {member} (it holds {', '.join(zf.namelist()[:5])})")
         with zf.open(member) as src, atomic_open(dest, "wb") as out:
             shutil.copyfileobj(src, out, 1 << 20)
     archive.unlink()

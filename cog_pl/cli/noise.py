@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cog_pl.errors import CogError
 from cog_pl.protocol import DOMAINS
 
 
@@ -31,13 +32,13 @@ def _hyper(args: argparse.Namespace, model: str) -> tuple[float, float]:
     if args.lr is not None and args.wd is not None:
         return args.lr, args.wd
     if args.results is None:
-        raise ValueError("give --lr and --wd, or --results with a tuned all-data row of the source domain")
+        raise CogError("give --lr and --wd, or --results with a tuned all-data row of the source domain")
     from cog_pl.results import read_rows
 
     rows = [r for r in read_rows(args.results) if r["model"] == model and r["method"] == "linear"
             and r["domain"] == args.source and r["shots"] is None and r["seed"] == args.seed]
     if not rows:
-        raise ValueError(f"{args.results} has no all-data row for model {model}, {args.source}, seed {args.seed}")
+        raise CogError(f"{args.results} has no all-data row for model {model}, {args.source}, seed {args.seed}")
     return rows[0]["lr"], rows[0]["wd"]
 
 
@@ -46,7 +47,7 @@ def _noise(args: argparse.Namespace) -> int:
     from cog_pl.io import atomic_open
 
     if args.source == args.target:
-        raise ValueError("--source and --target must differ")
+        raise CogError("--source and --target must differ")
     stores = open_domains(args.features, args.source, args.target)
     # the model the rows name: the stores' metadata; plain stores record none, their folder stands in
     lr, wd = _hyper(args, stores[0].meta.get("model") or args.features.resolve().name)

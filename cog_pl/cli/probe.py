@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cog_pl.cli.options import add_deprecated_alias, add_no_longer_needed
+from cog_pl.errors import CogError
 from cog_pl.protocol import ProbeProtocol
 
 log = logging.getLogger(__name__)
@@ -31,19 +32,19 @@ OPTION_OF_FIELD = {"trials": "--trials", "epochs": "--epochs", "batch_size": "--
                    "shots": "--shots", "variant_seeds": "--variant-seeds", "finetune_seeds": "--finetune-seeds"}
 
 
-def option_error(err: ValueError) -> ValueError:
-    """``err`` with the field names it mentions written as the options that set them (``trial_batch`` ->
-    ``--trial-batch``)."""
+def option_error(err: CogError) -> CogError:
+    """``err`` (of its own kind) with the field names it mentions written as the options that set them
+    (``trial_batch`` -> ``--trial-batch``)."""
     text = str(err)
     for name, option in OPTION_OF_FIELD.items():
         text = re.sub(rf"(?<![\w-]){name}\b", option, text)
-    return ValueError(text)
+    return type(err)(text)
 
 
 def _protocol(args: argparse.Namespace) -> ProbeProtocol:
     try:
         return replace(ProbeProtocol(), trials=args.trials, epochs=args.epochs, batch_size=args.batch_size)
-    except ValueError as err:
+    except CogError as err:
         raise option_error(err) from None
 
 
@@ -53,7 +54,7 @@ def _plan(args: argparse.Namespace):
     given = {"trial_batch": args.trial_batch, "stale_after": args.stale_after, "precision": args.precision}
     try:
         return SearchPlan(mode="exact" if args.exact else "fast", **{k: v for k, v in given.items() if v is not None})
-    except ValueError as err:
+    except CogError as err:
         raise option_error(err) from None
 
 
@@ -62,7 +63,7 @@ def _check_grid(seeds, shots) -> None:
 
     try:
         check_grid(seeds, shots)
-    except ValueError as err:
+    except CogError as err:
         raise option_error(err) from None
 
 
@@ -94,12 +95,12 @@ def _device(name: str) -> str:
 def _setup(args: argparse.Namespace) -> None:
     """Threads and logging of the probe commands; refuses a bad numeric option before any work."""
     if args.threads < 0:
-        raise ValueError(f"--threads must be at least 0 (0: torch's default), got {args.threads}")
+        raise CogError(f"--threads must be at least 0 (0: torch's default), got {args.threads}")
     _protocol(args), _plan(args)
     if args.probe_command == "tune":
         if args.seed < 0 or (args.shots is not None and args.shots < 1):
-            raise ValueError(f"--seed must be at least 0 and --shots at least 1, got --seed {args.seed} --shots "
-                             f"{args.shots}")
+            raise CogError(f"--seed must be at least 0 and --shots at least 1, got --seed {args.seed} --shots "
+                           f"{args.shots}")
     else:
         _check_grid(args.seeds or ProbeProtocol().seeds, args.shots or ())
     import optuna
@@ -220,8 +221,8 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
 def _knn(args: argparse.Namespace) -> int:
     """One k-NN cell (k chosen on validation, then tested); its row is the last line."""
     if args.seed < 0 or (args.shots is not None and args.shots < 1):
-        raise ValueError(f"--seed must be at least 0 and --shots at least 1, got --seed {args.seed} --shots "
-                         f"{args.shots}")
+        raise CogError(f"--seed must be at least 0 and --shots at least 1, got --seed {args.seed} --shots "
+                       f"{args.shots}")
     import torch
 
     from cog_pl.features.pair import open_pair

@@ -12,6 +12,7 @@ from cog_pl.cli.models import add_checkpoint_options, checkpoint_options
 from cog_pl.cli.options import NUM_WORKERS, add_no_longer_needed, add_skip_policy, at_least, loader_workers_value
 from cog_pl.cli.probe import STALE_AFTER_HELP, workers_value
 from cog_pl.cluster.options import add_launcher_options, cluster_options, split_argv
+from cog_pl.errors import CogError
 from cog_pl.levels.measures import get_measure, list_measures
 from cog_pl.pipeline import STAGES
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol
@@ -258,7 +259,7 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
     given = {k: v for k, v in given.items() if v is not None}
     if finetune is None and (given or args.finetune_seeds is not None):
         flags = [f"--finetune-{k}" for k in given] + (["--finetune-seeds"] if args.finetune_seeds else [])
-        raise ValueError(f"{', '.join(flags)}: set for a run without fine-tuning; add --finetune")
+        raise CogError(f"{', '.join(flags)}: set for a run without fine-tuning; add --finetune")
     if finetune is not None:
         finetune = {**finetune, **given}
     kw.setdefault("variant_seeds", None if args.variant_seeds is None else tuple(args.variant_seeds))
@@ -268,7 +269,7 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
                          variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
                          extract=extract, probe=probe, finetune=finetune, methods=tuple(dict.fromkeys(args.methods)),
                          finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds), **kw)
-    except ValueError as err:
+    except CogError as err:
         from cog_pl.cli.probe import option_error
 
         raise option_error(err) from None
@@ -290,14 +291,14 @@ def _run(args: argparse.Namespace) -> int:
         print(status_text(args.status or args.out))
         return 0
     if not args.model:
-        raise ValueError("--model is required")
+        raise CogError("--model is required")
     models, checkpoints = list(dict.fromkeys(args.model)), args.checkpoint or []
     if checkpoints and len(checkpoints) != len(models):
-        raise ValueError(f"--checkpoint: {len(checkpoints)} file(s) for {len(models)} model(s); give one per "
-                         "--model, in its order (or none)")
+        raise CogError(f"--checkpoint: {len(checkpoints)} file(s) for {len(models)} model(s); give one per "
+                       "--model, in its order (or none)")
     if len(models) > 1 and cluster is None:
-        raise ValueError("--model: several models need --launcher (one job graph for the study); without it, run "
-                         "cog-pl run once per model")
+        raise CogError("--model: several models need --launcher (one job graph for the study); without it, run "
+                       "cog-pl run once per model")
     extract = ExtractOptions(devices=args.devices, accelerator=args.accelerator, precision=args.precision,
                              strategy=args.strategy, num_nodes=args.num_nodes, batch_size=args.batch_size,
                              num_workers=args.num_workers, decode=args.decode, on_error=args.on_error,
@@ -305,8 +306,8 @@ def _run(args: argparse.Namespace) -> int:
                              in1k_source=args.in1k_source, in21k_source=args.in21k_source,
                              allow_missing=args.allow_missing)
     if args.name is not None and len(models) > 1:
-        raise ValueError(f"--name {args.name}: one label names one model's weights; run each of the {len(models)} "
-                         "models with its own --name")
+        raise CogError(f"--name {args.name}: one label names one model's weights; run each of the {len(models)} "
+                       "models with its own --name")
     configs = [_config(args, extract, {} if args.finetune else None, model=model, checkpoint=given,
                        models_dir=args.models_dir, name=args.name, random_weights=args.random_weights,
                        trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root, in21k_root=args.in21k_root,
@@ -343,8 +344,8 @@ def _launch(args: argparse.Namespace, configs: list[RunConfig], cluster: Cluster
     tasks, storage = array_tasks(args.probe_workers, args.storage, args.out, "probe tasks")
     check_cluster_extraction(args, cluster)
     if args.finetune_devices not in (None, 1):
-        raise ValueError(f"--finetune-devices {args.finetune_devices}: under --launcher the fine-tuning job runs "
-                         "one task on one GPU; drop --finetune-devices")
+        raise CogError(f"--finetune-devices {args.finetune_devices}: under --launcher the fine-tuning job runs "
+                       "one task on one GPU; drop --finetune-devices")
     words = args.command_line[args.command_line.index("run") + 1:]
     _, rest = split_argv(words, *JOB_SET_OPTIONS)
     command = ("-v", "run") if args.verbose else ("run",)
@@ -359,15 +360,15 @@ def check_cluster_extraction(args: argparse.Namespace, cluster: ClusterOptions) 
     """Refuse extraction options that say otherwise than the launcher's --nodes and --gpus-per-node."""
     per_node = cluster.tasks_per_node
     if args.devices not in ("auto", per_node):
-        raise ValueError(f"--devices {args.devices}: under --launcher the extraction runs one task per GPU of each "
-                         f"node ({per_node} with --gpus-per-node {cluster.gpus_per_node}); drop --devices")
+        raise CogError(f"--devices {args.devices}: under --launcher the extraction runs one task per GPU of each "
+                       f"node ({per_node} with --gpus-per-node {cluster.gpus_per_node}); drop --devices")
     if args.num_nodes not in (1, cluster.nodes):
-        raise ValueError(f"--num-nodes {args.num_nodes}: under --launcher the extraction runs on --nodes "
-                         f"{cluster.nodes}; use --nodes")
+        raise CogError(f"--num-nodes {args.num_nodes}: under --launcher the extraction runs on --nodes "
+                       f"{cluster.nodes}; use --nodes")
     wanted = "gpu" if cluster.gpus_per_node else "cpu"
     if args.accelerator not in ("auto", wanted, *(("cuda",) if wanted == "gpu" else ())):
-        raise ValueError(f"--accelerator {args.accelerator}: under --launcher with --gpus-per-node "
-                         f"{cluster.gpus_per_node} the extraction runs on {wanted}; drop --accelerator")
+        raise CogError(f"--accelerator {args.accelerator}: under --launcher with --gpus-per-node "
+                       f"{cluster.gpus_per_node} the extraction runs on {wanted}; drop --accelerator")
 
 
 #: Loggers whose per-item messages (each probe, each dataset, each regrouped level) the demo keeps to ``--verbose``:

@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _install(args: argparse.Namespace) -> int:
-    from cog_pl.wordnet.provision import WordNetUnavailable, install
+    from cog_pl.errors import WordNetUnavailable
+    from cog_pl.wordnet.provision import install
 
     try:
         print(install(args.data_dir, args.source))

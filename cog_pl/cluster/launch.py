@@ -17,6 +17,7 @@ from pathlib import Path
 from cog_pl.cluster.jobs import Job, format_jobs, ordered
 from cog_pl.cluster.ledger import NEVER, cancel, job_states, read_ledger, submitted_ids, write_ledger
 from cog_pl.cluster.options import JOB_ENV, ClusterOptions
+from cog_pl.errors import CogError
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,8 @@ def refuse_live(root: Path, jobs: Sequence[Job]) -> None:
     if live:
         live.sort()
         shown = ", ".join(live[:4]) + (f" and {len(live) - 4} more" if len(live) > 4 else "")
-        raise ValueError(f"{root}: jobs of an earlier submission doing the same work are still queued or running "
-                         f"({shown}); wait for them (cog-pl run --status {root}) or scancel them, then submit again")
+        raise CogError(f"{root}: jobs of an earlier submission doing the same work are still queued or running "
+                       f"({shown}); wait for them (cog-pl run --status {root}) or scancel them, then submit again")
     if stuck:
         cancel(sorted(stuck))
         log.warning("cancelled job(s) %s of an earlier submission: a job they depend on failed, so SLURM would "
@@ -67,7 +68,7 @@ def launch(jobs: Sequence[Job], opts: ClusterOptions, root: str | os.PathLike,
     line's entry point (``cog_pl.cli.main.main``, ``argv -> exit status``), which a job submitted through submitit
     runs its command with (plain scripts run ``python -m cog_pl.cli.main``)."""
     if os.environ.get(JOB_ENV):
-        raise ValueError("--launcher inside a cluster job: a job's command never submits jobs (drop --launcher)")
+        raise CogError("--launcher inside a cluster job: a job's command never submits jobs (drop --launcher)")
     jobs, root = ordered(jobs), Path(root).resolve()
     folder, workdir = root / "slurm", Path.cwd()
     if opts.dry_run:
@@ -93,8 +94,8 @@ def launch(jobs: Sequence[Job], opts: ClusterOptions, root: str | os.PathLike,
     try:
         from cog_pl.cluster.submit import log_pattern, submit
     except ImportError as err:
-        raise ValueError(f"--launcher slurm needs submitit ({err}): pip install 'cog_pl[slurm]', or write plain "
-                         "sbatch scripts with --launcher sbatch-scripts DIR") from None
+        raise CogError(f"--launcher slurm needs submitit ({err}): pip install 'cog_pl[slurm]', or write plain "
+                       "sbatch scripts with --launcher sbatch-scripts DIR") from None
     refuse_live(root, jobs)
     ids = submit(jobs, opts, folder / "logs", workdir, entry)
     write_ledger(root, opts.launcher, jobs, ids, {j.key: log_pattern(folder / "logs") for j in jobs}, results)

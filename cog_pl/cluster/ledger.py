@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cog_pl.cluster.jobs import Job
+from cog_pl.errors import CogError
 from cog_pl.io import read_json, write_json
 
 FORMAT = 1
@@ -59,8 +60,8 @@ def read_ledger(root: str | Path) -> dict[str, Any] | None:
         return None
     record = read_json(path, "SLURM job record")
     if record.get("format") != FORMAT:
-        raise ValueError(f"{path}: a SLURM job record of format {record.get('format')!r}; this cog-pl reads "
-                         f"format {FORMAT}")
+        raise CogError(f"{path}: a SLURM job record of format {record.get('format')!r}; this cog-pl reads "
+                       f"format {FORMAT}")
     return record
 
 
@@ -103,7 +104,7 @@ def job_states(ids: Iterable[str]) -> dict[str, list[TaskState]]:
     found: dict[str, list[TaskState]] = {i: [] for i in wanted}
     queue = _run(["squeue", "-h", "-a", "-r", "-o", "%F|%i|%T|%r|%M"])
     if queue is None:
-        raise ValueError("squeue not found: the jobs' states are SLURM's (run this on a host of the cluster)")
+        raise CogError("squeue not found: the jobs' states are SLURM's (run this on a host of the cluster)")
     for line in queue.stdout.splitlines():
         base, task, state, reason, elapsed = (line.split("|") + [""] * 5)[:5]
         if base in found:

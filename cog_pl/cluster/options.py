@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cog_pl.argtypes import at_least
+from cog_pl.errors import CogError
 
 LAUNCHERS = ("slurm", "sbatch-scripts")
 #: Set in the environment of every job: a job's command must not submit jobs itself.
@@ -157,13 +158,13 @@ def array_tasks(workers: int | str | None, storage: str | None, out: str | Path,
     from cog_pl.probe.storage import storage_kind
 
     if workers == "auto":
-        raise ValueError(f"--probe-workers auto: under --launcher give the number of {what} of the job array (e.g. "
-                         "--probe-workers 16)")
+        raise CogError(f"--probe-workers auto: under --launcher give the number of {what} of the job array (e.g. "
+                       "--probe-workers 16)")
     tasks = int(workers or 1)
     storage = storage or str(Path(out) / "optuna.journal")
     if tasks > 1 and storage_kind(storage) == "sqlite":
-        raise ValueError(f"--storage {storage}: a SQLite file cannot be shared by {tasks} {what} on several nodes; "
-                         "give a database URL (postgresql://...) or a journal file (*.journal, *.log)")
+        raise CogError(f"--storage {storage}: a SQLite file cannot be shared by {tasks} {what} on several nodes; "
+                       "give a database URL (postgresql://...) or a journal file (*.journal, *.log)")
     return tasks, storage
 
 
@@ -175,18 +176,18 @@ def cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
         given = [flags[0] for flags, kwargs in OPTIONS
                  if getattr(args, dest_of(flags, kwargs)) != defaults[dest_of(flags, kwargs)]]
         if given:
-            raise ValueError(f"{given[0]}: set without --launcher; add --launcher slurm (or sbatch-scripts DIR)")
+            raise CogError(f"{given[0]}: set without --launcher; add --launcher slurm (or sbatch-scripts DIR)")
         return None
     name, *rest = args.launcher
     if name not in LAUNCHERS:
-        raise ValueError(f"--launcher {name!r}: choose slurm or sbatch-scripts DIR")
+        raise CogError(f"--launcher {name!r}: choose slurm or sbatch-scripts DIR")
     if name == "slurm" and rest:
-        raise ValueError(f"--launcher slurm takes no folder (got {' '.join(rest)}); sbatch-scripts DIR does")
+        raise CogError(f"--launcher slurm takes no folder (got {' '.join(rest)}); sbatch-scripts DIR does")
     if len(rest) > 1:
-        raise ValueError(f"--launcher sbatch-scripts takes one folder, got {' '.join(rest)}")
+        raise CogError(f"--launcher sbatch-scripts takes one folder, got {' '.join(rest)}")
     if rest and Path(rest[0]).exists() and not Path(rest[0]).is_dir():
-        raise ValueError(f"--launcher sbatch-scripts {rest[0]}: a file, not a folder; name a folder for the scripts "
-                         "(made where missing)")
+        raise CogError(f"--launcher sbatch-scripts {rest[0]}: a file, not a folder; name a folder for the scripts "
+                       "(made where missing)")
     return ClusterOptions(launcher=name, scripts_dir=Path(rest[0]) if rest else None, dry_run=args.dry_run,
                           nodes=args.nodes, gpus_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task,
                           partition=args.partition, account=args.account, time_min=args.time_limit, mem=args.mem,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cog_pl.cluster.jobs import Job
 from cog_pl.cluster.ledger import ACTIVE, TaskState, job_states, ledger_path, read_ledger, submitted_ids
+from cog_pl.errors import MissingFileError
 
 ENDED_BADLY = ("FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
@@ -66,8 +67,8 @@ def status_text(root: str | Path) -> str:
 
     record = read_ledger(root)
     if record is None:
-        raise FileNotFoundError(f"{root}: no SLURM submission recorded ({ledger_path(root)} not found); submit one "
-                                "with cog-pl run ... --launcher slurm")
+        raise MissingFileError(f"{root}: no SLURM submission recorded ({ledger_path(root)} not found); submit one "
+                               "with cog-pl run ... --launcher slurm")
     ids = submitted_ids(root, record)
     jobs = [(Job.from_record(j), j.get("log")) for j in record["jobs"]]
     note = ""

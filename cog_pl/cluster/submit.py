@@ -68,8 +68,8 @@ def _executor(folder: Path, opts: ClusterOptions) -> submitit.AutoExecutor:
     try:
         return submitit.AutoExecutor(folder=folder / "%j", cluster="slurm", slurm_max_num_timeout=opts.requeues)
     except RuntimeError as err:  # no srun: not a SLURM host
-        raise ValueError(f"--launcher slurm: {err} (submit from a host of the cluster, or write scripts with "
-                         "--launcher sbatch-scripts DIR)") from None
+        raise CogError(f"--launcher slurm: {err} (submit from a host of the cluster, or write scripts with "
+                       "--launcher sbatch-scripts DIR)") from None
 
 
 def submit(jobs: Sequence[Job], opts: ClusterOptions, folder: Path, workdir: Path, entry: Entry) -> dict[str, str]:

@@ -27,6 +27,7 @@ from cog_pl.benchmark import Benchmark
 from cog_pl.data.imagenet import MAX_SKIPPED, check_policy, check_tolerance, load_image, skip_budget
 from cog_pl.data.sources import ImageSource, open_source, open_split_source, printable
 from cog_pl.data.splits import build_split, check_split, installed_split_path, load_split
+from cog_pl.errors import CogError
 from cog_pl.protocol import FeatureProtocol
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,7 @@ def check_data(in1k_root: str | os.PathLike | None = None, in21k_root: str | os.
     check_policy(on_error, max_skipped)
     check_tolerance(allow_missing, "allow_missing")
     if in1k_root is None and in21k_root is None:
-        raise ValueError("give --in1k-root and/or --in21k-root")
+        raise CogError("give --in1k-root and/or --in21k-root")
     custom = Benchmark.load(benchmark) if benchmark is not None else None
     protocol = protocol or (custom.feature_protocol() if custom else FeatureProtocol())
     report = DataReport()

@@ -24,7 +24,7 @@ from typing import Any
 
 from cog_pl.data.index_cache import cached_index
 from cog_pl.data.source_base import ImageSource, is_image_name
-from cog_pl.errors import MissingDependencyError
+from cog_pl.errors import CogError, MissingDependencyError, MissingFileError
 from cog_pl.io import printable
 
 GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
@@ -47,16 +47,16 @@ def find_labels(root: Path) -> Path:
             tried.append(folder / rel)
             if tried[-1].is_file():
                 return tried[-1]
-    raise FileNotFoundError(f"flat val folder {root}: no labels found; put the devkit's {GROUND_TRUTH} (with "
-                            f"meta.mat) or Kaggle's {KAGGLE} in it or up to {LABELS_ABOVE} folders above it")
+    raise MissingFileError(f"flat val folder {root}: no labels found; put the devkit's {GROUND_TRUTH} (with "
+                           f"meta.mat) or Kaggle's {KAGGLE} in it or up to {LABELS_ABOVE} folders above it")
 
 
 def devkit_meta(truth: Path) -> Path:
     """The devkit's ``meta.mat`` beside its ground truth ``truth``; a missing one is named with what needs it."""
     meta = truth.parent / "meta.mat"
     if not meta.is_file():
-        raise FileNotFoundError(f"{meta}: the devkit's meta.mat is missing beside {truth} (it maps the ground "
-                                f"truth's ILSVRC2012_IDs to wnids); copy it from the devkit, or use Kaggle's {KAGGLE}")
+        raise MissingFileError(f"{meta}: the devkit's meta.mat is missing beside {truth} (it maps the ground "
+                               f"truth's ILSVRC2012_IDs to wnids); copy it from the devkit, or use Kaggle's {KAGGLE}")
     return meta
 
 
@@ -71,8 +71,8 @@ def devkit_ids(meta: Path) -> dict[int, str]:
         synsets = loadmat(str(meta), squeeze_me=True)["synsets"]
         return {int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in synsets}
     except (KeyError, ValueError, TypeError, OSError) as err:
-        raise ValueError(f"{meta}: not the devkit's meta.mat (a synsets table with ILSVRC2012_ID and WNID): "
-                         f"{err}") from err
+        raise CogError(f"{meta}: not the devkit's meta.mat (a synsets table with ILSVRC2012_ID and WNID): "
+                       f"{err}") from err
 
 
 def devkit_labels(truth: Path, present: list[str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -85,14 +85,14 @@ def devkit_labels(truth: Path, present: list[str]) -> tuple[dict[str, str], dict
         try:
             listed[f"ILSVRC2012_val_{k:08d}"] = ids[int(word)]
         except (ValueError, KeyError):
-            raise ValueError(f"{truth}: line {k} ({word!r}, the label of ILSVRC2012_val_{k:08d}) is not an "
-                             f"ILSVRC2012_ID of {truth.parent / 'meta.mat'}") from None
+            raise CogError(f"{truth}: line {k} ({word!r}, the label of ILSVRC2012_val_{k:08d}) is not an "
+                           f"ILSVRC2012_ID of {truth.parent / 'meta.mat'}") from None
     labels = {}
     for name in present:
         k = int(_VAL.fullmatch(name).group(1))
         if not 1 <= k <= len(lines):
-            raise ValueError(f"{truth}: {len(lines)} lines, but image {name} needs line {k}: a ground truth of "
-                             f"the wrong length (the official one has {OFFICIAL_VAL} lines)")
+            raise CogError(f"{truth}: {len(lines)} lines, but image {name} needs line {k}: a ground truth of "
+                           f"the wrong length (the official one has {OFFICIAL_VAL} lines)")
         labels[name] = listed[f"ILSVRC2012_val_{k:08d}"]
     return labels, listed
 
@@ -106,7 +106,7 @@ def kaggle_labels(csv_path: Path) -> dict[str, str]:
                 continue
             words = row[1].split() if len(row) > 1 else []
             if not words or not _WNID.fullmatch(words[0]):
-                raise ValueError(f"{csv_path}: line {n} ({','.join(row)[:60]!r}) has no wnid after the image id")
+                raise CogError(f"{csv_path}: line {n} ({','.join(row)[:60]!r}) has no wnid after the image id")
             out[row[0]] = words[0]
     return out
 
@@ -161,7 +161,7 @@ class FlatValSource(ImageSource):
 
     def list(self, wnid: str) -> list[str]:
         if wnid not in self.index["by_wnid"]:
-            raise FileNotFoundError(f"synset {wnid} has no image under {self.root} (labels: {self.labels_path})")
+            raise MissingFileError(f"synset {wnid} has no image under {self.root} (labels: {self.labels_path})")
         return self.index["by_wnid"][wnid]
 
     def read(self, wnid: str, filename: str) -> bytes:

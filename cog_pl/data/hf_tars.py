@@ -23,6 +23,7 @@ from pathlib import Path
 from cog_pl.data.index_cache import cached_index
 from cog_pl.data.source_base import ImageSource, is_image_name
 from cog_pl.data.tar_index import leave_out, outside
+from cog_pl.errors import CogError, MissingFileError
 from cog_pl.io import printable
 
 _WNID = re.compile(r"n\d{8}")
@@ -47,7 +48,7 @@ def original_name(tar: Path, member: str) -> tuple[str, str]:
     stem, dot, ext = base.rpartition(".")
     head, _, wnid = stem.rpartition("_")
     if not (dot and head and _WNID.fullmatch(wnid)):
-        raise ValueError(f"{tar}: member {printable(member)} is not named <name>_<wnid>.<ext>")
+        raise CogError(f"{tar}: member {printable(member)} is not named <name>_<wnid>.<ext>")
     return wnid, f"{head}.{ext}"
 
 
@@ -84,16 +85,16 @@ class HFTarSource(ImageSource):
         super().__init__(root, cache_dir, split)
         self.tars = hf_tars(self.root, split)
         if not self.tars:
-            raise FileNotFoundError(f"{self.root}: no Hugging Face imagenet-1k tars (train_images_*.tar.gz, "
-                                    "val_images.tar.gz)" + (f" of split {split}" if split else ""))
+            raise MissingFileError(f"{self.root}: no Hugging Face imagenet-1k tars (train_images_*.tar.gz, "
+                                   "val_images.tar.gz)" + (f" of split {split}" if split else ""))
         self._images: dict[str, dict[str, tuple[int, str]]] = {}
         for n, tar in enumerate(self.tars):
             for member, wnid, name in cached_index(tar, "hf", INDEX_VERSION, [tar], lambda t=tar: scan_hf_tar(t),
                                                    cache_dir):
                 table = self._images.setdefault(wnid, {})
                 if name in table:
-                    raise ValueError(f"{tar}: member {printable(member)} is {wnid}/{printable(name)}, which "
-                                     f"{self.tars[table[name][0]].name} holds too")
+                    raise CogError(f"{tar}: member {printable(member)} is {wnid}/{printable(name)}, which "
+                                   f"{self.tars[table[name][0]].name} holds too")
                 table[name] = (n, member)
 
     @classmethod
@@ -108,7 +109,7 @@ class HFTarSource(ImageSource):
 
     def list(self, wnid: str) -> list[str]:
         if wnid not in self._images:
-            raise FileNotFoundError(f"synset {wnid} is in no tar under {self.root}")
+            raise MissingFileError(f"synset {wnid} is in no tar under {self.root}")
         return sorted(self._images[wnid])
 
     def where(self, wnid: str, filename: str) -> str:

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from cog_pl.errors import CogError
+
 MAGIC = b"COGPLTAB"
 ALIGN = 64
 
@@ -151,7 +153,7 @@ class ImageTable:
         with open(path, "rb") as fh:
             head = fh.read(len(MAGIC) + 8)
             if len(head) < len(MAGIC) + 8 or head[:len(MAGIC)] != MAGIC:
-                raise ValueError(f"{path}: not an image table")
+                raise CogError(f"{path}: not an image table")
             (length,) = struct.unpack("<Q", head[len(MAGIC):])
             header = json.loads(fh.read(length).decode("utf-8", "surrogateescape"))
         base = -(-(len(MAGIC) + 8 + length) // ALIGN) * ALIGN

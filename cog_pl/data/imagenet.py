@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from cog_pl.data.sources import ImageSource, printable
 from cog_pl.defaults import MAX_SKIPPED
+from cog_pl.errors import CogError, UnreadableImageError
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ ERROR_POLICIES = ("fail", "skip")
 def check_policy(on_error: str, max_skipped: float = MAX_SKIPPED) -> None:
     """Refuse an unknown ``on_error`` or a negative ``max_skipped``, naming the option."""
     if on_error not in ERROR_POLICIES:
-        raise ValueError(f"on_error={on_error!r}; expected one of {', '.join(ERROR_POLICIES)}")
+        raise CogError(f"on_error={on_error!r}; expected one of {', '.join(ERROR_POLICIES)}")
     check_tolerance(max_skipped, "max_skipped")
 
 
@@ -42,7 +43,7 @@ def check_tolerance(value: float, name: str) -> None:
     """Refuse a number of images a split may lack or skip (``max_skipped``, ``allow_missing``) that is negative or
     not a number, naming the option (:func:`skip_budget` reads it)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"{name}={value!r}; expected a fraction of a split in [0, 1) or a count >= 1")
+        raise CogError(f"{name}={value!r}; expected a fraction of a split in [0, 1) or a count >= 1")
 
 
 def skip_budget(rows: int, max_skipped: float = MAX_SKIPPED) -> int:
@@ -51,18 +52,6 @@ def skip_budget(rows: int, max_skipped: float = MAX_SKIPPED) -> int:
     keeps a broken mount from producing a store of zeros; extraction and ``cog-pl data check`` both use it."""
     check_policy("skip", max_skipped)
     return int(max_skipped) if max_skipped >= 1 else math.ceil(max_skipped * rows)
-
-
-class UnreadableImageError(OSError):
-    """An image that cannot be read or decoded; the message names the file, in one line."""
-
-    def __init__(self, message: str) -> None:
-        # re-raised from a DataLoader worker, the message is the worker's traceback: keep its last line, ours
-        mark = f"{type(self).__name__}: "
-        lines = [line for line in str(message).splitlines() if mark in line]
-        if "\n" in str(message) and lines:
-            message = lines[-1].split(mark, 1)[1]
-        super().__init__(message)
 
 
 def decode_image(data: bytes) -> Image.Image:

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from cog_pl.errors import CogError
+
 
 def _by_class(labels: np.ndarray, rows: np.ndarray) -> dict[int, np.ndarray]:
     rows = np.sort(np.asarray(rows, dtype=np.int64))
@@ -39,7 +41,7 @@ def _sorted_cat(parts: list[np.ndarray]) -> np.ndarray:
 def val_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Hold out ``floor(fraction * n_c)`` random rows of each class ``c``: returns ``(train_idx, val_idx)``."""
     if not 0.0 <= fraction < 1.0:
-        raise ValueError(f"validation fraction must be in [0, 1), got {fraction}")
+        raise CogError(f"validation fraction must be in [0, 1), got {fraction}")
     labels = np.asarray(labels)
     train, val = [], []
     for c, rows in _by_class(labels, np.arange(len(labels))).items():
@@ -53,7 +55,7 @@ def val_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarra
 def few_shot(labels: np.ndarray, candidates_idx: np.ndarray, shots: int, seed: int) -> np.ndarray:
     """``shots`` random rows of each class among ``candidates_idx`` (all of them when a class has fewer)."""
     if shots < 1:
-        raise ValueError(f"shots must be >= 1, got {shots}")
+        raise CogError(f"shots must be >= 1, got {shots}")
     picked = [rows[np.random.default_rng([seed, c]).permutation(len(rows))[:shots]]
               for c, rows in _by_class(np.asarray(labels), candidates_idx).items()]
     return _sorted_cat(picked)
@@ -86,8 +88,8 @@ def check_shots(labels: np.ndarray, fraction: float, shots: Iterable[int | None]
         if n is not None and n > left.min():
             c = int(np.argmin(left))
             tuning = f" ({left[c]} left for tuning by the {fraction:.0%} validation split)" if fraction else ""
-            raise ValueError(f"--shots {n}: class {classes[c]} has {counts[c]} train rows{tuning}, fewer than {n}; "
-                             f"an N-shot cell needs N rows of every class (here at most {left.min()} shots)")
+            raise CogError(f"--shots {n}: class {classes[c]} has {counts[c]} train rows{tuning}, fewer than {n}; "
+                           f"an N-shot cell needs N rows of every class (here at most {left.min()} shots)")
 
 
 def tuning_indices(labels: np.ndarray, fraction: float, seed: int, shots: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from cog_pl.data.tar_index import TarIndex
-from cog_pl.errors import NotFoundError
+from cog_pl.errors import MissingFileError, NotFoundError, WrongTypeError
 from cog_pl.io import printable
 from cog_pl.registry import Registry
 
@@ -61,7 +61,7 @@ class ImageSource(ABC):
                  split: str | None = None) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
-            raise FileNotFoundError(f"image root {self.root} is not a directory")
+            raise MissingFileError(f"image root {self.root} is not a directory")
         self.cache_dir = cache_dir
         self.split = split
 
@@ -167,7 +167,7 @@ def register_source(name: str, *, replace: bool = False) -> Callable[[S], S]:
     """
     def add(cls: S) -> S:
         if not (isinstance(cls, type) and issubclass(cls, ImageSource)):
-            raise TypeError(f"image source {name!r}: {cls!r} is not an ImageSource subclass")
+            raise WrongTypeError(f"image source {name!r}: {cls!r} is not an ImageSource subclass")
         cls.name = name
         _SOURCES.add(name, cls, replace=replace)
         return cls
@@ -248,7 +248,7 @@ class SynsetSource(ImageSource):
             elif kind == "tar":
                 names = [n for n in self._tar(wnid).names() if is_image_name(n)]
             else:
-                raise FileNotFoundError(f"synset {wnid} is missing under {self.root} (no {wnid}/ nor {wnid}.tar)")
+                raise MissingFileError(f"synset {wnid} is missing under {self.root} (no {wnid}/ nor {wnid}.tar)")
             self._lists[wnid] = names
         return self._lists[wnid]
 

@@ -59,6 +59,7 @@ from cog_pl.data.source_base import (
 )
 from cog_pl.data.webdataset import WebDatasetSource
 from cog_pl.data.whole_tar import WholeTarSource
+from cog_pl.errors import CogError, MissingFileError
 from cog_pl.io import printable
 
 __all__ = ["IMAGE_EXTENSIONS", "IN1K_FOLDERS", "KAGGLE_IMAGES", "ImageSource", "SynsetSource", "get_source",
@@ -79,11 +80,11 @@ def open_source(root: str | os.PathLike, kind: str = "auto", cache_dir: str | os
         return get_source(kind)(root, cache_dir, split)
     path = Path(root)
     if not path.is_dir() and not (path.is_file() and get_source("whole_tar").detect(path)):
-        raise FileNotFoundError(f"image root {path} is not a directory")  # a file: only IN-21K's whole tar
+        raise MissingFileError(f"image root {path} is not a directory")  # a file: only IN-21K's whole tar
     for name in reversed(list_sources()):
         if get_source(name).detect(path):
             return get_source(name)(path, cache_dir, split)
-    raise ValueError(f"image root {path}: no registered source recognises it; known: {', '.join(list_sources())}")
+    raise CogError(f"image root {path}: no registered source recognises it; known: {', '.join(list_sources())}")
 
 
 #: IN-1K's folders under its root, by split, for layouts that keep them apart.
@@ -108,6 +109,6 @@ def open_split_source(root: str | os.PathLike, split: str, kind: str = "auto",
             if cls.holds_splits and cls.detect(path):
                 return cls(path, cache_dir, split)
         if (path / KAGGLE_IMAGES / sub).is_dir():
-            raise FileNotFoundError(f"image root {path / sub} is not a directory: {path} is Kaggle's ImageNet "
-                                    f"download as unpacked, whose IN-1K root is {path / KAGGLE_IMAGES}")
+            raise MissingFileError(f"image root {path / sub} is not a directory: {path} is Kaggle's ImageNet "
+                                   f"download as unpacked, whose IN-1K root is {path / KAGGLE_IMAGES}")
     return open_source(path / sub, "auto", cache_dir, split)

@@ -26,6 +26,7 @@ from pathlib import Path
 from cog_pl.benchmark import Benchmark
 from cog_pl.data.sources import printable
 from cog_pl.data.tar_index import default_cache_dir
+from cog_pl.errors import CogError
 from cog_pl.io import atomic_open
 from cog_pl.protocol import FeatureProtocol
 
@@ -128,24 +129,24 @@ def load_split(path: str | os.PathLike, level: str | None = None, benchmark: Ben
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             rec = json.load(fh)
     except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: not a cog-pl split file ({err})") from err
+        raise CogError(f"{path}: not a cog-pl split file ({err})") from err
     if rec.get("format") != SPLIT_FORMAT or rec.get("version") != SPLIT_VERSION:
-        raise ValueError(f"{path}: format {rec.get('format')!r} v{rec.get('version')}, expected {SPLIT_FORMAT} "
-                         f"v{SPLIT_VERSION}")
+        raise CogError(f"{path}: format {rec.get('format')!r} v{rec.get('version')}, expected {SPLIT_FORMAT} "
+                       f"v{SPLIT_VERSION}")
     if level is not None and rec["level"] != level:
-        raise ValueError(f"{path}: split of level {rec['level']}, expected {level}")
+        raise CogError(f"{path}: split of level {rec['level']}, expected {level}")
     split = LevelSplit(rec["level"], {w: tuple(v) for w, v in rec["train"].items()},
                        {w: tuple(v) for w, v in rec["test"].items()}, rec["seed"], rec["max_train"])
     if split.sha256() != rec.get("sha256"):
-        raise ValueError(f"{path}: content hash mismatch (file edited or damaged)")
+        raise CogError(f"{path}: content hash mismatch (file edited or damaged)")
     if split.test != official_test_by_concept(split.level, benchmark):
         which = "official" if benchmark is None else f"benchmark {benchmark.name!r}'s"
-        raise ValueError(f"{path}: its test images differ from the {which} {split.level} test split")
+        raise CogError(f"{path}: its test images differ from the {which} {split.level} test split")
     for wnid, names in split.train.items():
         leaked = set(names) & set(split.test.get(wnid, ()))
         if leaked:
-            raise ValueError(f"{path}: {len(leaked)} official test image(s) of {wnid} listed as train, "
-                             f"e.g. {wnid}/{min(leaked)}")
+            raise CogError(f"{path}: {len(leaked)} official test image(s) of {wnid} listed as train, "
+                           f"e.g. {wnid}/{min(leaked)}")
     return split
 
 

@@ -23,6 +23,7 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms.v2 import functional as F
 
+from cog_pl.errors import CogError
 from cog_pl.protocol import FeatureProtocol
 
 INTERPOLATIONS = {"bicubic": T.InterpolationMode.BICUBIC, "bilinear": T.InterpolationMode.BILINEAR,
@@ -41,9 +42,9 @@ class TransformConfig:
 
     def __post_init__(self) -> None:
         if self.interpolation not in INTERPOLATIONS:
-            raise ValueError(f"interpolation={self.interpolation!r}; expected one of {', '.join(INTERPOLATIONS)}")
+            raise CogError(f"interpolation={self.interpolation!r}; expected one of {', '.join(INTERPOLATIONS)}")
         if self.resize < self.crop:
-            raise ValueError(f"resize ({self.resize}) is smaller than crop ({self.crop})")
+            raise CogError(f"resize ({self.resize}) is smaller than crop ({self.crop})")
 
     def as_record(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}

@@ -34,7 +34,7 @@ from cog_pl.data.image_table import ImageTable
 from cog_pl.data.index_cache import cached_index, cached_table
 from cog_pl.data.source_base import ImageSource
 from cog_pl.data.tar_index import BLOCK, check_complete, read_range
-from cog_pl.errors import NotFoundError
+from cog_pl.errors import CogError, MissingFileError, NotFoundError
 from cog_pl.io import printable
 
 _SHARD = re.compile(r"(?P<prefix>.+?)(?:-(?P<split>train|validation|val|test))?-(?P<num>\d+)\.tar")
@@ -87,20 +87,20 @@ def scan_shard(shard: Path) -> list[list[Any]]:
     out = []
     for key, s in samples.items():
         if "image" not in s:
-            raise ValueError(f"{shard}: sample {key} has no image member (jpg, png or webp)")
+            raise CogError(f"{shard}: sample {key} has no image member (jpg, png or webp)")
         if "cls" not in s:
-            raise ValueError(f"{shard}: sample {key} has no cls member, so its image {key}.{s['image'][0]} has "
-                             "no label")
+            raise CogError(f"{shard}: sample {key} has no cls member, so its image {key}.{s['image'][0]} has "
+                           "no label")
         try:
             cls = int(s["cls"].decode().strip())
         except ValueError:
-            raise ValueError(f"{shard}: sample {key}: cls {s['cls'][:20]!r} is not an integer") from None
+            raise CogError(f"{shard}: sample {key}: cls {s['cls'][:20]!r} is not an integer") from None
         filename = None
         if "json" in s:
             try:
                 filename = json.loads(s["json"]).get("filename")
             except (ValueError, AttributeError):
-                raise ValueError(f"{shard}: sample {key}: its json member is not a JSON object") from None
+                raise CogError(f"{shard}: sample {key}: its json member is not a JSON object") from None
         out.append([key, *s["image"], cls, filename])
     return out
 
@@ -116,8 +116,8 @@ class WebDatasetSource(ImageSource):
         super().__init__(root, cache_dir, split)
         self.shards = shards(self.root, split)
         if not self.shards:
-            raise FileNotFoundError(f"{self.root}: no webdataset shards (<prefix>[-<split>]-<number>.tar)"
-                                    + (f" of split {split}" if split else ""))
+            raise MissingFileError(f"{self.root}: no webdataset shards (<prefix>[-<split>]-<number>.tar)"
+                                   + (f" of split {split}" if split else ""))
         info = self.root / "_info.json"
         inputs = [*self.shards, *([info] if info.is_file() else [])]
         self.table = cached_table(self.root, f"wds-{split or 'all'}", TABLE_VERSION, inputs, self._build, cache_dir)
@@ -146,8 +146,8 @@ class WebDatasetSource(ImageSource):
         for a, b in table.duplicates()[:1]:
             first, second = sorted(int(table.columns["shard"][r]) for r in (a, b))
             wnid = next(w for k, w in enumerate(table.wnids) if table.starts[k] <= a < table.starts[k + 1])
-            raise ValueError(f"{self.shards[second]}: holds {wnid}/{printable(table.name(a))}, which "
-                             f"{self.shards[first].name} holds too")
+            raise CogError(f"{self.shards[second]}: holds {wnid}/{printable(table.name(a))}, which "
+                           f"{self.shards[first].name} holds too")
         return table
 
     def _at(self, wnid: str, filename: str) -> tuple[int, int, int, str]:
@@ -169,7 +169,7 @@ class WebDatasetSource(ImageSource):
             try:
                 data = json.loads(info.read_text())
             except ValueError as err:
-                raise ValueError(f"{info}: not valid JSON ({err})") from err
+                raise CogError(f"{info}: not valid JSON ({err})") from err
             for key in ("classes", "wnids"):
                 if isinstance(data.get(key), list):
                     return [str(w) for w in data[key]]
@@ -181,12 +181,12 @@ class WebDatasetSource(ImageSource):
     def _wnid(classes: list[str] | None, cls: int, name: str, shard: Path, key: str) -> str:
         if classes is not None:
             if not 0 <= cls < len(classes):
-                raise ValueError(f"{shard}: sample {key}: cls {cls} is outside the {len(classes)} classes")
+                raise CogError(f"{shard}: sample {key}: cls {cls} is outside the {len(classes)} classes")
             return classes[cls]
         m = _WNID.match(name)
         if not m:
-            raise ValueError(f"{shard}: sample {key}: no wnid for cls {cls} (no class list in _info.json and the "
-                             f"original name {printable(name)!r} does not start with one)")
+            raise CogError(f"{shard}: sample {key}: no wnid for cls {cls} (no class list in _info.json and the "
+                           f"original name {printable(name)!r} does not start with one)")
         return m.group(0)
 
     def synsets(self) -> list[str]:
@@ -197,7 +197,7 @@ class WebDatasetSource(ImageSource):
 
     def list(self, wnid: str) -> list[str]:
         if not self.table.has(wnid):
-            raise FileNotFoundError(f"synset {wnid} is in no shard under {self.root}")
+            raise MissingFileError(f"synset {wnid} is in no shard under {self.root}")
         return self.table.names(wnid)
 
     def read(self, wnid: str, filename: str) -> bytes:

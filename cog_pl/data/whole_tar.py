@@ -32,7 +32,7 @@ from cog_pl.data.index_cache import cached_table
 from cog_pl.data.source_base import ImageSource, is_image_name
 from cog_pl.data.tar_index import BLOCK, check_complete, leave_out, member_key, outside, read_range, scan_tar
 from cog_pl.data.webdataset import _SHARD
-from cog_pl.errors import NotFoundError
+from cog_pl.errors import CogError, MissingFileError, NotFoundError
 from cog_pl.io import printable
 
 WHOLE = re.compile(r".+_whole\.tar(\.gz)?")
@@ -195,7 +195,7 @@ def _table(tar: Path, inner: list[str], wnids: list[str], names: list[str], colu
     for member in inner:
         wnid = INNER.fullmatch(member_key(member)).group(1)
         if wnid in seen:
-            raise ValueError(f"{tar}: members {printable(seen[wnid])} and {printable(member)} are both synset {wnid}")
+            raise CogError(f"{tar}: members {printable(seen[wnid])} and {printable(member)} are both synset {wnid}")
         seen[wnid] = member
     return ImageTable.build(wnids, names, columns, {"inner": inner})
 
@@ -210,10 +210,10 @@ class WholeTarSource(ImageSource):
         path = Path(root)
         found = find_whole_tar(path)
         if not found:
-            raise FileNotFoundError(f"{path}: no IN-21K whole tar (*_whole.tar[.gz], one tar per synset inside)")
+            raise MissingFileError(f"{path}: no IN-21K whole tar (*_whole.tar[.gz], one tar per synset inside)")
         if len(found) > 1:
-            raise ValueError(f"{path} holds {len(found)} whole tars ({', '.join(p.name for p in found)}); give the "
-                             "one to read as the root")
+            raise CogError(f"{path} holds {len(found)} whole tars ({', '.join(p.name for p in found)}); give the "
+                           "one to read as the root")
         self.tar = found[0]
         super().__init__(self.tar.parent, cache_dir, split)
         self.random_access = not is_gzip(self.tar)
@@ -233,7 +233,7 @@ class WholeTarSource(ImageSource):
 
     def list(self, wnid: str) -> list[str]:
         if not self.table.has(wnid):
-            raise FileNotFoundError(f"synset {wnid} is missing from {self.tar} (no {wnid}.tar inside)")
+            raise MissingFileError(f"synset {wnid} is missing from {self.tar} (no {wnid}.tar inside)")
         return self.table.names(wnid)
 
     def _row(self, wnid: str, filename: str) -> int:

@@ -122,9 +122,9 @@ class FeatureDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         if stage_mode not in STAGE_MODES:
-            raise ValueError(f"stage_mode={stage_mode!r}; expected one of {', '.join(STAGE_MODES)}")
+            raise CogError(f"stage_mode={stage_mode!r}; expected one of {', '.join(STAGE_MODES)}")
         if shots is not None and shots < 1:
-            raise ValueError(f"shots must be a positive number of images per class or None (all), got {shots}")
+            raise CogError(f"shots must be a positive number of images per class or None (all), got {shots}")
         self.root, self.seed, self.shots, self.stage_mode = Path(features), seed, shots, stage_mode
         self.batch_size, self.device_request, self.normalize = batch_size, device, normalize
         self.val_fraction = ProbeProtocol().val_fraction if val_fraction is None else val_fraction

@@ -25,6 +25,7 @@ from cog_pl.data.streamed import StreamedImages
 from cog_pl.data.transforms import TransformConfig, build_transform
 from cog_pl.defaults import NUM_WORKERS
 from cog_pl.device import loader_workers
+from cog_pl.errors import CogError, MissingFileError
 from cog_pl.models.transform import resolve_transform
 from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, FeatureProtocol
 
@@ -59,10 +60,10 @@ class ImageDataModule(L.LightningDataModule):
         self.benchmark = benchmark
         self._definition: Benchmark | None = None
         if predict_split not in SPLITS:
-            raise ValueError(f"predict_split={predict_split!r}; expected train or test")
+            raise CogError(f"predict_split={predict_split!r}; expected train or test")
         self.transform_config = resolve_transform(transform)
         if num_workers != "auto" and not (isinstance(num_workers, int) and num_workers >= 0):
-            raise ValueError(f"num_workers={num_workers!r}; expected auto or a count >= 0")
+            raise CogError(f"num_workers={num_workers!r}; expected auto or a count >= 0")
         self.batch_size, self._num_workers, self._pin_memory = batch_size, num_workers, pin_memory
         self.on_error, self.error_log, self.cache_dir = on_error, error_log, cache_dir
         self.shuffle_train, self.predict_split = shuffle_train, predict_split
@@ -173,8 +174,8 @@ def _tolerate(what: str, missing: list[str], rows: int, allow: float) -> None:
     names = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
     cap = skip_budget(rows, allow) if allow else 0
     if len(missing) > cap:
-        raise FileNotFoundError(f"{what}: {len(missing)} image(s) the split lists are not in the source: {names} "
-                                f"(allow_missing={allow} tolerates {cap}; `cog-pl data check` lists them)")
+        raise MissingFileError(f"{what}: {len(missing)} image(s) the split lists are not in the source: {names} "
+                               f"(allow_missing={allow} tolerates {cap}; `cog-pl data check` lists them)")
     log.warning("%s: %d image(s) the split lists are not in the source, left out (allow_missing=%s): %s", what,
                 len(missing), allow, names)
 
@@ -184,20 +185,20 @@ def _renamed_root(given: str | None, root: str | None, new: str, cls: str) -> st
     name, accepted for one release with one warning naming the new one."""
     if root is not None:
         if given is not None:
-            raise ValueError(f"{cls}: give {new} (root is its former name), not both")
+            raise CogError(f"{cls}: give {new} (root is its former name), not both")
         warnings.warn(f"{cls}(root=...) is deprecated, use {new}= (--data.{new}); root goes in cog_pl 0.2",
                       FutureWarning, stacklevel=3)
         given = root
     if given is None:
-        raise ValueError(f"{cls} needs {new}")
+        raise CogError(f"{cls} needs {new}")
     return given
 
 
 def _require(source: ImageSource, wnids: list[str] | tuple[str, ...], what: str) -> None:
     missing = [w for w in wnids if not source.has(w)]
     if missing:
-        raise FileNotFoundError(f"{len(missing)} {what} synset(s) missing under {source.root}: "
-                                + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
+        raise MissingFileError(f"{len(missing)} {what} synset(s) missing under {source.root}: "
+                               + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
 
 
 class ImageNetDataModule(ImageDataModule):
@@ -276,7 +277,7 @@ class CoGLevelDataModule(ImageDataModule):
         self.save_hyperparameters(ignore=["protocol"])
         self.level = LEVEL_OF_DOMAIN.get(level, level)
         if self.level not in resources.LEVELS:
-            raise ValueError(f"unknown level {level!r}; expected L1..L5 or cog_l1..cog_l5")
+            raise CogError(f"unknown level {level!r}; expected L1..L5 or cog_l1..cog_l5")
         self.domain = DOMAIN_OF_LEVEL[self.level]
         self.root = _renamed_root(in21k_root, root, "in21k_root", "CoGLevelDataModule")
         self.split_file, self.split_seed = split_file, split_seed
@@ -316,7 +317,7 @@ class CoGLevelDataModule(ImageDataModule):
                 if issue not in missing:
                     log.warning("%s: %s: %s (outside the protocol)", self.domain, issue.wnid, issue.problem)
             if missing:
-                raise FileNotFoundError(f"{self.domain} under {self.root}: " + "; ".join(
+                raise MissingFileError(f"{self.domain} under {self.root}: " + "; ".join(
                     f"{i.wnid}: {i.problem}" for i in missing[:10]) + (" ..." if len(missing) > 10 else ""))
             self._split = split
         return self._split

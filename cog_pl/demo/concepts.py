@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from cog_pl import resources
+from cog_pl.errors import CogError
 from cog_pl.levels.seen import SeenSet
 from cog_pl.protocol import LevelProtocol
 from cog_pl.wordnet.ontology import Ontology
@@ -45,7 +46,7 @@ def demo_seen_set(onto: Ontology, n_seen: int, seed: int) -> SeenSet:
     """``n_seen`` IN-1K concepts drawn with ``seed`` (IN-1K label order)."""
     in1k = [w for w in resources.in1k_wnids() if w in onto.index]
     if not 2 <= n_seen <= len(in1k):
-        raise ValueError(f"n_seen={n_seen} must be between 2 and the {len(in1k)} IN-1K concepts")
+        raise CogError(f"n_seen={n_seen} must be between 2 and the {len(in1k)} IN-1K concepts")
     rng = np.random.default_rng([seed, 0xC06])
     picked = set(rng.choice(len(in1k), n_seen, replace=False).tolist())
     return SeenSet(f"demo-seed{seed}", tuple(w for k, w in enumerate(in1k) if k in picked),
@@ -60,13 +61,13 @@ def sample_concepts(onto: Ontology, n_seen: int, n_per_level: int, seed: int,
 
     protocol = protocol or LevelProtocol()
     if n_per_level < 1:
-        raise ValueError(f"n_per_level={n_per_level} must be at least 1")
+        raise CogError(f"n_per_level={n_per_level} must be at least 1")
     seen = demo_seen_set(onto, n_seen, seed)
     content = build_levels(protocol, onto=onto, seen=seen, fit=True)
     size = len(content["levels"]["L1"])
     if n_per_level > size:
-        raise ValueError(f"n_per_level={n_per_level} exceeds the {size} concepts per level built relative to the "
-                         f"{n_seen} seen concepts")
+        raise CogError(f"n_per_level={n_per_level} exceeds the {size} concepts per level built relative to the "
+                       f"{n_seen} seen concepts")
     rng = np.random.default_rng([seed, 0xC06, 1])
     levels = {lv: tuple(sorted(rng.choice(content["levels"][lv], n_per_level, replace=False).tolist()))
               for lv in resources.LEVELS}

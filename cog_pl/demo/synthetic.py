@@ -27,6 +27,7 @@ from cog_pl.benchmark import Benchmark
 from cog_pl.data.splits import RULE
 from cog_pl.demo.concepts import sample_concepts
 from cog_pl.demo.traits import TraitStyle, clutter_bank, concept_images
+from cog_pl.errors import CogError
 from cog_pl.io import write_json
 from cog_pl.levels.benchmark_file import TEST_RULE_TEXT, draw_test
 from cog_pl.wordnet.ontology import Ontology
@@ -60,8 +61,8 @@ def _claim(root: Path, settings: dict) -> None:
     if path.exists():
         old = json.loads(path.read_text())
         if old != settings:
-            raise ValueError(f"{root} holds a demo benchmark made with other settings ({path}: {old}); "
-                             "use another root or delete it")
+            raise CogError(f"{root} holds a demo benchmark made with other settings ({path}: {old}); "
+                           "use another root or delete it")
     else:
         write_json(path, settings)
 

@@ -32,6 +32,7 @@ from cog_pl.data.streamed import StreamedImages
 from cog_pl.data.transforms import TransformConfig
 from cog_pl.defaults import MAX_SKIPPED, NUM_WORKERS
 from cog_pl.device import loader_workers
+from cog_pl.errors import CogError
 from cog_pl.extract.decode import check_decode, resolve_decode
 from cog_pl.extract.decode_data import PixelImages, collate_pixels
 from cog_pl.extract.decode_device import BatchDecoder
@@ -111,7 +112,7 @@ class ExtractionDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         check_decode(decode)
         if num_workers != "auto" and not (isinstance(num_workers, int) and num_workers >= 0):
-            raise ValueError(f"--num-workers {num_workers!r}; expected auto or a count >= 0")
+            raise CogError(f"--num-workers {num_workers!r}; expected auto or a count >= 0")
         num_workers = loader_workers() if num_workers == "auto" else num_workers
         self.decode, self.device = decode, None
         self._decode_path: str | None = None
@@ -122,9 +123,9 @@ class ExtractionDataModule(L.LightningDataModule):
         check_tolerance(allow_missing, "allow_missing")
         bad = [s for s in splits if s not in SPLITS]
         if bad:
-            raise ValueError(f"unknown split(s) {', '.join(bad)}; expected train and/or test")
+            raise CogError(f"unknown split(s) {', '.join(bad)}; expected train and/or test")
         if dtype not in DTYPES:
-            raise ValueError(f"--data.dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+            raise CogError(f"--data.dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
         self.overwrite, self.dtype = overwrite, dtype
         self.model_meta: dict[str, Any] | None = None
         self.out, self.model_name = Path(out), model_name
@@ -158,11 +159,11 @@ class ExtractionDataModule(L.LightningDataModule):
                   "allow_missing": self.allow_missing}
         if domain == "in1k":
             if not self.in1k_root and need_root:
-                raise ValueError("extracting in1k needs --data.in1k_root (a folder with train/ and val/)")
+                raise CogError("extracting in1k needs --data.in1k_root (a folder with train/ and val/)")
             dm = ImageNetDataModule(in1k_root=self.in1k_root or "", source=self.in1k_source, **common)
         else:
             if not self.in21k_root and need_root:
-                raise ValueError(f"extracting {domain} needs --data.in21k_root (a folder or tar per synset)")
+                raise CogError(f"extracting {domain} needs --data.in21k_root (a folder or tar per synset)")
             dm = CoGLevelDataModule(level=domain, in21k_root=self.in21k_root or "", split_file=self._split_file(domain),
                                     source=self.in21k_source, **common)
         return dm
@@ -182,9 +183,9 @@ class ExtractionDataModule(L.LightningDataModule):
         record = (self.model_meta or {}).get("transform")
         if record:
             return TransformConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in record.items()})
-        raise ValueError("ExtractionDataModule: transform='auto' takes the extractor's transform, and no extractor is "
-                         "attached; pass transform= (a model name, 'protocol', a size, a TransformConfig) or run it "
-                         "with trainer.predict(FeatureExtractor(...), datamodule=...)")
+        raise CogError("ExtractionDataModule: transform='auto' takes the extractor's transform, and no extractor is "
+                       "attached; pass transform= (a model name, 'protocol', a size, a TransformConfig) or run it "
+                       "with trainer.predict(FeatureExtractor(...), datamodule=...)")
 
     def _finished_meta(self, dm: Any, split: str) -> dict[str, Any]:
         """The data half of the meta a finished store is checked on: all of it (the split hash of a CoG level

@@ -21,6 +21,8 @@ import warnings
 
 import torch
 
+from cog_pl.errors import CogError
+
 log = logging.getLogger(__name__)
 
 DECODE_PATHS = ("pil", "cpu", "gpu", "auto")
@@ -39,7 +41,7 @@ _MAGIC = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF8", "GIF"), (b"BM", "BMP"), (b"II
 def check_decode(decode: str) -> None:
     """Refuse an unknown decode path, naming the option."""
     if decode not in DECODE_PATHS:
-        raise ValueError(f"--decode {decode!r}; expected one of {', '.join(DECODE_PATHS)}")
+        raise CogError(f"--decode {decode!r}; expected one of {', '.join(DECODE_PATHS)}")
 
 
 def resolve_decode(decode: str, device: str | torch.device) -> str:

@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 
 from cog_pl.data.transforms import TransformConfig, normalize_images, pil_resize_crop, tensor_resize_crop
+from cog_pl.errors import CogError
 from cog_pl.extract.decode import decode_rgb
 
 #: The fidelity bound of a decode path against ``pil``: mean and worst cosine similarity of the features.
@@ -47,7 +48,7 @@ def path_crops(data: Sequence[bytes], cfg: TransformConfig, path: str, device: s
             warnings.simplefilter("ignore", DeprecationWarning)
             images = decode_jpeg(raw, mode=ImageReadMode.RGB, device=device)
         return torch.stack([tensor_resize_crop(im, cfg) for im in images]).cpu()
-    raise ValueError(f"unknown decode path {path!r}")
+    raise CogError(f"unknown decode path {path!r}")
 
 
 def _draft_size(size: tuple[int, int], resize: int) -> tuple[int, int]:

@@ -13,8 +13,9 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from cog_pl.errors import StoreError
 from cog_pl.features.missing import clear_missing, mark_missing
-from cog_pl.features.store import StoreError, StoreWriter
+from cog_pl.features.store import StoreWriter
 
 logger = logging.getLogger(__name__)
 

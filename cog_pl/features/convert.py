@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from cog_pl import resources
+from cog_pl.errors import CogError, StoreError
 from cog_pl.features.pair import SPLITS, open_pair
-from cog_pl.features.store import FeatureStore, StoreError, make_meta, open_store, write_store
+from cog_pl.features.store import FeatureStore, make_meta, open_store, write_store
 from cog_pl.io import load_failure
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 
@@ -27,7 +28,7 @@ def domain_classes(domain: str) -> list[str]:
         return list(resources.in1k_wnids())
     if domain in LEVEL_OF_DOMAIN:
         return sorted(resources.official_levels()[LEVEL_OF_DOMAIN[domain]])
-    raise ValueError(f"unknown domain {domain!r}; expected in1k or cog_l1 .. cog_l5")
+    raise CogError(f"unknown domain {domain!r}; expected in1k or cog_l1 .. cog_l5")
 
 
 def read_pth(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from cog_pl.errors import CogError
 from cog_pl.features.paths import partial_path
 
 MASK, LOG = "missing.npy", "missing.jsonl"
@@ -95,6 +96,6 @@ def valid_rows(meta: dict[str, Any], num_rows: int, where: str | os.PathLike = "
     rows = [m.get("row") for m in meta.get("missing") or ()]
     bad = [r for r in rows if not (isinstance(r, int) and 0 <= r < num_rows)]
     if bad:
-        raise ValueError(f"{where}: meta.json lists missing row {bad[0]!r}, outside 0..{num_rows - 1}")
+        raise CogError(f"{where}: meta.json lists missing row {bad[0]!r}, outside 0..{num_rows - 1}")
     valid[rows] = False
     return valid

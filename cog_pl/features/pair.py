@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from cog_pl.features.store import FeatureStore, StoreError, open_store
+from cog_pl.errors import NotFoundError, StoreError
+from cog_pl.features.store import FeatureStore, open_store
 from cog_pl.io import printable
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class StorePair:
 
     def __getitem__(self, split: str) -> FeatureStore:
         if split not in SPLITS:
-            raise KeyError(f"split {split!r}; a store pair holds {' and '.join(SPLITS)}")
+            raise NotFoundError(f"split {split!r}; a store pair holds {' and '.join(SPLITS)}")
         return self.train if split == "train" else self.test
 
     def names(self, model: str | None = None, domain: str | None = None) -> tuple[str, str]:

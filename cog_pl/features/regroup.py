@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from cog_pl.errors import CogError
 from cog_pl.features.pair import open_pair
 from cog_pl.features.store import (
     Chunk,
@@ -181,8 +182,8 @@ def _saved(path: Path, overwrite: bool) -> dict[str, Any] | None:
     try:
         return load_level_file(path)
     except ValueError as err:
-        raise ValueError(f"{err} (the variant's saved level file; pass overwrite=True (--overwrite) to regroup the "
-                         "variant again)") from None
+        raise CogError(f"{err} (the variant's saved level file; pass overwrite=True (--overwrite) to regroup the "
+                       "variant again)") from None
 
 
 def _reusable(old: dict[str, Any], concepts: list[str], measure: str | None, lcs: str) -> bool:

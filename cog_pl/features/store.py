@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from cog_pl.errors import CogError, StoreError
 from cog_pl.features.missing import missing_records, valid_rows
 from cog_pl.features.paths import is_complete, partial_path  # defined below store and missing; importable here
 from cog_pl.io import DISK_FULL, disk_full, write_json
@@ -63,10 +64,6 @@ BOOKKEEPING = ("written.npy", "identity.json", "missing.npy", "missing.jsonl")
 #: Feature dtypes a store may hold; float16 (the protocol's) by default.
 DTYPES = ("float16", "float32")
 OVERWRITE_HINT = "pass --overwrite (cog-pl extract: --data.overwrite true) to replace it"
-
-
-class StoreError(ValueError):
-    """A feature store that is missing, incomplete, damaged or not the one asked for; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -256,8 +253,8 @@ def _validate(path: Path, features: np.ndarray, labels: np.ndarray, index: np.nd
 def _compare(path: Path, meta: dict, expect: dict) -> None:
     unknown = set(expect) - set(CHECKED_KEYS)
     if unknown:
-        raise ValueError(f"cannot check feature store key(s) {', '.join(sorted(unknown))}; known: "
-                         f"{', '.join(CHECKED_KEYS)}")
+        raise CogError(f"cannot check feature store key(s) {', '.join(sorted(unknown))}; known: "
+                       f"{', '.join(CHECKED_KEYS)}")
     for key, want in expect.items():
         if want is None:
             continue

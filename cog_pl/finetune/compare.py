@@ -14,6 +14,7 @@ import lightning as L
 
 from cog_pl.console import filter_known_warnings
 from cog_pl.device import resolve_precision, trainer_options
+from cog_pl.errors import CogError
 from cog_pl.finetune.module import FineTuneClassifier, no_val_split
 from cog_pl.finetune.rows import METHOD, result_row
 from cog_pl.progress.trainer import StageProgress
@@ -34,7 +35,7 @@ def check_options(precision: Any, recipe: dict[str, Any] | None) -> None:
     allowed = [k for k in inspect.signature(FineTuneClassifier).parameters if k not in SET_PER_DOMAIN]
     bad = [k for k in recipe or {} if k not in allowed]
     if bad:
-        raise ValueError(f"unknown recipe key(s) {', '.join(bad)}; FineTuneClassifier takes {', '.join(allowed)}")
+        raise CogError(f"unknown recipe key(s) {', '.join(bad)}; FineTuneClassifier takes {', '.join(allowed)}")
 
 
 def _plain(value: Any) -> Any:
@@ -104,7 +105,7 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
         key = (name, METHOD, domain, None, seed)
         diff = _differences(existing[key], want) if key in existing else None
         if diff and not overwrite:
-            raise ValueError(refusal(results, key, diff))
+            raise CogError(refusal(results, key, diff))
         if key in existing and not diff:
             logger.info("skip fine-tuning %s on %s: row exists, made with the same inputs", name, domain)
         else:

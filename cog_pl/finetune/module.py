@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from cog_pl.errors import CogError
+from cog_pl.errors import CogError, DivergedError
 from cog_pl.metrics import topk_first
 from cog_pl.models import build_backbone
 from cog_pl.models.module import BackboneModule
@@ -80,10 +80,6 @@ def no_val_split() -> Iterator[None]:
 DIVERGED_FACTOR = 10.0
 
 
-class DivergedError(CogError, RuntimeError):
-    """The training loss stopped being finite: the recipe's learning rate is too high for this backbone."""
-
-
 class FineTuneClassifier(BackboneModule):
     """Fine-tune a registry backbone (``model``, optionally from ``checkpoint``) with a new head of ``num_classes``.
 
@@ -122,9 +118,9 @@ class FineTuneClassifier(BackboneModule):
                  key_map: dict[str, str] | None = None, in_order: bool = False) -> None:
         super().__init__()
         if optimizer not in ("sgd", "adamw"):
-            raise ValueError(f"optimizer={optimizer!r}; expected 'sgd' or 'adamw'")
+            raise CogError(f"optimizer={optimizer!r}; expected 'sgd' or 'adamw'")
         if not 0 < crop_scale[0] <= crop_scale[1] <= 1:
-            raise ValueError(f"crop_scale={tuple(crop_scale)!r}; expected 0 < min <= max <= 1")
+            raise CogError(f"crop_scale={tuple(crop_scale)!r}; expected 0 < min <= max <= 1")
         self.save_hyperparameters()
         self.set_backbone(build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint),
                           channels_last)

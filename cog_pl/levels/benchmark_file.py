@@ -24,6 +24,7 @@ from cog_pl import resources
 from cog_pl.benchmark import Benchmark
 from cog_pl.data.sources import ImageSource, open_source
 from cog_pl.data.splits import RULE, select_train
+from cog_pl.errors import CogError, MissingFileError
 from cog_pl.levels.seen import NAMED
 from cog_pl.protocol import FeatureProtocol
 
@@ -36,7 +37,7 @@ TEST_RULE_TEXT = ("test = the concept's first test_per_concept images ranked by 
 def draw_test(wnid: str, filenames: Sequence[str], n: int, seed: int = 0) -> list[str]:
     """The ``n`` test images of one concept under the rule (sorted by filename)."""
     if len(set(filenames)) <= n:
-        raise ValueError(f"{wnid} has {len(set(filenames))} images, not more than the {n} test images to draw")
+        raise CogError(f"{wnid} has {len(set(filenames))} images, not more than the {n} test images to draw")
     return select_train(wnid, filenames, (), n, seed)
 
 
@@ -60,13 +61,13 @@ def draw_level_tests(levels: Mapping[str, Sequence[str]], source: ImageSource, n
         test[level] = tuple(paths)
     where = source.root
     if missing:
-        raise ValueError(f"{len(missing)} level concept(s) are missing under {where}: {', '.join(missing[:10])}"
-                         + (" ..." if len(missing) > 10 else ""))
+        raise CogError(f"{len(missing)} level concept(s) are missing under {where}: {', '.join(missing[:10])}"
+                       + (" ..." if len(missing) > 10 else ""))
     if small:
-        raise ValueError(f"{len(small)} level concept(s) under {where} have too few images for {n} test images "
-                         f"and at least {min_images} in all: {', '.join(small[:10])}"
-                         + (" ..." if len(small) > 10 else "")
-                         + "; build the levels with --in21k-root to count the images there")
+        raise CogError(f"{len(small)} level concept(s) under {where} have too few images for {n} test images "
+                       f"and at least {min_images} in all: {', '.join(small[:10])}"
+                       + (" ..." if len(small) > 10 else "")
+                       + "; build the levels with --in21k-root to count the images there")
     return test
 
 
@@ -74,10 +75,10 @@ def benchmark_protocol(min_images: int, test_per_concept: int) -> dict[str, int]
     """The FeatureProtocol counts that differ from the paper's, for a level protocol's ``min_images``."""
     base = FeatureProtocol()
     if test_per_concept < 1:
-        raise ValueError(f"test_per_concept must be at least 1, got {test_per_concept}")
+        raise CogError(f"test_per_concept must be at least 1, got {test_per_concept}")
     if min_images <= test_per_concept:
-        raise ValueError(f"min_images ({min_images}) must exceed the {test_per_concept} test images per concept: "
-                         "a concept needs train images too")
+        raise CogError(f"min_images ({min_images}) must exceed the {test_per_concept} test images per concept: "
+                       "a concept needs train images too")
     wanted = {"test_per_concept": test_per_concept, "min_train_per_concept": min_images - test_per_concept}
     return {k: v for k, v in wanted.items() if getattr(base, k) != v}
 
@@ -91,13 +92,13 @@ def level_benchmark(content: Mapping[str, Any], in21k_root: str | os.PathLike, t
     held = set(seen["wnids"])
     in1k = [w for w in resources.in1k_wnids() if w in held]
     if not in1k:
-        raise ValueError(f"the seen set {seen['name']} holds no IN-1K concept; a benchmark file needs the seen "
-                         "IN-1K concepts for its in1k domain")
+        raise CogError(f"the seen set {seen['name']} holds no IN-1K concept; a benchmark file needs the seen "
+                       "IN-1K concepts for its in1k domain")
     min_images = settings.get("protocol", {}).get("min_images", 782)
     protocol = benchmark_protocol(min_images, test_per_concept)
     root = Path(in21k_root)
     if not root.is_dir():
-        raise FileNotFoundError(f"IN-21K root {root} is not a folder")
+        raise MissingFileError(f"IN-21K root {root} is not a folder")
     levels = {lv: list(content["levels"][lv]) for lv in resources.LEVELS}
     test = draw_level_tests(levels, open_source(root), test_per_concept, seed, min_images)
     concepts = [w for lv in resources.LEVELS for w in levels[lv]]

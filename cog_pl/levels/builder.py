@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from cog_pl.errors import CogError
 from cog_pl.io import read_json, write_json
 from cog_pl.levels.counts import image_counts
 from cog_pl.levels.eligibility import Step, eligible_concepts
@@ -71,7 +72,7 @@ def build_levels(protocol: LevelProtocol = DEFAULT, discard: Iterable[str] = (),
     t = time.perf_counter()
     held = [w for w in seen.wnids if w in onto.index]
     if not held:
-        raise ValueError(f"none of the seen set {seen.describe()} is in the IN-21K ontology")
+        raise CogError(f"none of the seen set {seen.describe()} is in the IN-21K ontology")
     sim, closest = similarity_to_set(protocol.measure, eligible, held, onto, protocol.lcs)
     timings["similarity_s"] = time.perf_counter() - t
     similarity = {w: float(v) for w, v in zip(eligible, sim)}
@@ -107,12 +108,12 @@ def _fitted(protocol: LevelProtocol, steps: list[Step], seen: SeenSet, fit: bool
     largest = pool // n
     counts = " -> ".join(f"{s.name} {s.remaining}" for s in steps)
     if largest < 1:
-        raise ValueError(f"only {pool} concept(s) are eligible relative to the seen set {seen.describe()}, too few "
-                         f"for {n} levels (eligibility: {counts}); lower --min-images to admit smaller concepts")
+        raise CogError(f"only {pool} concept(s) are eligible relative to the seen set {seen.describe()}, too few "
+                       f"for {n} levels (eligibility: {counts}); lower --min-images to admit smaller concepts")
     if not fit:
-        raise ValueError(f"the {pool} concepts eligible relative to the seen set {seen.describe()} cannot fill {n} "
-                         f"levels of {size}; use a level size of at most {largest} (--level-size {largest}, "
-                         "or --level-size auto)")
+        raise CogError(f"the {pool} concepts eligible relative to the seen set {seen.describe()} cannot fill {n} "
+                       f"levels of {size}; use a level size of at most {largest} (--level-size {largest}, "
+                       "or --level-size auto)")
     logger.info("%d eligible concepts: %d levels of %d (not %d)", pool, n, largest, size)
     return dataclasses.replace(protocol, level_size=largest)
 
@@ -132,13 +133,13 @@ def load_level_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     data = read_json(path, "level file")
     if not isinstance(data, dict):
-        raise ValueError(f"level file {path} holds a JSON {type(data).__name__}, not an object with 'levels'")
+        raise CogError(f"level file {path} holds a JSON {type(data).__name__}, not an object with 'levels'")
     version = data.get("version", 1)
     if data.get("format", FORMAT) != FORMAT or type(version) is not int or not 1 <= version <= FORMAT_VERSION:
-        raise ValueError(f"level file {path} is {data.get('format')!r} version {version!r}; "
-                         f"this cog_pl reads {FORMAT} up to v{FORMAT_VERSION}")
+        raise CogError(f"level file {path} is {data.get('format')!r} version {version!r}; "
+                       f"this cog_pl reads {FORMAT} up to v{FORMAT_VERSION}")
     if not isinstance(data.get("levels"), dict):
-        raise ValueError(f"level file {path} has no 'levels' mapping (L1..L5 to lists of wnids)")
+        raise CogError(f"level file {path} has no 'levels' mapping (L1..L5 to lists of wnids)")
     check_levels(data["levels"], f"level file {path}")
     return data
 
@@ -148,24 +149,24 @@ def check_levels(levels: Mapping[str, Any], where: str) -> None:
     level; errors start with ``where`` and name the level and the wnid."""
     missing = [k for k in LEVELS if k not in levels]
     if missing:
-        raise ValueError(f"{where} lacks level(s) {', '.join(missing)}")
+        raise CogError(f"{where} lacks level(s) {', '.join(missing)}")
     unknown = [k for k in levels if k not in LEVELS]
     if unknown:
-        raise ValueError(f"{where} has unknown level(s) {', '.join(map(repr, unknown))}; expected {', '.join(LEVELS)}")
+        raise CogError(f"{where} has unknown level(s) {', '.join(map(repr, unknown))}; expected {', '.join(LEVELS)}")
     known = fall11_image_counts()
     seen: dict[str, str] = {}
     for level in LEVELS:
         wnids = levels[level]
         if not isinstance(wnids, list) or not wnids:
-            raise ValueError(f"{where}: level {level} is {_short(wnids)}, not a non-empty list of wnids")
+            raise CogError(f"{where}: level {level} is {_short(wnids)}, not a non-empty list of wnids")
         for w in wnids:
             if not isinstance(w, str) or not is_wnid(w):
-                raise ValueError(f"{where}: level {level} holds {_short(w)}, not a wnid such as n02123159")
+                raise CogError(f"{where}: level {level} holds {_short(w)}, not a wnid such as n02123159")
             if w not in known:
-                raise ValueError(f"{where}: level {level} holds {w}, which is not an ImageNet-21K (Fall 2011) synset")
+                raise CogError(f"{where}: level {level} holds {w}, which is not an ImageNet-21K (Fall 2011) synset")
             if w in seen:
                 twice = "twice" if seen[w] == level else f"and in {seen[w]}"
-                raise ValueError(f"{where}: {w} is in level {level} {twice}; a concept belongs to one level")
+                raise CogError(f"{where}: {w} is in level {level} {twice}; a concept belongs to one level")
             seen[w] = level
 
 

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cog_pl.data.sources import ImageSource, open_source
+from cog_pl.errors import CogError, MissingFileError
 from cog_pl.resources import fall11_image_counts
 
 logger = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ def count_synset(source: ImageSource, wnid: str) -> int | None:
     try:
         return len(source.list(wnid))
     except OSError as err:
-        raise ValueError(f"unreadable synset {source.where(wnid, '')}: {err}") from err
+        raise CogError(f"unreadable synset {source.where(wnid, '')}: {err}") from err
 
 
 def count_images(root: str | Path, wnids: Iterable[str], allow_missing: bool = False,
@@ -37,7 +38,7 @@ def count_images(root: str | Path, wnids: Iterable[str], allow_missing: bool = F
     """
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"IN-21K root {root} is not a folder")
+        raise MissingFileError(f"IN-21K root {root} is not a folder")
     wnids = list(wnids)
     source = open_source(root)
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -45,12 +46,12 @@ def count_images(root: str | Path, wnids: Iterable[str], allow_missing: bool = F
     missing = sorted(w for w, n in found.items() if n is None)
     empty = sorted(w for w, n in found.items() if n == 0)
     if empty:
-        raise ValueError(f"{len(empty)} synset(s) under {root} hold no images: {', '.join(empty[:10])}"
-                         + (" ..." if len(empty) > 10 else ""))
+        raise CogError(f"{len(empty)} synset(s) under {root} hold no images: {', '.join(empty[:10])}"
+                       + (" ..." if len(empty) > 10 else ""))
     if missing and not allow_missing:
-        raise ValueError(f"{len(missing)} of {len(wnids)} synsets are missing under {root} (neither {missing[0]}/ nor "
-                         f"{missing[0]}.tar): {', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "")
-                         + "; pass --allow-missing to count them as 0")
+        raise CogError(f"{len(missing)} of {len(wnids)} synsets are missing under {root} (neither {missing[0]}/ nor "
+                       f"{missing[0]}.tar): {', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "")
+                       + "; pass --allow-missing to count them as 0")
     if missing:
         logger.warning("%d synsets missing under %s count as 0 images", len(missing), root)
     return {w: (n or 0) for w, n in found.items()}

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cog_pl.errors import CogError
 from cog_pl.resources import is_wnid
 from cog_pl.wordnet.ontology import Ontology
 
@@ -42,10 +43,10 @@ def eligible_concepts(onto: Ontology, in21k: Sequence[str], in1k: Iterable[str],
     ``in1k`` is the seen set (IN-1K in the paper), named ``seen_name`` in the steps.
     """
     if leaf_rule not in LEAF_RULES:
-        raise ValueError(f"unknown leaf rule {leaf_rule!r}; choose one of {', '.join(LEAF_RULES)}")
+        raise CogError(f"unknown leaf rule {leaf_rule!r}; choose one of {', '.join(LEAF_RULES)}")
     missing = [w for w in in21k if w not in counts]
     if missing:
-        raise ValueError(f"no image count for {len(missing)} IN-21K synsets, e.g. {', '.join(missing[:5])}")
+        raise CogError(f"no image count for {len(missing)} IN-21K synsets, e.g. {', '.join(missing[:5])}")
     steps = [Step("IN-21K concepts", 0, len(in21k))]
     current = list(in21k)
 
@@ -82,7 +83,7 @@ def read_discard_list(path: str | Path, known: Iterable[str]) -> list[str]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"cannot read discard list {path}: {err}") from err
+        raise CogError(f"cannot read discard list {path}: {err}") from err
     known = set(known)
     out, problems = [], []
     for no, line in enumerate(lines, start=1):
@@ -97,6 +98,6 @@ def read_discard_list(path: str | Path, known: Iterable[str]) -> list[str]:
         else:
             out.append(wnid)
     if problems:
-        raise ValueError(f"discard list has {len(problems)} bad line(s):\n" + "\n".join(problems[:20]))
+        raise CogError(f"discard list has {len(problems)} bad line(s):\n" + "\n".join(problems[:20]))
     return out
 

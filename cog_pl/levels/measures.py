@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cog_pl.errors import MissingDependencyError
+from cog_pl.errors import CogError, MissingDependencyError
 from cog_pl.levels.ontology import build_ontology
 from cog_pl.registry import Registry
 from cog_pl.resources import concept_gloss, concept_name
@@ -155,7 +155,7 @@ def _wordnet_measure(name: str) -> ToSet:
 
         held = [k for k, w in enumerate(seen) if w in onto.index]
         if not held:
-            raise ValueError(f"none of the {len(seen)} seen concepts is in the ontology")
+            raise CogError(f"none of the {len(seen)} seen concepts is in the ontology")
         best, arg = bulk(onto, rows, [seen[k] for k in held], name, lcs)
         return best, np.asarray(held)[arg]
     return to_set

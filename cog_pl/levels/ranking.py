@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from cog_pl.errors import CogError
 from cog_pl.resources import LEVELS
 
 
@@ -20,7 +21,7 @@ def block_starts(n_ranked: int, n_levels: int = 5, size: int = 1000) -> list[int
     """
     spare = n_ranked - n_levels * size
     if spare < 0:
-        raise ValueError(f"{n_ranked} ranked concepts cannot fill {n_levels} levels of {size}")
+        raise CogError(f"{n_ranked} ranked concepts cannot fill {n_levels} levels of {size}")
     if n_levels == 1:
         return [0]
     gaps = [spare // (n_levels - 1) + (1 if k < spare % (n_levels - 1) else 0) for k in range(n_levels - 1)]

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cog_pl import resources
+from cog_pl.errors import CogError
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def named_seen_set(name: str) -> SeenSet:
     """A named seen set; an unknown name is a ``ValueError`` listing the known ones."""
     key = name.lower().replace("_", "-")
     if key not in NAMED:
-        raise ValueError(f"unknown seen set {name!r}; choose one of {', '.join(NAMED)} or give a file of wnids")
+        raise CogError(f"unknown seen set {name!r}; choose one of {', '.join(NAMED)} or give a file of wnids")
     load, source = NAMED[key]
     return SeenSet(key, tuple(load()), source)
 
@@ -95,7 +96,7 @@ def read_seen_file(path: str | Path) -> SeenSet:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"cannot read the seen list {path}: {err}") from err
+        raise CogError(f"cannot read the seen list {path}: {err}") from err
     known = known_wnids()
     out: dict[str, None] = {}
     problems = []
@@ -111,10 +112,10 @@ def read_seen_file(path: str | Path) -> SeenSet:
         else:
             out[wnid] = None
     if problems:
-        raise ValueError(f"seen list {path} has {len(problems)} bad line(s): " + "; ".join(problems[:5])
-                         + (" ..." if len(problems) > 5 else ""))
+        raise CogError(f"seen list {path} has {len(problems)} bad line(s): " + "; ".join(problems[:5])
+                       + (" ..." if len(problems) > 5 else ""))
     if not out:
-        raise ValueError(f"seen list {path} holds no wnid")
+        raise CogError(f"seen list {path} holds no wnid")
     return SeenSet(str(path), tuple(out), f"file {path.resolve()}")
 
 
@@ -128,7 +129,7 @@ def resolve_seen(spec: str | SeenSet | None) -> SeenSet:
         return named_seen_set(spec)
     if Path(spec).is_file():
         return read_seen_file(spec)
-    raise ValueError(f"seen set {spec!r} is neither a named set ({', '.join(NAMED)}) nor a file of wnids")
+    raise CogError(f"seen set {spec!r} is neither a named set ({', '.join(NAMED)}) nor a file of wnids")
 
 
 def overlap(seen: SeenSet, levels: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from cog_pl.errors import CogError
 from cog_pl.io import file_sha256
 from cog_pl.levels.measures import get_measure, similarity_to_set
 from cog_pl.levels.ranking import cut_blocks, rank
@@ -38,7 +39,7 @@ def official_concepts() -> list[str]:
 def equal_blocks(ranked: Sequence[str], n_levels: int = 5) -> dict[str, list[str]]:
     """``ranked`` cut into ``n_levels`` consecutive blocks of equal size; refuses a count that does not divide."""
     if not ranked or len(ranked) % n_levels:
-        raise ValueError(f"{len(ranked)} concepts cannot be cut into {n_levels} equal levels")
+        raise CogError(f"{len(ranked)} concepts cannot be cut into {n_levels} equal levels")
     return cut_blocks(ranked, n_levels)
 
 
@@ -86,12 +87,12 @@ def restrict(content: Mapping[str, Any], concepts: Collection[str]) -> dict[str,
     """
     ranking = content.get("ranking") or (rank(content["similarity"]) if content.get("similarity") else None)
     if not ranking:
-        raise ValueError("the level file has neither a ranking nor similarities to re-rank a subset of concepts by")
+        raise CogError("the level file has neither a ranking nor similarities to re-rank a subset of concepts by")
     wanted = set(concepts)
     unranked = sorted(wanted - set(ranking))
     if unranked:
-        raise ValueError(f"{len(unranked)} concept(s) are not in its ranking, e.g. {unranked[0]} "
-                         f"({concept_name(unranked[0])})")
+        raise CogError(f"{len(unranked)} concept(s) are not in its ranking, e.g. {unranked[0]} "
+                       f"({concept_name(unranked[0])})")
     ranked = [w for w in ranking if w in wanted]
     levels = equal_blocks(ranked)
 
@@ -118,7 +119,7 @@ def variant_levels(concepts: Collection[str], measure: str | None = None, level_
     levels when they hold exactly these concepts, else its ranking restricted to them and cut into five equal
     blocks; or ``concepts`` re-ranked by ``measure``."""
     if (measure is None) == (level_file is None):
-        raise ValueError("give either a similarity measure or a level file")
+        raise CogError("give either a similarity measure or a level file")
     if measure is not None:
         return rerank(concepts, measure, lcs, onto, description=(
             f"the {len(concepts)} concepts with features, re-ranked by {measure} similarity to IN-1K and cut into "
@@ -132,7 +133,7 @@ def variant_levels(concepts: Collection[str], measure: str | None = None, level_
         try:
             content = restrict(content, concepts)
         except ValueError as err:
-            raise ValueError(f"level file {path}: {err}") from None
+            raise CogError(f"level file {path}: {err}") from None
     settings = dict(content.get("settings", {}))
     settings["source_level_file"] = {"path": str(path.resolve()), "sha256": file_sha256(path)}
     return {**content, "settings": settings}
@@ -142,7 +143,7 @@ def variant_name(content: dict[str, Any]) -> str:
     """The measure a level file was made with (its ``settings.protocol.measure``)."""
     measure = content.get("settings", {}).get("protocol", {}).get("measure")
     if not measure:
-        raise ValueError("the level file does not record its measure; name the variant (--name)")
+        raise CogError("the level file does not record its measure; name the variant (--name)")
     return measure
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from cog_pl.data.transforms import TransformConfig
-from cog_pl.errors import MissingDependencyError
+from cog_pl.errors import CogError, MissingDependencyError
 from cog_pl.io import file_sha256
 from cog_pl.models.checkpoints import (
     CONVERTED,
@@ -141,14 +141,14 @@ def find_builder(spec: BackboneSpec) -> Callable[[bool], nn.Module]:
             try:
                 builder = _function(builder)
             except (ImportError, AttributeError) as err:
-                raise ValueError(f"{spec.name}: cannot import its builder {spec.builder} ({err})") from err
+                raise CogError(f"{spec.name}: cannot import its builder {spec.builder} ({err})") from err
         return lambda with_head=False: builder()
     source, arch = parse_model_name(spec.arch)
     if source == "timm":
         import timm
 
         if arch not in timm.list_models():
-            raise ValueError(f"timm has no model {arch!r}")
+            raise CogError(f"timm has no model {arch!r}")
 
         def make_timm(with_head: bool = False) -> nn.Module:
             num_classes = None if spec.feature == "output" or with_head else 0
@@ -162,7 +162,7 @@ def find_builder(spec: BackboneSpec) -> Callable[[bool], nn.Module]:
         import torchvision
 
         if arch not in torchvision.models.list_models():
-            raise ValueError(f"torchvision has no model {arch!r}")
+            raise CogError(f"torchvision has no model {arch!r}")
         kwargs = {"aux_logits": False, "init_weights": False} if arch == "inception_v3" else {}
         if arch.startswith("vgg"):
             kwargs["init_weights"] = False
@@ -171,14 +171,14 @@ def find_builder(spec: BackboneSpec) -> Callable[[bool], nn.Module]:
         try:
             builder = _function(arch)
         except (ImportError, AttributeError) as err:
-            raise ValueError(f"external:{arch}: cannot import the builder ({err})") from err
+            raise CogError(f"external:{arch}: cannot import the builder ({err})") from err
         return lambda with_head=False: builder()
     if source == "external":
-        raise ValueError(f"architecture {arch!r} is not in timm or torchvision: its authors' code must provide it; "
-                         f"call cog_pl.register_backbone({arch!r}, builder) (or register_architecture) first, or "
-                         "name the builder by its import path (external:<module>:<function>)")
-    raise ValueError(f"{spec.name}: architecture {spec.arch!r} has no builder; register the backbone with its "
-                     "builder (cog_pl.register_backbone(name, builder))")
+        raise CogError(f"architecture {arch!r} is not in timm or torchvision: its authors' code must provide it; "
+                       f"call cog_pl.register_backbone({arch!r}, builder) (or register_architecture) first, or "
+                       "name the builder by its import path (external:<module>:<function>)")
+    raise CogError(f"{spec.name}: architecture {spec.arch!r} has no builder; register the backbone with its "
+                   "builder (cog_pl.register_backbone(name, builder))")
 
 
 def _make(spec: BackboneSpec, with_head: bool = False) -> nn.Module:
@@ -239,7 +239,7 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
     """
     own = None if isinstance(name, str) else name if isinstance(name, nn.Module) else CallableBackbone(name)
     if own is None and label is not None:
-        raise ValueError(f"label={label!r} names a module passed as model=; {name!r} has its own name")
+        raise CogError(f"label={label!r} names a module passed as model=; {name!r} has its own name")
     spec = resolve_spec(name) if own is None else module_spec(own, label, image_size)
     if prefix is not None:
         spec = replace(spec, layout=replace(spec.layout, prefix=prefix))

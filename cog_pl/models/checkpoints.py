@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from cog_pl.errors import CheckpointError, MissingFileError
 from cog_pl.models.registry import Layout
 
 logger = logging.getLogger(__name__)
@@ -87,10 +88,6 @@ def _safe_globals() -> list[Any]:
     return [argparse.Namespace, scalar, (scalar, "numpy.core.multiarray.scalar"), np.dtype, *dtypes]
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read or does not fit; the message names the file and the fix."""
-
-
 def is_torchscript(path: str | Path) -> bool:
     """A ``torch.jit.save`` archive (it holds TorchScript code: ``<archive>/code/``, ``constants.pkl``)."""
     try:
@@ -106,7 +103,7 @@ def load_file(path: str | Path, trust: bool = False) -> Any:
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a folder, not a weights file: name the file in it")
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
+        raise MissingFileError(f"checkpoint {path} does not exist")
     if is_torchscript(path):
         if not trust:
             raise CheckpointError(f"checkpoint {path} is a TorchScript archive: reading it runs its code, so it was "

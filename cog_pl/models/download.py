@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
+from cog_pl.errors import CogError, DownloadError
 from cog_pl.io import DISK_FULL, disk_full, file_sha256
 from cog_pl.progress import Progress, duration, is_terminal
 from cog_pl.version import __version__
@@ -33,10 +34,6 @@ HASH_REGEX = re.compile(r"-([a-f0-9]{6,})\.")
 #: Bytes read from the connection at a time (and the progress bar's step).
 CHUNK = 1 << 18
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)")
-
-
-class DownloadError(OSError):
-    """A transfer that failed; the message (one line) names the URL, why, and the ``.part`` kept to resume."""
 
 
 def hash_prefix_of(filename: str) -> str | None:
@@ -101,7 +98,7 @@ def download(url: str, dest: Path, sha256_prefix: str | None = None, progress: b
     dest = Path(dest)
     prefix = None if sha256_prefix is None else sha256_prefix.lower()
     if prefix is not None and not re.fullmatch(r"[0-9a-f]+", prefix):
-        raise ValueError(f"sha256 prefix {sha256_prefix!r} for {dest} is not hexadecimal")
+        raise CogError(f"sha256 prefix {sha256_prefix!r} for {dest} is not hexadecimal")
     if dest.is_file():
         digest = None if prefix is None else file_sha256(dest)
         if digest is None or digest.startswith(prefix):
@@ -118,8 +115,8 @@ def download(url: str, dest: Path, sha256_prefix: str | None = None, progress: b
     digest = file_sha256(part)
     if prefix is not None and not digest.startswith(prefix):
         part.unlink(missing_ok=True)
-        raise ValueError(f"{dest} from {url}: sha256 {digest} does not start with the expected {prefix}{prefix_of} "
-                         "(the download was removed)")
+        raise CogError(f"{dest} from {url}: sha256 {digest} does not start with the expected {prefix}{prefix_of} "
+                       "(the download was removed)")
     os.replace(part, dest)
     _fsync_dir(dest.parent)
     log.info("downloaded %s to %s (sha256 %s)", url, dest, digest)

@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from cog_pl.errors import CogError
+from cog_pl.errors import MissingWeightsError
 from cog_pl.models.records import RECORD_SUFFIX
 from cog_pl.models.zoo import PAPER_MODELS, resolve_spec
 
@@ -22,10 +22,6 @@ logger = logging.getLogger(__name__)
 #: How each caller spells the options of :func:`resolve_checkpoint`'s refusal: (a file, random weights).
 RUN_OPTIONS = ("--checkpoint FILE", "--random-weights")
 EXTRACT_OPTIONS = ("--model.checkpoint FILE (checkpoint=)", "--model.random_weights true (random_weights=True)")
-
-
-class MissingWeightsError(CogError):
-    """A model that needs weights has none (no file given, none or several in the models dir)."""
 
 
 def models_dir(given: str | os.PathLike | None = None) -> Path:

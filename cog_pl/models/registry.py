@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from cog_pl.errors import CogError
+from cog_pl.errors import CogError, WrongTypeError
 from cog_pl.io import digest
 from cog_pl.registry import Registry, plugins
 
@@ -200,8 +200,8 @@ def register_backbone(name: str, spec_or_builder: BackboneSpec | Callable[[], An
     if isinstance(spec_or_builder, BackboneSpec):
         return add_spec(name, spec_or_builder, replace_existing=replace)
     if not callable(spec_or_builder):
-        raise TypeError(f"register_backbone({name!r}, ...): expected a BackboneSpec or a builder function, got "
-                        f"{type(spec_or_builder).__name__}")
+        raise WrongTypeError(f"register_backbone({name!r}, ...): expected a BackboneSpec or a builder function, got "
+                             f"{type(spec_or_builder).__name__}")
     spec = BackboneSpec(name, f"external:{name}", feature_dim=-1, image_size=image_size, mean=mean, std=std,
                         layout=USER_LAYOUT, group="user", external=True, seen=seen, builder=spec_or_builder)
     return add_spec(name, spec, replace_existing=replace)

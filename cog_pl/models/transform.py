@@ -19,6 +19,7 @@ import math
 from torch import nn
 
 from cog_pl.data.transforms import INTERPOLATIONS, TransformConfig, protocol_transform
+from cog_pl.errors import CogError
 from cog_pl.models.registry import BackboneSpec, resolve_spec
 from cog_pl.protocol import FeatureProtocol
 
@@ -45,7 +46,7 @@ def timm_transform(model: str | nn.Module) -> TransformConfig:
 
         cfg = timm.get_pretrained_cfg(model)
         if cfg is None:
-            raise ValueError(f"timm knows no pretrained config for {model!r}")
+            raise CogError(f"timm knows no pretrained config for {model!r}")
         resolved = resolve_data_config(pretrained_cfg=cfg.to_dict())
     else:
         resolved = resolve_data_config({}, model=model)
@@ -71,11 +72,11 @@ def resolve_transform(spec: str | int | dict | TransformConfig | None = None) ->
         known = {f.name for f in dataclasses.fields(TransformConfig)}
         unknown = sorted(set(spec) - known)
         if unknown:
-            raise ValueError(f"{spec!r}: unknown field(s) {', '.join(unknown)}; TransformConfig has "
-                             f"{', '.join(sorted(known))}")
+            raise CogError(f"{spec!r}: unknown field(s) {', '.join(unknown)}; TransformConfig has "
+                           f"{', '.join(sorted(known))}")
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()}
         return dataclasses.replace(protocol_transform(), **values)
     if isinstance(spec, str):
         return backbone_transform(spec)
-    raise ValueError(f"{spec!r}: expected 'protocol', a model name, an image size, a dict of TransformConfig fields "
-                     "or a TransformConfig")
+    raise CogError(f"{spec!r}: expected 'protocol', a model name, an image size, a dict of TransformConfig fields "
+                   "or a TransformConfig")

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from cog_pl.data.sampling import final_indices, tuning_indices  # noqa: F401 - the probe's sampling rule
+from cog_pl.errors import CogError
 from cog_pl.features.pair import StorePair
 from cog_pl.features.store import FeatureStore
 
@@ -40,7 +41,7 @@ def load_store(store: FeatureStore, device: torch.device | str = "cpu") -> tuple
     if not bool(torch.isfinite(features.sum())):  # one reduction; rows counted only when it is not finite
         bad = int((~torch.isfinite(features)).any(dim=1).sum())
         if bad:
-            raise ValueError(f"{store.path / 'features.npy'}: {bad} rows hold NaN or infinite values")
+            raise CogError(f"{store.path / 'features.npy'}: {bad} rows hold NaN or infinite values")
     valid = store.valid
     if not valid.all():
         keep = torch.from_numpy(np.flatnonzero(valid))

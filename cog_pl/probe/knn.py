@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from cog_pl.device import FIT_FRACTION, free_bytes
+from cog_pl.errors import CogError
 from cog_pl.metrics import accuracy as accuracy  # the one top-k rule is the floor's; both stay importable here
 from cog_pl.metrics import topk_first as topk_first
 
@@ -52,11 +53,11 @@ class KNNSettings:
 
     def __post_init__(self) -> None:
         if not self.ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
-            raise ValueError(f"k-NN: ks must be integers of at least 1, got {list(self.ks)}")
+            raise CogError(f"k-NN: ks must be integers of at least 1, got {list(self.ks)}")
         if list(self.ks) != sorted(set(self.ks)):
-            raise ValueError(f"k-NN: ks must be increasing and distinct, got {list(self.ks)}")
+            raise CogError(f"k-NN: ks must be increasing and distinct, got {list(self.ks)}")
         if not self.temperature > 0:
-            raise ValueError(f"k-NN: temperature must be positive, got {self.temperature}")
+            raise CogError(f"k-NN: temperature must be positive, got {self.temperature}")
 
     def ks_within(self, rows: int, what: str) -> tuple[int, ...]:
         """The ks that run in a search among ``rows`` train rows (``what``: which, for the log): a k above them lets
@@ -77,7 +78,7 @@ def compute_dtype(precision: str) -> torch.dtype:
     try:
         return DTYPES[precision]
     except KeyError:
-        raise ValueError(f"k-NN precision {precision!r}; expected one of {', '.join(DTYPES)}") from None
+        raise CogError(f"k-NN precision {precision!r}; expected one of {', '.join(DTYPES)}") from None
 
 
 def plan_chunks(n_query: int, n_train: int, device: torch.device | str, free: int | None = None) -> tuple[int, int]:

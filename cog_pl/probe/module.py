@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
+from cog_pl.errors import CogError
 from cog_pl.probe.schedule import cosine_factor
 from cog_pl.protocol import ProbeProtocol
 
@@ -78,7 +79,7 @@ class LinearProbe(L.LightningModule):
     def _schedule_epochs(self) -> int:
         epochs = self.hparams.epochs or (self.trainer.max_epochs if self._trainer is not None else None)
         if not epochs or epochs < 0:
-            raise ValueError("LinearProbe needs epochs, or a trainer with max_epochs")
+            raise CogError("LinearProbe needs epochs, or a trainer with max_epochs")
         return int(epochs)
 
     def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:

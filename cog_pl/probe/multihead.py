@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from cog_pl.device import resolve_precision
+from cog_pl.errors import CogError
 from cog_pl.metrics import percent, topk_correct, topk_first
 from cog_pl.probe.schedule import cosine_factor
 from cog_pl.probe.workspace import HeadsWorkspace, on_device_of_first_argument, stepper
@@ -131,7 +132,7 @@ def train_heads(
     ``on_divergence``: ``"halt"`` or ``"rollback"`` (:data:`ON_DIVERGENCE`, the module's docstring).
     """
     if on_divergence not in ON_DIVERGENCE:
-        raise ValueError(f"on_divergence must be one of {', '.join(ON_DIVERGENCE)}, got {on_divergence!r}")
+        raise CogError(f"on_divergence must be one of {', '.join(ON_DIVERGENCE)}, got {on_divergence!r}")
     halt = on_divergence == "halt"
     device, n, dim = x.device, x.shape[0], x.shape[1]
     k, c = len(lrs), num_classes

@@ -20,6 +20,7 @@ import torch
 from optuna.storages import BaseStorage
 
 from cog_pl.data.sampling import check_shots
+from cog_pl.errors import WrongTypeError
 from cog_pl.features.pair import StorePair, open_pair
 from cog_pl.probe.cell import METHOD, Splits, final_predictions, probe, set_flush_denormal, splits_device, study_name
 from cog_pl.probe.cells import CellMaker, InProcess, make_cells
@@ -87,7 +88,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                               device=str(device), allow_class_mismatch=allow_class_mismatch)
     if len(slots) > 1:
         if not isinstance(storage, (str, os.PathLike)):
-            raise TypeError(f"worker processes open the storage themselves: pass its path or URL, not {storage!r}")
+            raise WrongTypeError(f"worker processes open the storage themselves: pass its path or URL, not {storage!r}")
         loop["show"](f"probe grid {model}/{domain}: {len(todo)} cells on {len(slots)} workers "
                      f"({slots[0].threads} thread(s) each, {slots[0].device})")
         with worker_pool(cells(root=str(root), storage=str(storage)), slots) as pool:

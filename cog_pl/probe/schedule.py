@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 
+from cog_pl.errors import CogError
+
 
 def cosine_factor(epoch: int, epochs: int) -> float:
     """Multiplier of the base learning rate during ``epoch`` (0-based) of an ``epochs``-long run."""
     if epochs <= 0:
-        raise ValueError(f"epochs must be positive, got {epochs}")
+        raise CogError(f"epochs must be positive, got {epochs}")
     if epoch <= 0:
         return 1.0
     return 0.5 * (1.0 + math.cos(math.pi * (epoch - 1) / epochs))

@@ -22,6 +22,8 @@ from pathlib import Path
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
+from cog_pl.errors import CogError
+
 log = logging.getLogger(__name__)
 
 JOURNAL_SUFFIXES = (".log", ".journal", ".jsonl")
@@ -80,7 +82,7 @@ def _journal_mode(path: Path, mode: str) -> str:
         with contextlib.closing(sqlite3.connect(path, timeout=60)) as connection:
             return connection.execute(f"PRAGMA journal_mode={mode}").fetchone()[0]
     except sqlite3.Error as err:
-        raise ValueError(f"{path}: cannot open the study database ({err})") from err
+        raise CogError(f"{path}: cannot open the study database ({err})") from err
 
 
 OPTUNA_TABLES = frozenset({
@@ -100,11 +102,11 @@ def check_sqlite_study(path: Path) -> None:
         with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=60)) as connection:
             tables = {r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.Error as err:
-        raise ValueError(f"{path}: cannot open the study database ({err})") from err
+        raise CogError(f"{path}: cannot open the study database ({err})") from err
     foreign = tables - OPTUNA_TABLES - SQLITE_TABLES
     if foreign:
-        raise ValueError(f"{path} is not an Optuna storage (it has tables {', '.join(sorted(foreign))}); point "
-                         "--storage at a new file")
+        raise CogError(f"{path} is not an Optuna storage (it has tables {', '.join(sorted(foreign))}); point "
+                       "--storage at a new file")
 
 
 def journal_storage(path: Path) -> JournalStorage:
@@ -112,8 +114,8 @@ def journal_storage(path: Path) -> JournalStorage:
     try:
         return JournalStorage(JournalFileBackend(str(path)))
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as err:  # JSON and replay errors
-        raise ValueError(f"{path} is not an Optuna journal file ({type(err).__name__}: {err}); point --storage at "
-                         "a new file") from err
+        raise CogError(f"{path} is not an Optuna journal file ({type(err).__name__}: {err}); point --storage at "
+                       "a new file") from err
 
 
 def _create(url: str, attempts: int = 5, new: bool = False) -> RDBStorage:
@@ -144,8 +146,8 @@ def sqlite_storage(path: Path) -> RDBStorage:
     check_sqlite_study(path)  # before the journal mode or Optuna's tables touch it
     if filesystem_type(path.parent) in NETWORK_FILESYSTEMS:
         if path.exists() and _journal_mode(path, "DELETE") != "delete":  # a file made on a local disk, copied here
-            raise ValueError(f"{path}: a SQLite study in WAL mode on a network filesystem, which SQLite does not "
-                             "support, and it could not be switched back (is a worker using it?)")
+            raise CogError(f"{path}: a SQLite study in WAL mode on a network filesystem, which SQLite does not "
+                           "support, and it could not be switched back (is a worker using it?)")
         return _create(url)
     with _exclusive(path.parent):
         new = not path.exists() or path.stat().st_size == 0
@@ -186,7 +188,7 @@ def _database(url: str) -> RDBStorage:
 
     port = _port(url)
     if port and not port.isdigit():  # SQLAlchemy's int() of it would name neither the URL nor the port
-        raise ValueError(f"storage {shown_url(url)}: port {port!r} is not a number")
+        raise CogError(f"storage {shown_url(url)}: port {port!r} is not a number")
     try:
         return _create(url)
     except (ImportError, ArgumentError, DatabaseError) as err:
@@ -197,7 +199,7 @@ def _database(url: str) -> RDBStorage:
             why = f"the database driver for it is not installed ({err.__cause__ or err})"
         else:
             why = f"not a database URL SQLAlchemy can use ({err})"
-        raise ValueError(f"storage {shown}: {why}") from err
+        raise CogError(f"storage {shown}: {why}") from err
 
 
 def storage_kind(storage: str | os.PathLike) -> str:

@@ -26,6 +26,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from cog_pl.device import resolve_precision
+from cog_pl.errors import CogError
 from cog_pl.probe.data import ProbeData, sub_seed
 from cog_pl.probe.multihead import PRECISIONS, HeadsResult, init_heads, train_heads
 from cog_pl.probe.study import ask_trials, fail_trial, tell_result
@@ -50,15 +51,15 @@ class SearchPlan:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+            raise CogError(f"mode must be one of {MODES}, got {self.mode!r}")
         for name, low in (("startup_trials", 0), ("trial_batch", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"search plan: {name} must be an integer of at least {low}, got {value!r}")
+                raise CogError(f"search plan: {name} must be an integer of at least {low}, got {value!r}")
         for name in ("heartbeat_every", "stale_after"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-                raise ValueError(f"search plan: {name} must be a positive number of seconds, got {value!r}")
+                raise CogError(f"search plan: {name} must be a positive number of seconds, got {value!r}")
         if self.precision != "auto":
             resolve_precision(self.precision, "cpu", PRECISIONS)  # rejects an unknown value
 

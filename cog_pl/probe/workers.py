@@ -25,6 +25,7 @@ from typing import Any
 import optuna
 import torch
 
+from cog_pl.errors import CogError
 from cog_pl.probe.cells import CellMaker
 from cog_pl.probe.storage import resolve_storage
 
@@ -84,7 +85,7 @@ def plan_workers(workers: int | str, device: str, cells: int, feature_bytes: int
     (:func:`grid_flops`), with which ``auto`` on the CPU keeps one process when the work would take less than four
     worker start-ups in it."""
     if workers != "auto" and not (isinstance(workers, int) and workers >= 1):
-        raise ValueError(f"--probe-workers {workers!r}; expected auto or a count of at least 1")
+        raise CogError(f"--probe-workers {workers!r}; expected auto or a count of at least 1")
     cores = available_cores()
     gpus = 0
     if str(device).startswith("cuda"):

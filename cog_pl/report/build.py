@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cog_pl.analysis.paired import SEED
+from cog_pl.errors import CogError
 from cog_pl.io import atomic_open
 from cog_pl.provenance import created, versions
 from cog_pl.report.concept_tables import (
@@ -99,12 +100,12 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     rows = read_rows(results)
     features = features if features is not None else recorded_features(results)
     if not rows:
-        raise ValueError(f"results file {results} holds no rows (run `cog-pl run` or `cog-pl probe` first)")
+        raise CogError(f"results file {results} holds no rows (run `cog-pl run` or `cog-pl probe` first)")
     known = sorted({r["model"] for r in rows})
     baseline = resolve_baseline(baseline, known)  # a label, or the model name of one (resnet50, ResNet-50)
     missing = [m for m in (*models, *([baseline] if baseline else [])) if m not in known]
     if missing:
-        raise ValueError(f"no results for model(s) {', '.join(missing)} in {results}; it has {', '.join(known)}")
+        raise CogError(f"no results for model(s) {', '.join(missing)} in {results}; it has {', '.join(known)}")
     if models:
         keep = set(models) | ({baseline} if baseline else set())
         rows = [r for r in rows if r["model"] in keep]

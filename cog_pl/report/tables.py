@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cog_pl.errors import CogError
 from cog_pl.finetune.method import METHOD as FINETUNE
 from cog_pl.methods import is_probe, method_label, method_sort_key, sort_methods
 from cog_pl.protocol import DOMAINS, ProbeProtocol, split_domain
@@ -125,10 +126,10 @@ def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
     for (model, method, domain, shots), rs in groups.items():
         mixed = [r for r in rs if protocol_key(r) != protocol_key(rs[0])]
         if mixed:
-            raise ValueError(f"rows of {model}/{method}/{domain}/shots={shots or 'all'} were made under two protocols "
-                             f"({describe(protocol_differences(rs[0], mixed[0]), 1)} against "
-                             f"{describe(protocol_differences(rs[0], mixed[0]), 2)}); a cell averages rows of one "
-                             "protocol: cog_pl.report.split_protocols keeps each cell's newest")
+            raise CogError(f"rows of {model}/{method}/{domain}/shots={shots or 'all'} were made under two protocols "
+                           f"({describe(protocol_differences(rs[0], mixed[0]), 1)} against "
+                           f"{describe(protocol_differences(rs[0], mixed[0]), 2)}); a cell averages rows of one "
+                           "protocol: cog_pl.report.split_protocols keeps each cell's newest")
         top1, std = mean_std([float(r["test_top1"]) for r in rs])
         top5, _ = mean_std([float(r.get("test_top5", math.nan)) for r in rs])
         settings = tuple(sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in settings_of(rs[0]).items()))

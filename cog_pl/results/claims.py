@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cog_pl.errors import CogError
+from cog_pl.errors import ClaimsFileError, ClaimsFileUnusable
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +47,6 @@ _WORKER: dict[int, str] = {}  # process id -> worker id, so that a forked child 
 FORMAT = 2
 #: What the messages call the file.
 ROLE = "the probe grid's claims file (which worker makes which cell)"
-
-
-class ClaimsFileError(CogError):
-    """The claims file is a folder or no SQLite database: one line naming it (``cog-pl`` exit status 2)."""
-
-
-class ClaimsFileUnusable(sqlite3.OperationalError):
-    """The claims file cannot be read or written now (read-only, locked past the timeout, a disk error): one line
-    naming it (exit status 1, a failure of the machine); a heartbeat retries it."""
 
 
 def worker_id() -> str:

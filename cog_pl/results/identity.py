@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cog_pl.errors import CogError
 from cog_pl.io import digest  # defined in the floor (models use it too); kept importable here
 from cog_pl.protocol import ProbeProtocol, as_record
 
@@ -146,7 +147,7 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
             row = existing.get(key)
             diff = compare(row, want) if row is not None else None
             if diff and not overwrite:
-                raise ValueError(refusal(results, key, diff))
+                raise CogError(refusal(results, key, diff))
             if row is None or diff:
                 todo.append((n, seed))
             elif announce:
@@ -246,7 +247,7 @@ def refuse_other_protocols(results, rows, *, model: str, method: str, domain: st
         if key[:3] == (model, method, domain) and key[3] in shots and key[4] not in seeds:
             diff = compare(r, want)
             if diff:
-                raise ValueError(
+                raise CogError(
                     f"{results}: row {format_key(key)} of a cell this run adds rows to was made with "
                     f"{describe(diff, 1)}, this run has {describe(diff, 2)}; a cell averages rows of one protocol: "
                     "run with its settings, or pass --overwrite (a grid then removes the rows of other settings "

@@ -14,13 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cog_pl.errors import CogError
+from cog_pl.errors import LabelWeightsError
 
 __all__ = ["LabelWeightsError", "check_label_weights", "recorded_weights"]
-
-
-class LabelWeightsError(CogError):
-    """One label given weights of two digests in one output folder or results store."""
 
 
 def _store_records(root: Path) -> list[tuple[str | None, str | None, str]]:

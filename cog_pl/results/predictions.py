@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from cog_pl.errors import PredictionsError
 from cog_pl.io import atomic_open
 
 FORMAT = "cog-pl-predictions"
@@ -54,11 +55,6 @@ TOP = 5
 #: The value of ``top5`` where a classifier gives no prediction.
 NONE = -1
 _ARRAYS = ("image_step", "label", "top5")
-
-
-class PredictionsError(ValueError):
-    """Stored predictions that cannot be trusted: unreadable, of another format, or not the ones their row
-    recorded; the message names the file and the row."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -36,6 +36,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from cog_pl.errors import CogError, WrongTypeError
 from cog_pl.provenance import created
 
 FORMAT_VERSION = 2
@@ -59,8 +60,8 @@ def method_of(row: dict[str, Any]) -> str:
     not an identifier (``"k nn"``, a number) is a program's mistake and refused by name."""
     method = row.get("method") or DEFAULT_METHOD
     if not isinstance(method, str) or not method.isidentifier():
-        raise TypeError(f"result row of {row.get('model')!r} on {row.get('domain')!r} has method {method!r}; "
-                        "a method's name is a Python identifier (cog_pl.methods)")
+        raise WrongTypeError(f"result row of {row.get('model')!r} on {row.get('domain')!r} has method {method!r}; "
+                             "a method's name is a Python identifier (cog_pl.methods)")
     return method
 
 
@@ -84,7 +85,7 @@ def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.C
     included), leaving it as it was; a folder given as the file is refused by name."""
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"results file {path} is a folder; give a file path (e.g. {path / 'results.sqlite'})")
+        raise CogError(f"results file {path} is a folder; give a file path (e.g. {path / 'results.sqlite'})")
     con = _open(path, write)
     try:
         try:
@@ -99,14 +100,14 @@ def _connect(path: str | os.PathLike, write: bool = False) -> Iterator[sqlite3.C
                 return
             found = con.execute("SELECT value FROM info WHERE key='format'").fetchone() if "info" in tables else None
         except sqlite3.DatabaseError as err:
-            raise ValueError(f"results file {path} is not a cog-pl results database: {err}") from err
+            raise CogError(f"results file {path} is not a cog-pl results database: {err}") from err
         if found is None or "rows" not in tables:
-            raise ValueError(f"results file {path} is not a cog-pl results database (an SQLite file without its "
-                             f"tables: {', '.join(sorted(tables)) or 'none'})")
+            raise CogError(f"results file {path} is not a cog-pl results database (an SQLite file without its "
+                           f"tables: {', '.join(sorted(tables)) or 'none'})")
         if found[0] != FORMAT:
             note = " (a development format no release wrote; make its rows again)" if found[0] == _V1 else ""
-            raise ValueError(f"results file {path} is in format {found[0]!r}; this cog-pl reads and writes "
-                             f"{FORMAT!r}{note}")
+            raise CogError(f"results file {path} is in format {found[0]!r}; this cog-pl reads and writes "
+                           f"{FORMAT!r}{note}")
         with con:
             yield con
     finally:
@@ -241,7 +242,7 @@ def row_times(path: str | os.PathLike) -> dict[tuple, str]:
 def get_row(path: str | os.PathLike, key: tuple) -> dict[str, Any] | None:
     """The row of ``key`` (as :func:`row_key` makes it), None where there is none."""
     if len(key) != len(KEY_FIELDS):
-        raise ValueError(f"a result key is ({', '.join(KEY_FIELDS)}); got {key!r}")
+        raise CogError(f"a result key is ({', '.join(KEY_FIELDS)}); got {key!r}")
     if not Path(path).exists():
         return None
     model, method, domain, shots, seed = key

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cog_pl.errors import NotFoundError
+from cog_pl.errors import CogError, NotFoundError
 from cog_pl.resources import is_wnid
 
 
@@ -25,7 +25,7 @@ def wnid_of(synset) -> str:
 def synset_of(wn, wnid: str):
     """NLTK synset for a wnid, with an error that names the wnid."""
     if not is_wnid(wnid):
-        raise ValueError(f"malformed wnid {wnid!r}: expected 'n' followed by 8 digits, e.g. n02123159")
+        raise CogError(f"malformed wnid {wnid!r}: expected 'n' followed by 8 digits, e.g. n02123159")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -33,7 +33,7 @@ def synset_of(wn, wnid: str):
         except Exception:  # NLTK raises on some bad offsets and returns None on others
             synset = None
     if synset is None:
-        raise ValueError(f"unknown wnid {wnid}: no noun synset at offset {wnid[1:]} in WordNet 3.0")
+        raise CogError(f"unknown wnid {wnid}: no noun synset at offset {wnid[1:]} in WordNet 3.0")
     return synset
 
 
@@ -122,7 +122,7 @@ class Ontology:
                 out[k] = self.index[w]
             except KeyError:
                 raise NotFoundError(f"{w} is not in the ontology (not an IN-21K concept or an ancestor of "
-                                    "one)") from None
+                                         "one)") from None
         return out
 
     def ancestor_path_lengths(self, i: int) -> np.ndarray:

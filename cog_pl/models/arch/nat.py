@@ -34,6 +34,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from cog_pl.errors import CogError
+
 #: the shipped ``net.config`` of NAT-M4 (package data, see the module docstring)
 NAT_M4_CONFIG = "nat_m4_net.config.json"
 
@@ -53,7 +55,7 @@ def _activation(name: str | None, where: str) -> nn.Module | None:
     if name is None:
         return None
     if name not in _ACTIVATIONS:
-        raise ValueError(f"NAT config {where}: activation {name!r} is not one of {sorted(_ACTIVATIONS)}")
+        raise CogError(f"NAT config {where}: activation {name!r} is not one of {sorted(_ACTIVATIONS)}")
     return _ACTIVATIONS[name]()
 
 
@@ -65,16 +67,16 @@ def _make_divisible(value: float, divisor: int = 8) -> int:
 
 def _check(cfg: Mapping[str, Any], name: str, where: str) -> None:
     if cfg.get("name") != name:
-        raise ValueError(f"NAT config {where}: expected a {name}, got {cfg.get('name')!r}")
+        raise CogError(f"NAT config {where}: expected a {name}, got {cfg.get('name')!r}")
     if cfg.get("ops_order", "weight_bn_act") != "weight_bn_act":
-        raise ValueError(f"NAT config {where}: only ops_order 'weight_bn_act' is supported, got {cfg['ops_order']!r}")
+        raise CogError(f"NAT config {where}: only ops_order 'weight_bn_act' is supported, got {cfg['ops_order']!r}")
 
 
 def _conv_layer(cfg: Mapping[str, Any], where: str) -> nn.Sequential:
     """The authors' ``ConvLayer``: ``conv``, then ``bn`` and ``act`` where the config has them."""
     _check(cfg, "ConvLayer", where)
     if cfg.get("has_shuffle") and cfg.get("groups", 1) > 1:
-        raise ValueError(f"NAT config {where}: channel shuffle is not supported")
+        raise CogError(f"NAT config {where}: channel shuffle is not supported")
     kernel, dilation = cfg.get("kernel_size", 3), cfg.get("dilation", 1)
     layers: OrderedDict[str, nn.Module] = OrderedDict()
     if cfg.get("dropout_rate", 0) > 0:
@@ -111,7 +113,7 @@ class MBInvertedConv(nn.Module):
     def __init__(self, cfg: Mapping[str, Any], where: str) -> None:
         super().__init__()
         if cfg.get("name") != "MBInvertedConvLayer":
-            raise ValueError(f"NAT config {where}: expected an MBInvertedConvLayer, got {cfg.get('name')!r}")
+            raise CogError(f"NAT config {where}: expected an MBInvertedConvLayer, got {cfg.get('name')!r}")
         c_in, c_out, kernel = cfg["in_channels"], cfg["out_channels"], cfg.get("kernel_size", 3)
         expand, act = cfg.get("expand_ratio", 6), cfg.get("act_func", "relu6")
         mid = cfg.get("mid_channels") or round(c_in * expand)
@@ -146,7 +148,7 @@ class MobileInvertedResidualBlock(nn.Module):
         if shortcut is not None:
             _check(shortcut, "IdentityLayer", f"{where}.shortcut")
             if shortcut.get("use_bn") or shortcut.get("act_func"):
-                raise ValueError(f"NAT config {where}.shortcut: only a plain identity shortcut is supported")
+                raise CogError(f"NAT config {where}.shortcut: only a plain identity shortcut is supported")
         self.residual = shortcut is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -42,6 +42,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from cog_pl.errors import CogError
+
 #: (regex, replacement) pairs, applied in order with ``re.sub`` to each ``model_state`` key, that turn pycls's
 #: EffNet names into timm's EfficientNet names. ``head.fc.*`` (the 1000-way classifier) is left as it is: drop it.
 PYCLS_TO_TIMM: tuple[tuple[str, str], ...] = (
@@ -85,7 +87,7 @@ def _timm_efficientnet(variant: str) -> nn.Module:
 
     key = variant.lower().replace("-", "_").removeprefix("efficientnet_").removeprefix("en_")
     if key not in PYCLS_EFFICIENTNETS:
-        raise ValueError(f"pycls EfficientNet {variant!r} is not one of {', '.join(PYCLS_EFFICIENTNETS)}")
+        raise CogError(f"pycls EfficientNet {variant!r} is not one of {', '.join(PYCLS_EFFICIENTNETS)}")
     return timm.create_model(PYCLS_EFFICIENTNETS[key], pretrained=False, num_classes=0)
 
 
