@@ -11,10 +11,10 @@ summaries of ``cog-pl run`` and ``cog-pl extract``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -24,9 +24,30 @@ from cog_pl.features.store import StoreWriter, tidy
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
-    from cog_pl.extract.datamodule import ExtractionDataModule
-
 logger = logging.getLogger(__name__)
+
+
+class StoreSource(Protocol):
+    """What :func:`plan_extraction` asks of the datamodule
+    (:class:`~cog_pl.extract.datamodule.ExtractionDataModule`): where each store goes, the image datamodule of a
+    domain (its ``store_meta(split)``, ``dataset(split)`` and ``root``), the data meta a finished store is checked on
+    when its images may be gone, and the run's policy, dtype and decode path."""
+
+    domains: Sequence[str]
+    splits: Sequence[str]
+    overwrite: bool
+    on_error: str
+    max_skipped: float
+    dtype: str
+
+    @property
+    def decode_path(self) -> str: ...
+
+    def store_path(self, domain: str, split: str) -> Path: ...
+
+    def image_module(self, domain: str, need_root: bool = True) -> Any: ...
+
+    def _finished_meta(self, dm: Any, split: str) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,10 +122,10 @@ class ExtractionPlan:
                            identity=dict(plan.want), dtype=plan.want["dtype"])
 
 
-def plan_extraction(data: ExtractionDataModule, model_meta: Mapping[str, Any]) -> ExtractionPlan:
+def plan_extraction(data: StoreSource, model_meta: Mapping[str, Any]) -> ExtractionPlan:
     """The plan of every store ``data`` extracts, for the model of ``model_meta`` (what the extractor records,
     :meth:`~cog_pl.extract.module.FeatureExtractor.store_meta`): a finished store kept by the policy is checked on
-    the data meta that needs no image (:meth:`ExtractionDataModule._finished_meta`), any other needs its images."""
+    the data meta that needs no image (``ExtractionDataModule._finished_meta``), any other needs its images."""
     policy = Policy(data.overwrite, data.on_error, data.max_skipped)
     stores = []
     for domain in data.domains:
