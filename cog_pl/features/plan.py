@@ -74,7 +74,7 @@ class StorePlan:
     action: Action
     want: Mapping[str, Any]
     num_rows: int | None = None
-    rows_left: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)))
+    rows_left: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, dtype=np.int64)), repr=False)
     max_missing: int = 0
     overwrite: bool = False
 
