@@ -96,7 +96,7 @@ def end_to_end_rate(dm, model, args: argparse.Namespace) -> float:
     trainer = L.Trainer(accelerator="cuda" if args.device.startswith("cuda") else "cpu", devices=1,
                         precision=args.precision, logger=False, enable_progress_bar=False,
                         enable_model_summary=False)
-    n = sum(t.rows for t in dm.targets)
+    n = sum(t.rows for t in dm.plan.targets)
     t = time.perf_counter()
     trainer.predict(model, datamodule=dm, return_predictions=False)
     return n / (time.perf_counter() - t)

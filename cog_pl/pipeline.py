@@ -498,17 +498,12 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
                               on_error=opts.on_error, max_skipped=opts.max_skipped, overwrite=cfg.overwrite,
                               in1k_source=opts.in1k_source, in21k_source=opts.in21k_source,
                               allow_missing=opts.allow_missing, decode=opts.decode)
-    dm.device = trainer.strategy.root_device  # where batches are decoded; what decode="auto" is resolved for
-    if dm.device.type == "cuda":  # NHWC convolutions on tensor cores: a layout, not a change of the protocol
-        model.set_backbone(model.backbone, channels_last=True)
-    # what existing stores are checked against: the model read with the transform the images are read with
-    dm.model_meta = model.store_meta(str(trainer.precision), transform=dm.transform_config)
-    dm.setup("predict")
-    if trainer.is_global_zero:  # one rank finalises what an interrupted run wrote whole (as cog-pl extract does)
-        dm.finish_ready(dm.model_meta, model.feature_dim)
-    if dm.targets:
-        trainer.predict(model, datamodule=dm, return_predictions=False)
-    for path in dm.skipped:
+    if trainer.strategy.root_device.type == "cuda":  # NHWC convolutions on tensor cores: a layout, not a change
+        model.set_backbone(model.backbone, channels_last=True)  # of the protocol
+    # the datamodule's setup asks the stores' plan once (cog_pl.extract.stores), as `cog-pl extract` does; the
+    # writer settles it and fills its targets (none left: the loop is skipped)
+    trainer.predict(model, datamodule=dm, return_predictions=False)
+    for path in dm.plan.skipped:
         logger.info("feature store complete, skipped: %s", path)
     stores = [dm.store_path(d, s) for d in cfg.domains for s in ("train", "test")]
     return stores, model.model_name, transform, trainer.is_global_zero

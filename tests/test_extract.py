@@ -11,6 +11,7 @@ from conftest_data import tiny  # noqa: F401 - fixture
 from cog_pl.cli.main import main
 from cog_pl.extract.datamodule import ExtractionDataModule
 from cog_pl.extract.module import FeatureExtractor
+from cog_pl.features.plan import store_identity
 from cog_pl.features.store import is_complete, make_meta, open_store, write_store
 from cog_pl.protocol import DOMAINS
 
@@ -101,18 +102,18 @@ def _extract(roots, out, callbacks=(), domains=("in1k", "cog_l1", "cog_l5")):
 @pytest.mark.slow  # 2026-12-01, shared 2 cores: 243 s; extracting every domain and StoreWriter's resume stay fast
 def test_interrupted_extraction_resumes_and_equals_an_uninterrupted_one(roots, tmp_path):
     ref = _extract(roots, tmp_path / "ref")
-    total = sum(t.rows for t in ref.targets)
+    total = sum(t.rows for t in ref.plan.targets)
     with pytest.raises(RuntimeError, match="simulated crash"):
         _extract(roots, tmp_path / "run", [_Crash(after=7)])
     stores = list((tmp_path / "run" / "m").glob("*/*"))
     complete = [p for p in stores if is_complete(p)]
-    assert 0 < len(complete) < len(ref.targets)  # finished stores are final at once; the others resume
+    assert 0 < len(complete) < len(ref.plan.targets)  # finished stores are final at once; the others resume
     stamps = {p: (p / "features.npy").stat().st_mtime_ns for p in complete}
     count = _Count()
     _extract(roots, tmp_path / "run", [count])
     assert 0 < count.rows <= total - 7 * 3 + 3  # finished batches were kept, not redone
     assert stamps == {p: (p / "features.npy").stat().st_mtime_ns for p in complete}
-    for t in ref.targets:
+    for t in ref.plan.targets:
         a, b = open_store(t.path), open_store(tmp_path / "run" / "m" / t.domain / t.split)
         np.testing.assert_array_equal(a.features, b.features)
         np.testing.assert_array_equal(a.labels, b.labels)
@@ -135,7 +136,7 @@ def test_a_split_left_to_extract_reads_only_that_split(roots, tmp_path):
     dm = ExtractionDataModule(out=str(tmp_path / "o"), model_name="x", in1k_root=str(in1k), in21k_root=str(in21k),
                               domains=("in1k",), splits=("test",), transform="protocol")
     dm.setup()
-    assert [(t.domain, t.split) for t in dm.targets] == [("in1k", "test")] and len(dm.targets[0].dataset) > 0
+    assert [(t.domain, t.split) for t in dm.plan.targets] == [("in1k", "test")] and len(dm.plan.targets[0].dataset) > 0
 
 
 def test_resuming_with_the_train_store_finished_needs_no_train_images(roots, tmp_path):
@@ -146,12 +147,13 @@ def test_resuming_with_the_train_store_finished_needs_no_train_images(roots, tmp
     dm = ExtractionDataModule(out=str(tmp_path / "o"), model_name="x", in1k_root=str(in1k), in21k_root=str(in21k),
                               domains=("in1k",), transform="protocol")
     done = dm.store_path("in1k", "train")
-    meta = dm.identity({}, dm.image_module("in1k").store_meta("train"))  # finished by this data (no model known)
+    # finished by this data (no model known)
+    meta = store_identity({}, dm.image_module("in1k").store_meta("train"), dm.dtype, dm.decode_path)
     write_store(done, np.zeros((2, 4)), np.zeros(2, dtype=np.int64), None, make_meta(model="x", weights_sha256=None,
                                                                                      **meta))
     shutil.rmtree(in1k / "train")
     dm.setup()
-    assert [(t.domain, t.split) for t in dm.targets] == [("in1k", "test")] and dm.skipped == [done]
+    assert [(t.domain, t.split) for t in dm.plan.targets] == [("in1k", "test")] and dm.plan.skipped == [done]
 
 
 class TinyNet(torch.nn.Module):
@@ -283,6 +285,6 @@ def test_a_transform_given_only_to_the_datamodule_is_the_stores_definition(roots
     assert meta["definition"] == given["definition"] and meta["transform"] == given["transform"]
     again = ExtractionDataModule(out=str(tmp_path / "out"), model_name="resnet10t", in1k_root=str(roots[0]),
                                  domains=("in1k",), splits=("test",), batch_size=3, num_workers=0)
-    again.model_meta = given  # the extractor given the transform: the store is its own, skipped
-    again.setup("predict")
-    assert again.skipped == [tmp_path / "out" / "resnet10t" / "in1k" / "test"] and not again.targets
+    # the extractor given the transform: the store is its own, skipped
+    trainer.predict(FeatureExtractor(MODEL, transform=32, random_weights=True), datamodule=again)
+    assert again.plan.skipped == [tmp_path / "out" / "resnet10t" / "in1k" / "test"] and not again.plan.targets

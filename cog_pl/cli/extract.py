@@ -25,6 +25,7 @@ from cog_pl.cli.lightning import CommandLineCLI, hand_over
 from cog_pl.errors import CogError
 from cog_pl.extract.datamodule import ExtractionDataModule
 from cog_pl.extract.module import FeatureExtractor
+from cog_pl.extract.stores import ExtractionPlan
 from cog_pl.features.store import is_complete
 
 logger = logging.getLogger(__name__)
@@ -48,18 +49,17 @@ class ExtractCLI(CommandLineCLI):
         check_label_weights(model.model_name, backbone.weights, sha256=backbone.weights_sha256, features=datamodule.out,
                             overwrite=datamodule.overwrite, name_option="--model.name",
                             overwrite_option="--data.overwrite true")
-        datamodule.model_meta = model.store_meta(str(self.trainer.precision))  # existing stores are checked on it
-        datamodule.device = self.trainer.strategy.root_device  # where --data.decode gpu/auto decodes batches
-        datamodule.setup("predict")  # the writer finalises the ready stores and skips the loop when nothing is left
+        # the datamodule's setup plans the stores once; the writer finalises the ready ones and skips the loop when
+        # nothing is left
         self.trainer.predict(model, datamodule=datamodule, return_predictions=False, **kwargs)
         if self.trainer.is_global_zero:
-            _summary(datamodule)
+            _summary(datamodule.plan)
 
 
-def _summary(dm: ExtractionDataModule) -> None:
+def _summary(plan: ExtractionPlan) -> None:
     rows = [(str(t.path), t.rows, "extracted" if is_complete(t.path) else "INCOMPLETE")
-            for t in dm.targets + dm.ready]
-    rows += [(str(p), None, "already complete") for p in dm.skipped]
+            for t in plan.targets + plan.ready]
+    rows += [(str(p), None, "already complete") for p in plan.skipped]
     width = max((len(r[0]) for r in rows), default=10)
     print(f"\n{'feature store':<{width}}  {'rows':>9}  status")
     for path, n, status in sorted(rows):

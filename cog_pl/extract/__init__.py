@@ -3,6 +3,8 @@
 - :mod:`~cog_pl.extract.module`: :class:`FeatureExtractor`, the LightningModule whose ``predict_step`` gives features.
 - :mod:`~cog_pl.extract.datamodule`: :class:`ExtractionDataModule`, one predict loader per domain and split.
 - :mod:`~cog_pl.extract.writer`: :class:`FeatureStoreWriter`, the callback writing the stores (resumable).
+- :mod:`~cog_pl.extract.stores`: the plan of an extraction's stores (:mod:`cog_pl.features.plan` per store), asked
+  once at the datamodule's ``setup``.
 - :mod:`~cog_pl.extract.decode`, ``decode_data``, ``decode_device``: the decode paths (PIL, libjpeg-turbo, GPU);
   :mod:`~cog_pl.extract.fidelity`: how far a fast path's pixels are from the reference's.
 """
@@ -12,7 +14,7 @@ from cog_pl._lazy import lazy_exports
 _EXPORTS = {
     "FeatureExtractor": ".module",
     "ExtractionDataModule": ".datamodule",
-    "ExtractionTarget": ".datamodule",
+    "ExtractionTarget": ".stores",
     "FeatureStoreWriter": ".writer",
     "resolve_decode": ".decode",
     "Fidelity": ".fidelity"

@@ -4,8 +4,10 @@ Stores live at ``<out>/<model>/<domain>/<split>/``. A complete store (``meta.jso
 unfinished one resumed (only the rows whose done bit is 0 are loaded), each only when what made it (model, weights,
 precision, transform, classes, level file and split hashes, dtype: :func:`~cog_pl.features.store.check_identity`)
 equals this run's; otherwise extraction is refused, naming the difference, unless ``overwrite``, which extracts
-every store again. ``targets`` tells the :class:`~cog_pl.extract.writer.FeatureStoreWriter` where each dataloader's
-rows go.
+every store again. The module decides none of this: at ``setup`` it asks :func:`~cog_pl.extract.stores.plan_extraction`
+(:mod:`cog_pl.features.plan`) once, giving it datasets and their meta, and keeps the answer as ``plan``; its
+``targets`` are the predict dataloaders, and tell the :class:`~cog_pl.extract.writer.FeatureStoreWriter` where each
+dataloader's rows go.
 
 Images reach the device as ``uint8`` crops (or encoded bytes with ``decode="gpu"``) and are decoded, normalised and
 laid out there by :meth:`ExtractionDataModule.transfer_batch_to_device` (:mod:`cog_pl.extract.decode`: the decode
@@ -15,19 +17,16 @@ run on (:func:`loader_workers`).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from cog_pl.data.imagenet import check_policy, check_tolerance, skip_budget
+from cog_pl.data.imagenet import check_policy, check_tolerance
 from cog_pl.data.streamed import StreamedImages
 from cog_pl.data.transforms import TransformConfig
 from cog_pl.defaults import MAX_SKIPPED, NUM_WORKERS
@@ -36,33 +35,12 @@ from cog_pl.errors import CogError
 from cog_pl.extract.decode import check_decode, resolve_decode
 from cog_pl.extract.decode_data import PixelImages, collate_pixels
 from cog_pl.extract.decode_device import BatchDecoder
-from cog_pl.features.missing import missing_rows
-from cog_pl.features.store import (
-    DTYPES,
-    StoreError,
-    StoreWriter,
-    check_identity,
-    is_complete,
-    tidy,
-    written_rows,
-)
+from cog_pl.extract.stores import ExtractionPlan, plan_extraction
+from cog_pl.features.store import DTYPES
 from cog_pl.protocol import DOMAINS, FeatureProtocol, check_domains
 
 logger = logging.getLogger(__name__)
 SPLITS = ("train", "test")
-
-
-@dataclass
-class ExtractionTarget:
-    """One store to fill: where, how many rows, what the store's meta says about the data."""
-
-    domain: str
-    split: str
-    path: Path
-    rows: int
-    dataset: Dataset = field(repr=False)
-    meta: dict[str, Any] = field(default_factory=dict)
-    max_missing: int = 0  # unreadable images the store may skip (on_error="skip", skip_budget)
 
 
 class ExtractionDataModule(L.LightningDataModule):
@@ -96,8 +74,8 @@ class ExtractionDataModule(L.LightningDataModule):
     ``device`` (set by the caller, else the Trainer's root device, else the CPU) is where batches are decoded and what
     ``decode="auto"`` is resolved for.
 
-    ``model_meta`` (set by the caller before :meth:`setup`, else taken from the Trainer's model) is what the
-    extractor records in every store; existing stores are checked against it.
+    ``plan`` (:class:`~cog_pl.extract.stores.ExtractionPlan`, made at :meth:`setup`): every store's decision, with
+    the model meta of the Trainer's extractor (``store_meta()``, asked once) that existing stores are checked on.
     """
 
     def __init__(self, out: str = "features", model_name: str = "model", in1k_root: str | None = None,
@@ -127,7 +105,6 @@ class ExtractionDataModule(L.LightningDataModule):
         if dtype not in DTYPES:
             raise CogError(f"--data.dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
         self.overwrite, self.dtype = overwrite, dtype
-        self.model_meta: dict[str, Any] | None = None
         self.out, self.model_name = Path(out), model_name
         self.in1k_root, self.in21k_root = in1k_root, in21k_root
         self.domains, self.splits = tuple(domains), tuple(splits)
@@ -136,9 +113,7 @@ class ExtractionDataModule(L.LightningDataModule):
         self.max_skipped = max_skipped
         self.cache_dir, self.split_file_dir = cache_dir, split_file_dir
         self.benchmark = benchmark
-        self.targets: list[ExtractionTarget] = []  # stores with rows left to extract, one dataloader each
-        self.ready: list[ExtractionTarget] = []  # every row written by an interrupted run, only finalising left
-        self.skipped: list[Path] = []
+        self.plan: ExtractionPlan | None = None  # made at setup
 
     def store_path(self, domain: str, split: str) -> Path:
         return self.out / self.model_name / domain / split
@@ -171,7 +146,7 @@ class ExtractionDataModule(L.LightningDataModule):
     @property
     def transform_config(self) -> TransformConfig:
         """The transform images are read with: ``transform``, or for ``"auto"`` the extractor's (the Trainer's
-        module's ``transform_config``, else the ``transform`` of ``model_meta``)."""
+        module's ``transform_config``)."""
         from cog_pl.models.transform import resolve_transform
 
         if self.transform != "auto":
@@ -180,9 +155,6 @@ class ExtractionDataModule(L.LightningDataModule):
         found = getattr(module, "transform_config", None)
         if isinstance(found, TransformConfig):
             return found
-        record = (self.model_meta or {}).get("transform")
-        if record:
-            return TransformConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in record.items()})
         raise CogError("ExtractionDataModule: transform='auto' takes the extractor's transform, and no extractor is "
                        "attached; pass transform= (a model name, 'protocol', a size, a TransformConfig) or run it "
                        "with trainer.predict(FeatureExtractor(...), datamodule=...)")
@@ -211,60 +183,11 @@ class ExtractionDataModule(L.LightningDataModule):
         return str(path) if path.exists() else None
 
     def setup(self, stage: str | None = None) -> None:
-        if self.targets or self.ready or self.skipped:
-            return
+        """Resolve ``transform="auto"`` and ask the plan (:func:`~cog_pl.extract.stores.plan_extraction`) once,
+        with the model meta of the Trainer's extractor (none without one)."""
         self.transform = self.transform_config  # "auto" resolved once, before any store is checked
-        model_meta = self.model_meta
-        if model_meta is None and self.trainer is not None and hasattr(self.trainer.lightning_module, "store_meta"):
-            model_meta = self.trainer.lightning_module.store_meta()
-        for domain in self.domains:
-            dm = self.image_module(domain, need_root=False)
-            for split in self.splits:
-                path = self.store_path(domain, split)
-                if is_complete(path) and not self.overwrite:  # reused only when made by this run's inputs
-                    check_identity(path, self.identity(model_meta or {}, self._finished_meta(dm, split)))
-                    self._refuse_missing_past_policy(path)
-                    tidy(path)  # leftovers of a kill while it was being finished
-                    self.skipped.append(path)
-                    continue
-                if not dm.root:
-                    self.image_module(domain)  # refuses, naming the missing root option
-                meta = dm.store_meta(split)
-                if not self.overwrite:  # an interrupted write of other inputs is refused, never mixed with
-                    check_identity(path, self.identity(model_meta or {}, meta))
-                dataset = dm.dataset(split)
-                cap = skip_budget(len(dataset), self.max_skipped) if self.on_error == "skip" else 0
-                target = ExtractionTarget(domain, split, path, len(dataset), dataset, meta, cap)
-                full = not self.overwrite and len(dataset) > 0 and bool(self._done(path, len(dataset)).all())
-                (self.ready if full else self.targets).append(target)
-        for path in self.skipped:
-            logger.info("complete, skipped: %s", path)
-
-    def _refuse_missing_past_policy(self, path: Path) -> None:
-        """A finished store is reused only when the rows it lacks (skipped as unreadable when it was made) are within
-        this run's policy: none under ``on_error="fail"``, at most the skip budget under ``"skip"``."""
-        meta = json.loads((path / "meta.json").read_text())
-        missing, rows = len(meta.get("missing") or ()), int(meta.get("num_rows", 0))
-        cap = skip_budget(rows, self.max_skipped) if self.on_error == "skip" else 0
-        if missing > cap:
-            policy = ("on_error=fail allows none" if self.on_error == "fail"
-                      else f"max_skipped={self.max_skipped} allows {cap}")
-            raise StoreError(f"{path}: finished with {missing} of {rows} images missing (skipped as unreadable), but "
-                             f"this run's {policy}; pass --overwrite to extract it again, or a policy that allows "
-                             "them (--on-error skip --max-skipped N; cog-pl extract: --data.overwrite true, "
-                             "--data.on_error skip --data.max_skipped N)")
-
-    def _done(self, path: Path, rows: int) -> np.ndarray:
-        """Rows of a store an interrupted run wrote; under ``on_error="fail"`` less those it recorded as missing
-        (skipped as unreadable): they are read again, so this run's policy holds."""
-        done = written_rows(path, rows)
-        return done & ~missing_rows(path, rows) if self.on_error == "fail" else done
-
-    def identity(self, model_meta: dict[str, Any], data_meta: dict[str, Any]) -> dict[str, Any]:
-        """The meta a store of this run gets, less what the writer adds: the model's half, the data's half (which
-        wins: it names the transform the images were read with) and the dtype. Its identity keys are compared
-        against existing stores and recorded in new ones."""
-        return {**model_meta, **data_meta, "dtype": self.dtype, "decode": self.decode_path}
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        self.plan = plan_extraction(self, module.store_meta() if hasattr(module, "store_meta") else {})
 
     def _device(self) -> torch.device:
         if self.device is not None:
@@ -280,32 +203,15 @@ class ExtractionDataModule(L.LightningDataModule):
             self._decode_path = resolve_decode(self.decode, self._device())
         return self._decode_path
 
-    def open_writer(self, target: ExtractionTarget, model_meta: dict[str, Any], dim: int, first: bool = True
-                    ) -> StoreWriter:
-        """The store writer of ``target``; ``first``: the process that creates the files (under ``overwrite`` it
-        discards an interrupted write; later ranks open what it made)."""
-        return StoreWriter(target.path, target.rows, dim, overwrite=self.overwrite, fresh=self.overwrite and first,
-                           identity=self.identity(model_meta, target.meta), dtype=self.dtype)
-
-    def finish_ready(self, model_meta: dict[str, Any], dim: int) -> None:
-        """Finalise the stores whose rows an interrupted run wrote completely (no dataloader is needed for them);
-        those already finalised are left as they are."""
-        for t in self.ready:
-            if is_complete(t.path):
-                continue
-            self.open_writer(t, model_meta, dim).finish(self.identity(model_meta, t.meta))
-            logger.info("finalised %s (all %d rows were written before the interruption)", t.path, t.rows)
-
     def predict_dataloader(self) -> list[DataLoader]:
-        cfg, path = self.transform_config, self.decode_path
-        streamed = [isinstance(t.dataset, StreamedImages) for t in self.targets]
-        self._pixels = [PixelImages(t.dataset.base if s else t.dataset, cfg, path)
-                        for t, s in zip(self.targets, streamed)]
+        cfg, path, targets = self.transform_config, self.decode_path, self.plan.targets
+        streamed = [isinstance(t.dataset, StreamedImages) for t in targets]
+        self._pixels = [PixelImages(t.dataset.base if s else t.dataset, cfg, path) for t, s in zip(targets, streamed)]
         self.decoder = BatchDecoder(cfg, self._fallback)
         logger.info("decoding with the %s path on %s, %d loader workers", path, self._device(), self.num_workers)
         loaders = []
-        for t, pixels, stream in zip(self.targets, self._pixels, streamed):
-            left = np.arange(t.rows) if self.overwrite else np.flatnonzero(~self._done(t.path, t.rows))
+        for t, pixels, stream in zip(targets, self._pixels, streamed):
+            left = t.rows_left
             if len(left) < t.rows:
                 logger.info("resuming %s: %d of %d rows left", t.path, len(left), t.rows)
             rows = None if len(left) == t.rows else left.tolist()

@@ -9,12 +9,12 @@ from torch import nn
 
 from cog_pl.data.transforms import TransformConfig, protocol_transform
 from cog_pl.extract.writer import FeatureStoreWriter
+from cog_pl.features.store import make_meta
 from cog_pl.models import build_backbone
 from cog_pl.models.files import EXTRACT_OPTIONS, resolve_checkpoint
 from cog_pl.models.label import check_label, model_label
 from cog_pl.models.module import BackboneModule
 from cog_pl.models.transform import resolve_transform
-from cog_pl.provenance import provenance
 
 
 class FeatureExtractor(BackboneModule):
@@ -109,22 +109,18 @@ class FeatureExtractor(BackboneModule):
         return [FeatureStoreWriter()] if self.hparams.write_stores else []
 
     def store_meta(self, precision: str | None = None, transform: TransformConfig | None = None) -> dict[str, Any]:
-        """What every feature store made by this extractor records about the model. Its definition and transform
-        are of the transform the images are read with, whoever was given it: ``transform``, else the attached
-        datamodule's (an :class:`~cog_pl.extract.datamodule.ExtractionDataModule` given one of its own), else this
-        extractor's."""
+        """What every feature store made by this extractor records about the model: a store meta
+        (:func:`~cog_pl.features.store.make_meta`), asked once per extraction by the datamodule's plan. Its definition
+        and transform are of the transform the images are read with, whoever was given it: ``transform``, else the
+        attached datamodule's (an :class:`~cog_pl.extract.datamodule.ExtractionDataModule` given one of its own), else
+        this extractor's."""
         spec = self.backbone.spec
         transform = transform or self._datamodule_transform() or self.transform_config
-        return {
-            "format": "cog-pl-features", "version": 1,
-            "model": self.model_name, "arch": spec.arch, "feature": spec.feature,
-            "definition": spec.definition(transform),
-            "weights": self.backbone.weights, "weights_sha256": self.backbone.weights_sha256,
-            "trusted_checkpoint": self.backbone.trusted,
-            "transform": transform.as_record(),
-            "precision": precision or (str(self.trainer.precision) if self._trainer is not None else None),
-            **provenance(),
-        }
+        return make_meta(model=self.model_name, arch=spec.arch, feature=spec.feature,
+                         definition=spec.definition(transform), weights=self.backbone.weights,
+                         weights_sha256=self.backbone.weights_sha256, trusted_checkpoint=self.backbone.trusted,
+                         transform=transform.as_record(),
+                         precision=precision or (str(self.trainer.precision) if self._trainer is not None else None))
 
     def _datamodule_transform(self) -> TransformConfig | None:
         """The transform of the datamodule the Trainer runs this extractor with, where it has one."""

@@ -14,6 +14,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from cog_pl.errors import StoreError
+from cog_pl.extract.stores import ExtractionPlan
 from cog_pl.features.missing import clear_missing, mark_missing
 from cog_pl.features.store import StoreWriter
 
@@ -21,11 +22,12 @@ logger = logging.getLogger(__name__)
 
 
 class FeatureStoreWriter(BasePredictionWriter):
-    """Writes ``{"features", "label", "index"}`` predictions into the datamodule's extraction targets.
+    """Writes ``{"features", "label", "index"}`` predictions into the stores of the datamodule's plan.
 
-    Expects an :class:`~cog_pl.extract.datamodule.ExtractionDataModule`: its ``targets`` (one per predict
-    dataloader, each with ``path``, ``rows`` and ``meta``) and ``open_writer``/``identity`` (the writer of a target,
-    and the meta it finishes with, both checked against what made rows already written). Under DDP every rank writes
+    Expects an :class:`~cog_pl.extract.datamodule.ExtractionDataModule`, whose ``plan``
+    (:class:`~cog_pl.extract.stores.ExtractionPlan`, made at its ``setup``) it is handed and follows without deciding
+    anything: it settles the plan on rank zero (finishes the stores it says are ready), opens the writers of its
+    ``targets`` (one per predict dataloader) and finishes each with its ``meta``. Under DDP every rank writes
     its own rows; rank zero finalises each store once all ranks are done. In a single process a store is finalised
     as soon as its last row is written, so a kill never costs a finished store.
     The dataset index travels inside the batch, so the sampler's order and sharding never matter; so do the rows a
@@ -39,21 +41,24 @@ class FeatureStoreWriter(BasePredictionWriter):
 
     def __init__(self) -> None:
         super().__init__(write_interval="batch")
+        self.plan: ExtractionPlan | None = None
         self.stores: list[StoreWriter] = []
         self.finished: set[int] = set()
         self.jobs: _Jobs | None = None
         self._limit: int | float | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """After the datamodule's ``setup``: finalise the stores an interrupted run wrote completely, and skip the
-        prediction loop when no store has rows left (Lightning would warn about an empty list of loaders)."""
+        """After the datamodule's ``setup``: take its plan, settle it (rank zero: finalise the stores an interrupted
+        run wrote completely), and skip the prediction loop when no store has rows left (Lightning would warn about
+        an empty list of loaders)."""
         if stage != "predict":
             return
         dm = trainer.datamodule
+        self.plan = plan = dm.plan
         if trainer.is_global_zero:
-            dm.finish_ready(pl_module.store_meta(), int(pl_module.feature_dim))
-        if not dm.targets:
-            logger.info("nothing to extract: all %d stores under %s are complete", len(dm.skipped) + len(dm.ready),
+            plan.settle(int(pl_module.feature_dim))
+        if not plan.targets:
+            logger.info("nothing to extract: all %d stores under %s are complete", len(plan.stores),
                         dm.out / dm.model_name)
             self._limit, trainer.limit_predict_batches = trainer.limit_predict_batches, 0
             trainer.predict_loop.max_batches = []  # a Trainer that predicted before: no batch left from that run
@@ -64,15 +69,13 @@ class FeatureStoreWriter(BasePredictionWriter):
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         trainer.predict_loop.return_predictions = False  # the features are written, not also kept in memory
-        dm = trainer.datamodule
-        dim, model_meta = int(pl_module.feature_dim), pl_module.store_meta()
-        self.model_meta = model_meta
+        plan, dim = self.plan, int(pl_module.feature_dim)
         self.jobs = _Jobs()
         if trainer.is_global_zero:  # creates the files once (and records what makes the rows)
-            self.stores = [dm.open_writer(t, model_meta, dim, first=True) for t in dm.targets]
+            self.stores = [plan.writer(t, dim, first=True) for t in plan.targets]
         trainer.strategy.barrier("feature-store-create")
         if not trainer.is_global_zero:
-            self.stores = [dm.open_writer(t, model_meta, dim, first=False) for t in dm.targets]
+            self.stores = [plan.writer(t, dim, first=False) for t in plan.targets]
 
     def write_on_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, prediction: Any,
                            batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
@@ -98,7 +101,7 @@ class FeatureStoreWriter(BasePredictionWriter):
             store.write(rows, _np(prediction["features"]), _np(prediction["label"]), rows)
             clear_missing(store, rows)
         if "skipped" in prediction:  # images the dataset could not read (on_error="skip"), carried by the batch
-            self._mark_missing(trainer.datamodule.targets[dataloader_idx], store, prediction["skipped"])
+            self._mark_missing(self.plan.targets[dataloader_idx], store, prediction["skipped"])
         if trainer.world_size == 1 and bool(np.all(store.written)):
             self._finish(trainer, dataloader_idx)
 
@@ -106,7 +109,7 @@ class FeatureStoreWriter(BasePredictionWriter):
     def _mark_missing(target: Any, store: StoreWriter, skipped: dict[str, Any]) -> None:
         """Record the skipped rows as missing; past the target's cap (``max_skipped``) the extraction fails."""
         count = mark_missing(store, _np(skipped["index"]), _np(skipped["label"]), skipped["path"], skipped["error"])
-        cap = getattr(target, "max_missing", 0)
+        cap = target.max_missing
         if count > cap:
             raise StoreError(f"{target.path}: {count} of {target.rows} images unreadable, more than max_skipped "
                              f"allows ({cap}); the last: {skipped['path'][-1]}: {skipped['error'][-1]} (a damaged copy "
@@ -115,8 +118,8 @@ class FeatureStoreWriter(BasePredictionWriter):
             logger.warning("skipped unreadable image %s: %s", path, error)
 
     def _finish(self, trainer: L.Trainer, k: int) -> None:
-        target = trainer.datamodule.targets[k]
-        self.stores[k].finish(trainer.datamodule.identity(self.model_meta, target.meta))
+        target = self.plan.targets[k]
+        self.stores[k].finish(dict(target.meta))
         self.finished.add(k)
         logger.debug("finished %s (%d rows)", target.path, target.rows)  # the store logs its own write
 

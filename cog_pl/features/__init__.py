@@ -1,6 +1,7 @@
 """Feature stores (v1 on-disk contract) and conversion to and from the released code's X_Y.pth files.
 
-- :mod:`~cog_pl.features.store`: the store format, reading and resumable writing.
+- :mod:`~cog_pl.features.store`: the store format, reading and resumable writing; :mod:`~cog_pl.features.plan`:
+  what an extraction does with each store (skip, finish, resume, fresh), decided in one place.
 - :mod:`~cog_pl.features.pair`: a domain's train and test stores together; :mod:`~cog_pl.features.missing`: rows
   of unreadable images; :mod:`~cog_pl.features.regroup`: level variants regrouped from the level stores;
   :mod:`~cog_pl.features.convert`: naver/cog's ``X_Y.pth`` files.
