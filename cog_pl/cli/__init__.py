@@ -10,7 +10,7 @@ from cog_pl._lazy import lazy_exports
 _EXPORTS = {
     "entry": ".main",
     "build_parser": ".main",
-    "CommandError": ".main"
+    "CommandError": "cog_pl.errors",  # a bad command line (the errors module holds every error class)
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
