@@ -1,6 +1,6 @@
 """Argparse value types shared by the ``cog-pl`` commands (:mod:`cog_pl.cli.options` re-exports them) and the cluster
-launcher's option table (:mod:`cog_pl.cluster.options`), which sits below the command line: a floor module, standard
-library only."""
+launcher's option table (:mod:`cog_pl.pipeline.cluster.options`), which sits below the command line: a floor
+module, standard library only."""
 
 from __future__ import annotations
 

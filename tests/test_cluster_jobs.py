@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from cog_pl.cli.main import main
-from cog_pl.cluster.jobs import Job, format_jobs, ordered
-from cog_pl.cluster.ledger import TaskState, read_ledger, submitted_ids, write_ledger
-from cog_pl.cluster.options import ClusterOptions, split_argv, time_minutes
-from cog_pl.cluster.scripts import write_scripts
+from cog_pl.pipeline.cluster.jobs import Job, format_jobs, ordered
+from cog_pl.pipeline.cluster.ledger import TaskState, read_ledger, submitted_ids, write_ledger
+from cog_pl.pipeline.cluster.options import ClusterOptions, split_argv, time_minutes
+from cog_pl.pipeline.cluster.scripts import write_scripts
 
 REPO = Path(__file__).resolve().parents[1]
 #: The full-size evaluation of docs/cluster.md: 6 domains, 270 cells, 2 nodes x 8 GPUs, 16 probe tasks.
@@ -190,7 +190,7 @@ def test_a_fake_sbatch_shows_what_submit_sh_records(tmp_path):
 
 
 def test_status_shows_each_jobs_state_progress_and_the_error_of_a_failed_one(tmp_path, monkeypatch):
-    import cog_pl.cluster.status as status
+    import cog_pl.pipeline.cluster.status as status
 
     root = tmp_path / "o"
     store = root / "features/m/d/train"
@@ -308,9 +308,9 @@ def test_a_submitted_job_runs_the_command_line_it_was_handed(tmp_path, capsys, m
     command line): submitit pickles it by reference, and the job runs its argv through it, requeues with it and
     fails when it fails."""
     cloudpickle = pytest.importorskip("cloudpickle")
-    submit = pytest.importorskip("cog_pl.cluster.submit")
+    submit = pytest.importorskip("cog_pl.pipeline.cluster.submit")
     from cog_pl.cli import main as cli_main
-    from cog_pl.cluster.options import JOB_ENV
+    from cog_pl.pipeline.cluster.options import JOB_ENV
 
     executor = _FakeExecutor()
     monkeypatch.setattr(submit, "_executor", lambda folder, opts: executor)
@@ -336,7 +336,7 @@ def test_a_submitted_job_runs_the_command_line_it_was_handed(tmp_path, capsys, m
 def test_a_submission_is_refused_while_an_earlier_one_does_the_same_work(tmp_path, monkeypatch):
     """Two extractions of one model must not write the same stores: a second submission waits for the first;
     another model's jobs may go; jobs that can never start (their dependency failed) are cancelled."""
-    import cog_pl.cluster.launch as launch
+    import cog_pl.pipeline.cluster.launch as launch
 
     root = tmp_path / "o"
     write_ledger(root, "slurm", _graph(), {"extract/m": "10", "probe/m": "11", "report": "12"}, {})

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from slurm import slurm_cluster, wait_for  # noqa: F401  (the fixture)
 
-from cog_pl.cluster.ledger import read_ledger, submitted_ids
+from cog_pl.pipeline.cluster.ledger import read_ledger, submitted_ids
 from cog_pl.results import read_rows, row_key
 from cog_pl.results.claims import claims_path
 

@@ -9,8 +9,8 @@ only when made by the same checkpoint, model, precision, transform and data (els
 the loader workers from the cores available.
 Any Trainer option works (``--trainer.devices 4 --trainer.strategy ddp --trainer.precision bf16-mixed``,
 ``--trainer.num_nodes`` on a cluster). ``--launcher slurm`` (and the other options of
-:data:`cog_pl.cluster.options.OPTIONS`, read before the LightningCLI sees the line) submits the extraction as one
-SLURM job on ``--nodes`` x ``--gpus-per-node``, one ``srun`` task per GPU (docs/cluster.md).
+:data:`cog_pl.pipeline.cluster.options.OPTIONS`, read before the LightningCLI sees the line) submits the extraction as
+one SLURM job on ``--nodes`` x ``--gpus-per-node``, one ``srun`` task per GPU (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ def _cli(cls: type[ExtractCLI], argv: list[str], prog: str, **kwargs: Any) -> Ex
 def run(argv: list[str], prog: str = "cog-pl extract") -> ExtractCLI | None:
     """Run ``cog-pl extract ARGV``: LightningCLI ``predict`` (the only subcommand) on ``ARGV``; with ``--launcher``,
     submit it (:func:`launch`)."""
-    from cog_pl.cluster.options import cluster_options, split_argv
     from cog_pl.models.checkpoints import EXTRACT_SPELLING, spelled
+    from cog_pl.pipeline.cluster.options import cluster_options, split_argv
 
     given, rest = split_argv(argv)
     if "-h" in rest or "--help" in rest:
@@ -99,10 +99,10 @@ def run(argv: list[str], prog: str = "cog-pl extract") -> ExtractCLI | None:
 
 def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
     """``cog-pl extract --launcher``: the command line checked here, then run as one SLURM job of ``--nodes`` x one
-    task per GPU, Lightning's DDP across them (:mod:`cog_pl.cluster`)."""
+    task per GPU, Lightning's DDP across them (:mod:`cog_pl.pipeline.cluster`)."""
     from cog_pl.cli.main import main  # what the job runs its command line with
-    from cog_pl.cluster.jobs import Job, extract_trainer_options
-    from cog_pl.cluster.launch import launch as launch_jobs
+    from cog_pl.pipeline.cluster.jobs import Job, extract_trainer_options
+    from cog_pl.pipeline.cluster.launch import launch as launch_jobs
     config = _cli(_ParseOnly, rest, prog, run=False).config
     trainer, data = config["trainer"], config["data"]
     per_node, wanted = cluster.tasks_per_node, "gpu" if cluster.gpus_per_node else "cpu"

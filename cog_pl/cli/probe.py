@@ -174,7 +174,7 @@ def _refuse_other_row(results: Path, key: tuple, splits, protocol, plan, device,
 
 
 def _protocol_cmd(args: argparse.Namespace) -> int:
-    from cog_pl.cluster.options import cluster_options
+    from cog_pl.pipeline.cluster.options import cluster_options
 
     cluster = cluster_options(args)
     _setup(args)
@@ -197,10 +197,10 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
     """``probe protocol --launcher``: the grid as a SLURM job array of ``--probe-workers`` tasks, each one worker that
     claims a cell before tuning it, all on one storage and one results file."""
     from cog_pl.cli.main import main  # what the job runs its command line with
-    from cog_pl.cluster.jobs import Job
-    from cog_pl.cluster.launch import launch
-    from cog_pl.cluster.options import array_tasks, split_argv
     from cog_pl.features.pair import open_pair
+    from cog_pl.pipeline.cluster.jobs import Job
+    from cog_pl.pipeline.cluster.launch import launch
+    from cog_pl.pipeline.cluster.options import array_tasks, split_argv
     from cog_pl.probe.protocol_run import METHOD
 
     tasks, storage = array_tasks(args.workers, args.storage, args.workdir)
@@ -338,7 +338,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
              "cell tuned by one worker, --threads per worker (default: the cores split); with --launcher: N tasks of "
              "a SLURM job array; default: this process alone"))
     add_no_longer_needed(grid, "--claim-cells", "every probe worker claims each cell before tuning it")
-    from cog_pl.cluster.options import add_launcher_options
+    from cog_pl.pipeline.cluster.options import add_launcher_options
 
     add_launcher_options(grid, "the grid as a SLURM job array of --probe-workers tasks (docs/cluster.md), sharing "
                                "--storage (default with --launcher: WORKDIR/optuna.journal) and --results")

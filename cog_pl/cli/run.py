@@ -11,15 +11,15 @@ from cog_pl.cli.data import add_source_options
 from cog_pl.cli.models import add_checkpoint_options, checkpoint_options
 from cog_pl.cli.options import NUM_WORKERS, add_no_longer_needed, add_skip_policy, at_least, loader_workers_value
 from cog_pl.cli.probe import STALE_AFTER_HELP, workers_value
-from cog_pl.cluster.options import add_launcher_options, cluster_options, split_argv
 from cog_pl.errors import CogError
 from cog_pl.levels.measures import get_measure, list_measures
 from cog_pl.pipeline import STAGES
+from cog_pl.pipeline.cluster.options import add_launcher_options, cluster_options, split_argv
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol
 
 if TYPE_CHECKING:
-    from cog_pl.cluster.options import ClusterOptions
     from cog_pl.pipeline import ExtractOptions, RunConfig
+    from cog_pl.pipeline.cluster.options import ClusterOptions
 
 _P, _F = ProbeProtocol(), FeatureProtocol()
 
@@ -276,7 +276,8 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
 
 
 #: ``run``'s options a job's command sets itself (each job: its model, checkpoint, stage; the probe tasks their
-#: storage; one worker each), given as :data:`cog_pl.cluster.options.OPTIONS` gives them, to take them out of it.
+#: storage; one worker each), given as :data:`cog_pl.pipeline.cluster.options.OPTIONS` gives them, to take them out
+#: of it.
 JOB_SET_OPTIONS = ((("--model",), {"nargs": "+"}), (("--checkpoint",), {"nargs": "+"}), (("--stage",), {}),
                    (("--probe-workers",), {}), (("--storage",), {}), (("--status",), {"nargs": "?"}))
 
@@ -286,7 +287,7 @@ def _run(args: argparse.Namespace) -> int:
 
     cluster = cluster_options(args)
     if args.status is not None:
-        from cog_pl.cluster.status import status_text
+        from cog_pl.pipeline.cluster.status import status_text
 
         print(status_text(args.status or args.out))
         return 0
@@ -335,11 +336,12 @@ def _checkpoint_fields(args: argparse.Namespace) -> dict:
 
 
 def _launch(args: argparse.Namespace, configs: list[RunConfig], cluster: ClusterOptions) -> int:
-    """``run --launcher``: the run's jobs (:func:`cog_pl.cluster.jobs.run_jobs`) printed, submitted or written."""
+    """``run --launcher``: the run's jobs (:func:`cog_pl.pipeline.cluster.jobs.run_jobs`) printed, submitted or
+    written."""
     from cog_pl.cli.main import main  # what the jobs run their command lines with
-    from cog_pl.cluster.jobs import run_jobs
-    from cog_pl.cluster.launch import launch
-    from cog_pl.cluster.options import array_tasks
+    from cog_pl.pipeline.cluster.jobs import run_jobs
+    from cog_pl.pipeline.cluster.launch import launch
+    from cog_pl.pipeline.cluster.options import array_tasks
 
     tasks, storage = array_tasks(args.probe_workers, args.storage, args.out, "probe tasks")
     check_cluster_extraction(args, cluster)

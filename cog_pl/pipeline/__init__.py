@@ -19,13 +19,12 @@ concept is most often taken for).
 Each stage resumes: complete feature stores are skipped and interrupted ones continued, each only when made by the
 same model, weights, precision, transform and data (else refused; ``overwrite`` replaces them); result rows that
 exist are skipped and interrupted Optuna studies continued from their storage; the report is recomputed from rows.
-``stage`` runs one stage of :data:`STAGES` alone (the jobs of the SLURM launcher, :mod:`cog_pl.cluster`): ``probe``
-needs the stores complete, ``report`` rows. Under a distributed extraction (``srun`` tasks, Lightning's DDP) every
-rank extracts and only global rank zero goes on to the later stages.
-Layout under ``out``: ``features/<model>/<domain>/<split>/``, ``results.sqlite`` and the test predictions beside it
-(``results.predictions/``, :mod:`cog_pl.results.predictions`), ``optuna.db`` (unless ``storage`` names another Optuna
-storage), ``report/``.
-"""
+``stage`` runs one stage of :data:`STAGES` alone (the jobs of the SLURM launcher, :mod:`cog_pl.pipeline.cluster`):
+``probe`` needs the stores complete, ``report`` rows. Under a distributed extraction (``srun`` tasks, Lightning's DDP)
+every rank extracts and only global rank zero goes on to the later stages.
+
+The package is the run layer: this module's stages, and the SLURM launcher that runs them as jobs
+(:mod:`cog_pl.pipeline.cluster`)."""
 
 from __future__ import annotations
 
@@ -54,6 +53,8 @@ from cog_pl.protocol import (
 if TYPE_CHECKING:
     from cog_pl.probe.tuner import SearchPlan
 
+__all__ = ["FINETUNE_SET_BY_RUN", "STAGES", "ExtractOptions", "ProbeOptions", "RunConfig", "RunSummary",
+           "format_summary", "run", "run_seen_warnings"]
 logger = logging.getLogger(__name__)
 
 #: The stages of a run, in order (``RunConfig.stage`` runs one alone).

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cog_pl.cluster.options import ClusterOptions
+from cog_pl.pipeline.cluster.options import ClusterOptions
 
 if TYPE_CHECKING:
     from cog_pl.pipeline import RunConfig

@@ -19,16 +19,16 @@ from pathlib import Path
 
 import submitit
 
-from cog_pl.cluster.jobs import Job
-from cog_pl.cluster.options import JOB_ENV, ClusterOptions
 from cog_pl.errors import CogError
+from cog_pl.pipeline.cluster.jobs import Job
+from cog_pl.pipeline.cluster.options import JOB_ENV, ClusterOptions
 
 log = logging.getLogger(__name__)
 
 
 #: What a job runs: the command line's entry point, ``argv -> exit status`` (``cog_pl.cli.main.main``, handed down by
-#: the command line through :func:`~cog_pl.cluster.launch.launch`). submitit pickles it by reference (its module and
-#: name), so the job imports it where it runs, and this module never imports the command line above it.
+#: the command line through :func:`~cog_pl.pipeline.cluster.launch.launch`). submitit pickles it by reference (its
+#: module and name), so the job imports it where it runs, and this module never imports the command line above it.
 Entry = Callable[[list[str]], int]
 
 
@@ -98,7 +98,7 @@ def submit(jobs: Sequence[Job], opts: ClusterOptions, folder: Path, workdir: Pat
             log.info("submitted %s as job %s", job.key, ids[job.key])
     except Exception as err:
         if ids:
-            from cog_pl.cluster.ledger import cancel
+            from cog_pl.pipeline.cluster.ledger import cancel
 
             cancel(ids.values())
         failed = next(j.key for j in jobs if j.key not in ids)

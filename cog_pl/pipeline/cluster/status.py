@@ -10,9 +10,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from cog_pl.cluster.jobs import Job
-from cog_pl.cluster.ledger import ACTIVE, TaskState, job_states, ledger_path, read_ledger, submitted_ids
 from cog_pl.errors import MissingFileError
+from cog_pl.pipeline.cluster.jobs import Job
+from cog_pl.pipeline.cluster.ledger import ACTIVE, TaskState, job_states, ledger_path, read_ledger, submitted_ids
 
 ENDED_BADLY = ("FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 

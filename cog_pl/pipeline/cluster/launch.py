@@ -1,6 +1,6 @@
 """A job graph printed (``--dry-run``), submitted through submitit (``slurm``) or written as scripts.
 
-Everything lands under ``<root>/slurm/``: ``jobs.json`` (:mod:`cog_pl.cluster.ledger`), ``logs/``, and for the
+Everything lands under ``<root>/slurm/``: ``jobs.json`` (:mod:`cog_pl.pipeline.cluster.ledger`), ``logs/``, and for the
 plain scripts ``scripts/`` (unless ``--launcher sbatch-scripts DIR`` names another folder). A submission is refused
 while a job of an earlier one under the same root doing the same work (the same key: ``extract/<model>``, ...) is
 queued or running (two extractions would write the same stores); earlier jobs that SLURM will never start (a job
@@ -14,10 +14,10 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cog_pl.cluster.jobs import Job, format_jobs, ordered
-from cog_pl.cluster.ledger import NEVER, cancel, job_states, read_ledger, submitted_ids, write_ledger
-from cog_pl.cluster.options import JOB_ENV, ClusterOptions
 from cog_pl.errors import CogError
+from cog_pl.pipeline.cluster.jobs import Job, format_jobs, ordered
+from cog_pl.pipeline.cluster.ledger import NEVER, cancel, job_states, read_ledger, submitted_ids, write_ledger
+from cog_pl.pipeline.cluster.options import JOB_ENV, ClusterOptions
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def launch(jobs: Sequence[Job], opts: ClusterOptions, root: str | os.PathLike,
         print(f"dry run: {_jobs(jobs)}, nothing submitted\n\n{format_jobs(jobs, opts)}")
         return 0
     if opts.launcher == "sbatch-scripts":
-        from cog_pl.cluster.scripts import log_pattern, write_scripts
+        from cog_pl.pipeline.cluster.scripts import log_pattern, write_scripts
 
         record = folder / "submitted.tsv"
         paths = write_scripts(jobs, opts, opts.scripts_dir or folder / "scripts", folder / "logs", record,
@@ -92,7 +92,7 @@ def launch(jobs: Sequence[Job], opts: ClusterOptions, root: str | os.PathLike,
               f"{format_jobs(jobs, opts)}\n\nthen follow them with: cog-pl run --status {root}")
         return 0
     try:
-        from cog_pl.cluster.submit import log_pattern, submit
+        from cog_pl.pipeline.cluster.submit import log_pattern, submit
     except ImportError as err:
         raise CogError(f"--launcher slurm needs submitit ({err}): pip install 'cog_pl[slurm]', or write plain "
                        "sbatch scripts with --launcher sbatch-scripts DIR") from None

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cog_pl.cluster.jobs import Job
 from cog_pl.errors import CogError
 from cog_pl.io import read_json, write_json
+from cog_pl.pipeline.cluster.jobs import Job
 
 FORMAT = 1
 #: States of a job SLURM may still run (or is running).

@@ -15,9 +15,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from cog_pl.cluster.jobs import Job
-from cog_pl.cluster.options import JOB_ENV, ClusterOptions
 from cog_pl.io import atomic_open
+from cog_pl.pipeline.cluster.jobs import Job
+from cog_pl.pipeline.cluster.options import JOB_ENV, ClusterOptions
 
 REQUEUE = """\
 # SLURM sends USR2 to this script {delay} s before the time limit (and on preemption, where the cluster signals
