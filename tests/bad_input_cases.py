@@ -1,6 +1,6 @@
 """A catalogue of bad inputs a user (or an attacker) gives ``cog-pl``, each run through the installed command.
 
-One table for the test (tests/test_bad_inputs.py) and the benchmark (benchmarks/bad_inputs.py). A case is a command
+One table for the test (tests/cli/test_bad_inputs.py) and the benchmark (benchmarks/bad_inputs.py). A case is a command
 line with ``{placeholders}`` for the small files :func:`make_data` generates, and the text its error must name (the
 file, option, URL or synset). A clear error: exit status other than 0, no traceback, the last stderr line is
 ``cog-pl ...: error: ...`` and names the thing, within the case's time limit.

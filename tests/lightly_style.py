@@ -1,5 +1,5 @@
 """A third-party training script as lightly writes them, with ``CoGEvaluationCallback`` plugged in (run by
-tests/test_lightning_users.py, once per Lightning package and process count).
+tests/callbacks/test_lightning_users.py, once per Lightning package and process count).
 
 The module follows lightly's ``benchmarks/imagenet/resnet50/simclr.py``: its own ``backbone`` attribute, a projection
 head and an online classifier, its own ``self.log`` keys (``train_loss`` with ``sync_dist``), plus what many users

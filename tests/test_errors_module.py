@@ -1,7 +1,7 @@
 """The errors of cog_pl live in one module, and the library raises them for bad input (issue 38, item 4).
 
 ``cog-pl`` shows a :class:`~cog_pl.errors.CogError` as the user's error (one line, exit status 2) and anything else as
-a defect (tests/test_cli_errors.py). That holds only if every error class is defined in ``cog_pl/errors.py`` and no
+a defect (tests/cli/test_cli_errors.py). That holds only if every error class is defined in ``cog_pl/errors.py`` and no
 bad-input path raises a plain ``ValueError``, ``TypeError``, ``KeyError`` or ``FileNotFoundError``: an AST scan of the
 package, so a new module cannot slip one in.
 """

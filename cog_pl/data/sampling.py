@@ -8,7 +8,7 @@ Protocol use: tuning cuts ``val_split(train_labels, 0.2, seed)`` from the full t
 ``few_shot(train_labels, train_idx, n, tuning_seed(seed))`` from the remaining 80 %; the final classifier draws a
 fresh ``few_shot(train_labels, all_rows, n, final_seed(seed))``. Test rows live in another store and never enter
 either. Each draw has a seed of its own: a draw seeded like the validation split would replay the split's stream
-on the rows it left, and pick a class's first rows more often than the others (``tests/test_data_sampling.py``).
+on the rows it left, and pick a class's first rows more often than the others (``tests/data/test_data_sampling.py``).
 
 An N-shot cell holds N rows of every class, or is not made: :func:`check_shots` refuses an N that some class of the
 train split cannot fill in the tuning sample (and so in the final one), and both index functions apply it, so no

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 DECODE_PATHS = ("pil", "cpu", "gpu", "auto")
 #: CPU paths whose features stay within the fidelity bound against ``pil`` (mean cosine >= 0.999, worst >= 0.99 with
-#: the real EfficientNet-Lite0 weights on real photographs: tests/test_fidelity.py), fastest first
+#: the real EfficientNet-Lite0 weights on real photographs: tests/extract/test_fidelity.py), fastest first
 #: (benchmarks/bench_extract.py). ``auto`` takes the first off CUDA.
 CPU_PATHS_WITHIN_BOUND = ("cpu", "pil")
 _SOF_OK = {0xC0: "baseline", 0xC1: "extended sequential"}  # Huffman-coded sequential JPEGs: what nvJPEG decodes

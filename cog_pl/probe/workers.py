@@ -6,7 +6,7 @@ its own (``CUDA_VISIBLE_DEVICES``) with the CPU threads split between them; othe
 the grid's cells, nor than host memory holds copies of the features. :func:`worker_pool` starts them as a
 ``concurrent.futures.ProcessPoolExecutor`` of spawned processes, each with its own
 :class:`~cog_pl.probe.cells.CellMaker`, for the grid loop of :func:`cog_pl.probe.cells.make_cells`: each cell is
-tuned by one worker alone and the grid's rows equal a one-worker run's (``tests/test_probe_workers_auto.py``).
+tuned by one worker alone and the grid's rows equal a one-worker run's (``tests/probe/test_probe_workers_auto.py``).
 """
 
 from __future__ import annotations

