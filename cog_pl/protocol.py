@@ -14,6 +14,8 @@ from typing import Any
 from cog_pl.errors import CogError
 
 DOMAINS = ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
+#: The two splits of every domain, each a feature store (``<domain>/train``, ``<domain>/test``).
+SPLITS = ("train", "test")
 LEVEL_OF_DOMAIN = {f"cog_l{i}": f"L{i}" for i in range(1, 6)}
 DOMAIN_OF_LEVEL = {level: domain for domain, level in LEVEL_OF_DOMAIN.items()}
 #: ``cog_l3@wup``: level L3 of the level variant ``wup`` (same concepts, re-ranked by another similarity).

@@ -27,10 +27,9 @@ from cog_pl.defaults import NUM_WORKERS
 from cog_pl.device import loader_workers
 from cog_pl.errors import CogError, MissingFileError
 from cog_pl.models.transform import resolve_transform
-from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, FeatureProtocol
+from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, SPLITS, FeatureProtocol
 
 log = logging.getLogger(__name__)
-SPLITS = ("train", "test")
 
 
 class ImageDataModule(L.LightningDataModule):

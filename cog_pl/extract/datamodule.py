@@ -37,10 +37,9 @@ from cog_pl.extract.decode_data import PixelImages, collate_pixels
 from cog_pl.extract.decode_device import BatchDecoder
 from cog_pl.extract.stores import ExtractionPlan, plan_extraction
 from cog_pl.features.store import DTYPES
-from cog_pl.protocol import DOMAINS, FeatureProtocol, check_domains
+from cog_pl.protocol import DOMAINS, SPLITS, FeatureProtocol, check_domains
 
 logger = logging.getLogger(__name__)
-SPLITS = ("train", "test")
 
 
 class ExtractionDataModule(L.LightningDataModule):

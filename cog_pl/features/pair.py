@@ -25,10 +25,10 @@ import numpy as np
 from cog_pl.errors import NotFoundError, StoreError
 from cog_pl.features.store import FeatureStore, open_store
 from cog_pl.io import printable
+from cog_pl.protocol import SPLITS
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "test")
 #: Meta keys the two stores of a pair must agree on (compared where both record them).
 PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "transform", "num_classes", "classes")
 #: The option that lets a pair of plain stores with other class counts be probed (named in the refusal).

@@ -40,14 +40,13 @@ from cog_pl.features.store import (
 from cog_pl.io import file_sha256
 from cog_pl.levels import variants
 from cog_pl.levels.builder import load_level_file, write_level_file
-from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, variant_domain
+from cog_pl.protocol import DOMAIN_OF_LEVEL, LEVEL_OF_DOMAIN, SPLITS, variant_domain
 from cog_pl.resources import LEVELS
 from cog_pl.version import __version__
 
 log = logging.getLogger(__name__)
 
 SOURCE_DOMAINS = tuple(LEVEL_OF_DOMAIN)
-SPLITS = ("train", "test")
 VARIANTS_DIR = "variants"
 #: Meta keys a regrouped store inherits from the source stores: the model and how its features were made. The
 #: others describe one source store (its domain, classes, level file, split, origin: ``source``, ``benchmark``) and
