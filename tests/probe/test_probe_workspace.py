@@ -79,7 +79,7 @@ def _ce_case(device: str) -> dict:
 
 # TRITON_INTERPRET=1 is read when a kernel is compiled, so the CPU runs are processes of their own
 def _interpreted(case: str) -> dict:
-    return _interpreted_code(f"import json; from tests.test_probe_workspace import {case}; "
+    return _interpreted_code(f"import json; from tests.probe.test_probe_workspace import {case}; "
                              f"print(json.dumps({case}('cpu')))")
 
 
@@ -163,7 +163,7 @@ def _check_train_case(case: dict, precision: str, rounding_to_zero: bool = False
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 def test_kernels_in_the_training_loop_equal_the_eager_step(precision):
-    code = f"import json; from tests.test_probe_workspace import _train_case; " \
+    code = f"import json; from tests.probe.test_probe_workspace import _train_case; " \
            f"print(json.dumps(_train_case('cpu', {precision!r}, n=400, b=64)))"  # the interpreter is slow
     _check_train_case(_interpreted_code(code), precision, rounding_to_zero=True)
 
