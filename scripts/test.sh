@@ -18,4 +18,7 @@ for arg in "$@"; do
         *) args+=("$arg") ;;
     esac
 done
-.venv/bin/python -m pytest -q "${tier[@]}" "${args[@]}"
+# one pytest-xdist worker per core (COG_TEST_WORKERS=0: one process), each test file on one worker (its module
+# fixtures, a PostgreSQL server or a SLURM cluster, made once); tests/conftest.py starts the longest files first
+workers=(-n "${COG_TEST_WORKERS:-auto}" --dist loadfile)
+.venv/bin/python -m pytest -q "${workers[@]}" "${tier[@]}" "${args[@]}"

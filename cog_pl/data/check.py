@@ -51,6 +51,7 @@ class DataReport:
     decoded: int = 0
     sources: dict[str, str] = field(default_factory=dict)  # domain -> the source(s) that read it
     mismatch: dict[str, dict[str, int]] = field(default_factory=dict)  # domain -> missing / extra / re-encoded
+    train_per_class: dict[str, dict[str, int]] = field(default_factory=dict)  # domain -> wnid -> train images there
 
     def add(self, severity: str, domain: str, kind: str, message: str) -> None:
         self.findings.append(Finding(severity, domain, kind, message))
@@ -148,6 +149,8 @@ def _check_in1k(root: Path, report: DataReport, cache_dir, rows: dict, benchmark
             present += 1
             names = source.list(wnid)
             counts[split] += len(names)
+            if split == "train":
+                report.train_per_class.setdefault("in1k", {})[wnid] = len(names)
             rows[split] += [("in1k", source, wnid, n) for n in names]
             if split == "test" and len(names) != n_val:
                 report.add("error", "in1k", "val images per class",
@@ -191,6 +194,10 @@ def _check_level(level: str, source: ImageSource, report: DataReport, protocol: 
         _name_mismatch(report, domain, part, gone, len(samples), allow_missing, source, [r[2:] for r in kept])
         counts[part] = len(kept)
         rows[part] += kept
+        if part == "train":
+            per_class = report.train_per_class.setdefault(domain, dict.fromkeys(present, 0))
+            for _, _, wnid, _ in kept:
+                per_class[wnid] += 1
     report.counts[domain] = counts
     report.sources[domain] = source.name
 
@@ -281,3 +288,37 @@ def write_unreadable(report: DataReport, path: str | os.PathLike) -> None:
 
     with atomic_open(path) as fh:
         fh.writelines(f"{key}\t{reason}\n" for key, reason in report.unreadable)
+
+
+def benchmark_of_data(in1k_root: str | os.PathLike | None, in21k_root: str | os.PathLike | None,
+                      cache_dir: str | None = None) -> list[Path]:
+    """Benchmark files beside the roots (in them or their parent folders, as ``cog-pl demo`` writes
+    ``data/benchmark_eval.json`` beside ``data/in1k`` and ``data/in21k``) whose every concept the roots hold: the
+    benchmark a failed official check most likely meant. One whose IN-1K domain is a sample made to be evaluated
+    (``meta.in1k_domain``, the demo's ``benchmark_eval.json``) comes alone; otherwise all that match, sorted."""
+    roots = [Path(r) for r in (in1k_root, in21k_root) if r is not None]
+    found: list[tuple[Path, Benchmark]] = []
+    for path in sorted({p for r in roots for d in (r, r.parent) if d.is_dir() for p in d.glob("*.json")}):
+        try:
+            if path.stat().st_size < 50_000_000:
+                found.append((path, Benchmark.load(path)))
+        except (CogError, OSError):
+            continue
+    if not found:
+        return []
+    sources = []
+    try:
+        if in1k_root is not None:
+            sources.append(("in1k", open_split_source(Path(in1k_root), "train", "auto", cache_dir)))
+        if in21k_root is not None:
+            sources.append(("levels", open_source(in21k_root, "auto", cache_dir=cache_dir)))
+    except (CogError, OSError):
+        return []
+
+    def holds(bench: Benchmark) -> bool:
+        wanted = {"in1k": bench.in1k, "levels": [w for lv in bench.levels for w in bench.classes(lv)]}
+        return all(source.has(w) for part, source in sources for w in wanted[part])
+
+    matching = [(p, b) for p, b in found if holds(b)]
+    evaluated = [p for p, b in matching if b.meta.get("in1k_domain")]
+    return evaluated[:1] if len(evaluated) == 1 else [p for p, _ in matching]

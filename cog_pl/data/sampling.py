@@ -18,7 +18,8 @@ draw of fewer rows is ever filed under N shots.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -81,15 +82,22 @@ def check_shots(labels: np.ndarray, fraction: float, shots: Iterable[int | None]
     tuning sample draws from the rows the validation split leaves (``n - floor(fraction * n)`` of a class of
     ``n``), the final one from all ``n``; a class with fewer would be drawn short and the cell filed as N shots."""
     classes, counts = np.unique(np.asarray(labels), return_counts=True)
-    if not len(classes):
+    check_shot_counts(dict(zip(classes.tolist(), counts.tolist(), strict=True)), fraction, shots)
+
+
+def check_shot_counts(counts: Mapping[Any, int], fraction: float, shots: Iterable[int | None],
+                      option: str = "--shots", unit: str = "train rows", where: str = "") -> None:
+    """:func:`check_shots` on each class's number of train rows (``counts``: class -> rows), e.g. the images a data
+    check found before any extraction; ``option`` and ``where`` name the setting and the domain in the message."""
+    if not counts:
         return
-    left = counts - (counts * fraction).astype(np.int64)  # val_split's floor(fraction * n) per class
+    left = {c: n - int(n * fraction) for c, n in counts.items()}  # val_split's floor(fraction * n) per class
+    fewest = min(left, key=left.__getitem__)
     for n in shots:
-        if n is not None and n > left.min():
-            c = int(np.argmin(left))
-            tuning = f" ({left[c]} left for tuning by the {fraction:.0%} validation split)" if fraction else ""
-            raise CogError(f"--shots {n}: class {classes[c]} has {counts[c]} train rows{tuning}, fewer than {n}; "
-                           f"an N-shot cell needs N rows of every class (here at most {left.min()} shots)")
+        if n is not None and n > left[fewest]:
+            tuning = f" ({left[fewest]} left for tuning by the {fraction:.0%} validation split)" if fraction else ""
+            raise CogError(f"{option} {n}: class {fewest}{where} has {counts[fewest]} {unit}{tuning}, fewer than {n};"
+                           f" an N-shot cell needs N rows of every class (here at most {left[fewest]} shots)")
 
 
 def tuning_indices(labels: np.ndarray, fraction: float, seed: int, shots: int | None) -> tuple[np.ndarray, np.ndarray]:

