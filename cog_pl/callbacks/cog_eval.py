@@ -32,6 +32,7 @@ import dataclasses
 import inspect
 import logging
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cog_pl.callbacks.eval_input import declared_transform, describe, image_size
 from cog_pl.data.transforms import TransformConfig, protocol_transform
 from cog_pl.errors import CogError, MissingFileError
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol, check_domains
@@ -136,6 +138,7 @@ class CoGEvaluationCallback(L.Callback):
         self._data: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
         self.history: list[dict[str, float]] = []
         self.last_seconds: float | None = None
+        self._size_checked = False
 
     # -- checkpointed state: the history of a run survives a resume --------------------------------------------
     @property
@@ -150,17 +153,25 @@ class CoGEvaluationCallback(L.Callback):
 
     # -- data: a fixed subset of each domain, decoded once ------------------------------------------------------
     def eval_transform(self, trainer: Any = None, pl_module: Any = None) -> Transform:
-        """The transform images are read with (``"auto"`` resolved against the run's datamodule and module)."""
+        """The transform images are read with (``"auto"`` resolved against the run's datamodule and module:
+        :func:`~cog_pl.callbacks.eval_input.declared_transform`)."""
+        return self._resolved_transform(trainer, pl_module)[0]
+
+    def _resolved_transform(self, trainer: Any, pl_module: Any) -> tuple[Transform, str]:
         if self.transform != "auto":
-            return self.transform
-        for owner in (getattr(trainer, "datamodule", None), pl_module):
-            found = getattr(owner, "transform_config", None) if owner is not None else None
-            if isinstance(found, TransformConfig):
-                return found
-        logger.info("CoGEvaluationCallback: images read at the protocol's %d px (transform='auto' found no "
-                    "transform_config on the datamodule or the module; pass transform= to choose)",
-                    FeatureProtocol().image_size)
-        return protocol_transform()
+            return self.transform, "transform="
+        return declared_transform(getattr(trainer, "datamodule", None), pl_module)
+
+    def _load_resolved(self, trainer: Any, pl_module: Any) -> str:
+        """Decode the subsets with the resolved transform; the line that says which."""
+        transform, source = self._resolved_transform(trainer, pl_module)
+        self._data = self._load(transform)
+        return f"CoGEvaluationCallback: images read at {describe(transform, self.image_size)}; from {source}"
+
+    @property
+    def image_size(self) -> tuple[int, int] | None:
+        """Height and width of the decoded images (``None`` before they are)."""
+        return tuple(next(iter(self._data.values()))[0].shape[-2:]) if self._data else None
 
     def _subset(self, labels: Sequence[int], per_concept: int) -> list[int]:
         picked: dict[int, list[int]] = {}
@@ -205,7 +216,19 @@ class CoGEvaluationCallback(L.Callback):
             if path and not Path(path).exists():
                 raise MissingFileError(f"CoGEvaluationCallback: {option} {path} does not exist")
         if trainer.is_global_zero and self._data is None:
-            self._data = self._load(self.eval_transform(trainer, pl_module))  # names a missing synset or split
+            say(trainer, self._load_resolved(trainer, pl_module))  # names a missing synset or split
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        """Warn once when the training images' size is not the size the evaluation reads."""
+        if self._size_checked or not trainer.is_global_zero or not self._data:
+            return
+        self._size_checked = True
+        trained = image_size(batch)
+        if trained and trained != self.image_size:
+            warnings.warn(f"CoGEvaluationCallback: the evaluation reads images at {_px(self.image_size)} but the "
+                          f"training batches are {_px(trained)}; pass transform={trained[-1]} (or declare "
+                          "input_size on the module) to evaluate at the training size", UserWarning, stacklevel=2)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         last = trainer.max_epochs is not None and trainer.current_epoch + 1 >= trainer.max_epochs
@@ -221,8 +244,8 @@ class CoGEvaluationCallback(L.Callback):
         self.history.append({"epoch": trainer.current_epoch, **metrics, "seconds": seconds})
         for name, value in metrics.items():  # every rank holds the same numbers: max of equal values is exact
             pl_module.log(name, value, sync_dist=True, reduce_fx="max")
-        logger.info("epoch %d (%.1f s): %s", trainer.current_epoch, seconds,
-                    ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+        if trainer.is_global_zero:
+            say(trainer, summary_line(trainer.current_epoch, metrics, seconds))
 
     # -- one evaluation -----------------------------------------------------------------------------------------
     def _features_fn(self, pl_module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -235,8 +258,8 @@ class CoGEvaluationCallback(L.Callback):
         return fn
 
     @torch.no_grad()
-    def _features(self, fn, images: torch.Tensor, device: torch.device) -> torch.Tensor:
-        parts = [fn(images[i:i + self.batch_size].to(device)).float().flatten(1).cpu()
+    def _features(self, fn, images: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        parts = [fn(images[i:i + self.batch_size].to(device, dtype)).float().flatten(1).cpu()
                  for i in range(0, len(images), self.batch_size)]
         return F.normalize(torch.cat(parts), dim=1)
 
@@ -270,19 +293,20 @@ class CoGEvaluationCallback(L.Callback):
         """Extract and probe every domain now; returns ``{"cog/<domain>/top1": fraction, ...}`` (and
         ``cog/<domain>/knn_top1`` with the k-NN among the methods); ``last_seconds`` is what it took."""
         if self._data is None:
-            self._data = self._load(self.eval_transform(None, pl_module))
+            logger.info(self._load_resolved(None, pl_module))
         fn = self._features_fn(pl_module)
         modes = _modes(pl_module, fn)
         pl_module.eval()
         for module in _modules_of(fn):
             module.eval()
         device = getattr(pl_module, "device", None) or next(iter(pl_module.parameters()), torch.empty(0)).device
+        dtype = _input_dtype(pl_module, fn)  # precision="bf16-true" / "16-true" casts the weights, not our images
         start = time.perf_counter()
         try:
             metrics = {}
             for domain, (xtr, ytr, xte, yte) in self._data.items():
-                ftr = self._features(fn, xtr, device)
-                fte = self._features(fn, xte, device)
+                ftr = self._features(fn, xtr, device, dtype)
+                fte = self._features(fn, xte, device, dtype)
                 if "linear" in self.methods:
                     metrics[f"cog/{metric_key(domain)}/top1"] = self._probe(ftr, ytr, fte, yte)
                 if "knn" in self.methods:
@@ -292,6 +316,35 @@ class CoGEvaluationCallback(L.Callback):
                 module.training = training
         self.last_seconds = time.perf_counter() - start
         return metrics
+
+
+def say(trainer: Any, line: str) -> None:
+    """A line on the console where the Trainer's own package prints its rank-zero messages (``GPU available``,
+    ``ModelCheckpoint``'s): the ``utilities.rank_zero`` logger of ``lightning.pytorch`` or ``pytorch_lightning``,
+    which each package shows unless the application configured logging itself. The caller is rank zero."""
+    package = "pytorch_lightning" if type(trainer).__module__.startswith("pytorch_lightning.") else "lightning.pytorch"
+    logging.getLogger(f"{package}.utilities.rank_zero").info(line)
+
+
+def summary_line(epoch: int, metrics: dict[str, float], seconds: float) -> str:
+    """One evaluation in a short line: each domain's linear top-1 (the k-NN's where no probe ran)."""
+    keys = [k for k in metrics if k.endswith("/top1")] or list(metrics)
+    shown = "  ".join(f"{k.split('/')[1]} {metrics[k]:.3f}" for k in keys)
+    kind = "top-1" if keys and keys[0].endswith("/top1") else "k-NN top-1"
+    return f"CoG {kind} at epoch {epoch}: {shown} ({seconds:.1f} s)"
+
+
+def _px(size: tuple[int, ...] | None) -> str:
+    return "x".join(map(str, size)) + " px" if size else "an unknown size"
+
+
+def _input_dtype(pl_module: nn.Module, fn: Any) -> torch.dtype:
+    """The floating dtype of the backbone's weights (else the module's): the images are cast to it."""
+    for module in (*_modules_of(fn), pl_module):
+        for param in module.parameters():
+            if param.is_floating_point():
+                return param.dtype
+    return torch.get_default_dtype()
 
 
 def _check_transform(transform: Any) -> Any:
