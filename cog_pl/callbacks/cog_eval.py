@@ -9,8 +9,9 @@ and logs ``cog/in1k/top1``, ``cog/l1/top1`` .. ``cog/l5/top1`` through the modul
 The probe: K linear heads with learning rates ``lrs`` trained side by side for ``epochs`` epochs (the protocol's
 SGD and cosine rule on L2-normalised features); the head with the best accuracy on a 20 % validation split of the
 train images is tested. Cost per call, bounded by the sizes: one forward pass over
-``len(domains) * concepts * (train_images + test_images)`` images plus ``len(domains)`` probes on at most that many
-features (seconds on a CPU for the defaults).
+``len(domains) * concepts * (train_images + test_images)`` images (3,600 for the defaults) on the module's device, in
+the backbone's dtype (``precision="bf16-true"`` casts the weights, the images follow), plus ``len(domains)`` probes on
+at most that many features, with the process's threads (``benchmarks/bench_callback.py`` times a call at any sizes).
 
 With ``methods=("linear", "knn")`` (or ``("knn",)``) the weighted k-NN classifier of the protocol
 (:mod:`cog_pl.probe.knn_protocol`: k of ``knn_ks`` chosen on the same 20 % validation split, then the train images
@@ -23,7 +24,12 @@ numbers, and every rank logs them (``sync_dist`` with ``max`` of equal values: e
 shard the model (FSDP, DeepSpeed) are refused, since a forward on rank zero alone would wait forever for the others;
 the ``training`` flag of every submodule is restored as it was found and no gradient is computed; ``history`` (one
 dict per call) is saved in checkpoints and restored on resume. It works under ``lightning.Trainer`` and
-``pytorch_lightning.Trainer`` alike.
+``pytorch_lightning.Trainer`` alike; a ``pytorch_lightning`` LightningCLI takes it as
+:class:`cog_pl.callbacks.pytorch_lightning.CoGEvaluationCallback`.
+
+On the console, on rank zero, where the Trainer's package prints its own messages: at setup one line saying how the
+images are read (size, resize, normalisation, and where ``transform="auto"`` found them), a warning when the first
+training batch's images have another size, and one line of top-1s per call.
 """
 
 from __future__ import annotations
@@ -81,8 +87,9 @@ class CoGEvaluationCallback(L.Callback):
         concepts: concepts per domain in the subset.
         train_images: train images per concept.
         test_images: test images per concept.
-        transform: how images are read: ``"auto"`` (the default: the training datamodule's or the module's
-            ``transform_config`` when it has one, else the protocol's 224 px), ``"protocol"``, a zoo model name, an
+        transform: how images are read: ``"auto"`` (the default: what the datamodule or the module declares, a
+            ``transform_config``, an input size or a torchvision transform, else the protocol's 224 px:
+            :func:`~cog_pl.callbacks.eval_input.declared_transform`), ``"protocol"``, a zoo model name, an
             image size S (resize = crop = S), a dict of :class:`TransformConfig` fields, a :class:`TransformConfig`,
             or any callable from a PIL image to a normalised tensor (a torchvision ``Compose``).
         lrs: the probe's learning rates (the best on the validation split is kept).
