@@ -265,8 +265,9 @@ class CoGEvaluationCallback(L.Callback):
         return fn
 
     @torch.no_grad()
-    def _features(self, fn, images: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        parts = [fn(images[i:i + self.batch_size].to(device, dtype)).float().flatten(1).cpu()
+    def _features(self, fn, images: torch.Tensor, device: torch.device,
+                  dtype: torch.dtype | None = None) -> torch.Tensor:
+        parts = [fn(images[i:i + self.batch_size].to(device=device, dtype=dtype)).float().flatten(1).cpu()
                  for i in range(0, len(images), self.batch_size)]
         return F.normalize(torch.cat(parts), dim=1)
 
