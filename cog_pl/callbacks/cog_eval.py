@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -49,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cog_pl.callbacks.eval_input import declared_transform, describe, image_size
+from cog_pl.callbacks.eval_input import declared_transform, describe, image_size, px
 from cog_pl.data.transforms import TransformConfig, protocol_transform
 from cog_pl.errors import CogError, MissingFileError
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol, check_domains
@@ -233,8 +234,8 @@ class CoGEvaluationCallback(L.Callback):
         self._size_checked = True
         trained = image_size(batch)
         if trained and trained != self.image_size:
-            warnings.warn(f"CoGEvaluationCallback: the evaluation reads images at {_px(self.image_size)} but the "
-                          f"training batches are {_px(trained)}; pass transform={trained[-1]} (or declare "
+            warnings.warn(f"CoGEvaluationCallback: the evaluation reads images at {px(self.image_size)} but the "
+                          f"training batches are {px(trained)}; pass transform={trained[-1]} (or declare "
                           "input_size on the module) to evaluate at the training size", UserWarning, stacklevel=2)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -330,7 +331,8 @@ def say(trainer: Any, line: str) -> None:
     """A line on the console where the Trainer's own package prints its rank-zero messages (``GPU available``,
     ``ModelCheckpoint``'s): the ``utilities.rank_zero`` logger of ``lightning.pytorch`` or ``pytorch_lightning``,
     which each package shows unless the application configured logging itself. The caller is rank zero."""
-    package = "pytorch_lightning" if type(trainer).__module__.startswith("pytorch_lightning.") else "lightning.pytorch"
+    pl = sys.modules.get("pytorch_lightning")  # imported where a pytorch_lightning Trainer runs
+    package = "pytorch_lightning" if pl is not None and isinstance(trainer, pl.Trainer) else "lightning.pytorch"
     logging.getLogger(f"{package}.utilities.rank_zero").info(line)
 
 
@@ -340,10 +342,6 @@ def summary_line(epoch: int, metrics: dict[str, float], seconds: float) -> str:
     shown = "  ".join(f"{k.split('/')[1]} {metrics[k]:.3f}" for k in keys)
     kind = "top-1" if keys and keys[0].endswith("/top1") else "k-NN top-1"
     return f"CoG {kind} at epoch {epoch}: {shown} ({seconds:.1f} s)"
-
-
-def _px(size: tuple[int, ...] | None) -> str:
-    return "x".join(map(str, size)) + " px" if size else "an unknown size"
 
 
 def _input_dtype(pl_module: nn.Module, fn: Any) -> torch.dtype:

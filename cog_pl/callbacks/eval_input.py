@@ -96,13 +96,17 @@ def from_torchvision(transform: Any) -> TransformConfig | None:
 def describe(transform: TransformConfig | Callable[[Any], torch.Tensor], size: tuple[int, ...] | None) -> str:
     """The transform in a few words: size, resize and interpolation, normalisation."""
     if isinstance(transform, TransformConfig):
-        return (f"{transform.crop} px (resize {transform.resize} {transform.interpolation}, centre crop "
+        return (f"{transform.crop} px (resize {transform.resize} {transform.interpolation}, center crop "
                 f"{transform.crop}), normalised with mean {_fmt(transform.mean)} std {_fmt(transform.std)}")
     norm = next((s for s in _steps(transform) if isinstance(s, T.Normalize)), None)
-    shown = "x".join(map(str, size)) + " px" if size else "an unknown size"
     how = f"normalised with mean {_fmt(norm.mean)} std {_fmt(norm.std)}" if norm is not None else \
         "normalised as the callable does"
-    return f"{shown} by the given {type(transform).__name__}, {how}"
+    return f"{px(size)} by the given {type(transform).__name__}, {how}"
+
+
+def px(size: tuple[int, ...] | None) -> str:
+    """``32x32 px``."""
+    return "x".join(map(str, size)) + " px" if size else "an unknown size"
 
 
 def _fmt(values: Any) -> str:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 from torchvision import transforms as T
 
-from cog_pl.callbacks.eval_input import declared_transform, from_torchvision, image_size
+from cog_pl.callbacks.eval_input import declared_transform, describe, from_torchvision, image_size
 from cog_pl.data.transforms import TransformConfig, protocol_transform
 
 NORM = T.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
@@ -39,3 +39,11 @@ def test_the_training_image_size_of_any_batch_layout():
     assert image_size({"image": x, "label": torch.zeros(2)}) == (24, 20)
     assert image_size(([x, x[..., :10, :10]], torch.zeros(2), ["a.jpg"])) == (24, 20)  # lightly: (views, y, names)
     assert image_size((torch.zeros(2, 5), torch.zeros(2))) is None
+
+
+def test_the_setup_line_names_size_and_normalisation():
+    assert describe(TransformConfig(32, 36), (32, 32)) == (
+        "32 px (resize 36 bicubic, center crop 32), normalised with mean (0.485, 0.456, 0.406) "
+        "std (0.229, 0.224, 0.225)")
+    assert describe(T.Compose([T.Resize(24), T.ToTensor(), NORM]), (24, 24)) == (
+        "24x24 px by the given Compose, normalised with mean (0.5, 0.5, 0.5) std (0.25, 0.25, 0.25)")
