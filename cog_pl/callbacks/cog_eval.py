@@ -9,8 +9,9 @@ and logs ``cog/in1k/top1``, ``cog/l1/top1`` .. ``cog/l5/top1`` through the modul
 The probe: K linear heads with learning rates ``lrs`` trained side by side for ``epochs`` epochs (the protocol's
 SGD and cosine rule on L2-normalised features); the head with the best accuracy on a 20 % validation split of the
 train images is tested. Cost per call, bounded by the sizes: one forward pass over
-``len(domains) * concepts * (train_images + test_images)`` images plus ``len(domains)`` probes on at most that many
-features (seconds on a CPU for the defaults).
+``len(domains) * concepts * (train_images + test_images)`` images (3,600 for the defaults) on the module's device, in
+the backbone's dtype (``precision="bf16-true"`` casts the weights, the images follow), plus ``len(domains)`` probes on
+at most that many features, with the process's threads (``benchmarks/bench_callback.py`` times a call at any sizes).
 
 With ``methods=("linear", "knn")`` (or ``("knn",)``) the weighted k-NN classifier of the protocol
 (:mod:`cog_pl.probe.knn_protocol`: k of ``knn_ks`` chosen on the same 20 % validation split, then the train images
@@ -23,7 +24,12 @@ numbers, and every rank logs them (``sync_dist`` with ``max`` of equal values: e
 shard the model (FSDP, DeepSpeed) are refused, since a forward on rank zero alone would wait forever for the others;
 the ``training`` flag of every submodule is restored as it was found and no gradient is computed; ``history`` (one
 dict per call) is saved in checkpoints and restored on resume. It works under ``lightning.Trainer`` and
-``pytorch_lightning.Trainer`` alike.
+``pytorch_lightning.Trainer`` alike; a ``pytorch_lightning`` LightningCLI takes it as
+:class:`cog_pl.callbacks.pytorch_lightning.CoGEvaluationCallback`.
+
+On the console, on rank zero, where the Trainer's package prints its own messages: at setup one line saying how the
+images are read (size, resize, normalisation, and where ``transform="auto"`` found them), a warning when the first
+training batch's images have another size, and one line of top-1s per call.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cog_pl.callbacks.eval_input import declared_transform, describe, image_size, px
 from cog_pl.data.transforms import TransformConfig, protocol_transform
 from cog_pl.errors import CogError, MissingFileError
 from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol, check_domains
@@ -79,8 +88,9 @@ class CoGEvaluationCallback(L.Callback):
         concepts: concepts per domain in the subset.
         train_images: train images per concept.
         test_images: test images per concept.
-        transform: how images are read: ``"auto"`` (the default: the training datamodule's or the module's
-            ``transform_config`` when it has one, else the protocol's 224 px), ``"protocol"``, a zoo model name, an
+        transform: how images are read: ``"auto"`` (the default: what the datamodule or the module declares, a
+            ``transform_config``, an input size or a torchvision transform, else the protocol's 224 px:
+            :func:`~cog_pl.callbacks.eval_input.declared_transform`), ``"protocol"``, a zoo model name, an
             image size S (resize = crop = S), a dict of :class:`TransformConfig` fields, a :class:`TransformConfig`,
             or any callable from a PIL image to a normalised tensor (a torchvision ``Compose``).
         lrs: the probe's learning rates (the best on the validation split is kept).
@@ -136,6 +146,7 @@ class CoGEvaluationCallback(L.Callback):
         self._data: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
         self.history: list[dict[str, float]] = []
         self.last_seconds: float | None = None
+        self._size_checked = False
 
     # -- checkpointed state: the history of a run survives a resume --------------------------------------------
     @property
@@ -150,17 +161,25 @@ class CoGEvaluationCallback(L.Callback):
 
     # -- data: a fixed subset of each domain, decoded once ------------------------------------------------------
     def eval_transform(self, trainer: Any = None, pl_module: Any = None) -> Transform:
-        """The transform images are read with (``"auto"`` resolved against the run's datamodule and module)."""
+        """The transform images are read with (``"auto"`` resolved against the run's datamodule and module:
+        :func:`~cog_pl.callbacks.eval_input.declared_transform`)."""
+        return self._resolved_transform(trainer, pl_module)[0]
+
+    def _resolved_transform(self, trainer: Any, pl_module: Any) -> tuple[Transform, str]:
         if self.transform != "auto":
-            return self.transform
-        for owner in (getattr(trainer, "datamodule", None), pl_module):
-            found = getattr(owner, "transform_config", None) if owner is not None else None
-            if isinstance(found, TransformConfig):
-                return found
-        logger.info("CoGEvaluationCallback: images read at the protocol's %d px (transform='auto' found no "
-                    "transform_config on the datamodule or the module; pass transform= to choose)",
-                    FeatureProtocol().image_size)
-        return protocol_transform()
+            return self.transform, "transform="
+        return declared_transform(getattr(trainer, "datamodule", None), pl_module)
+
+    def _load_resolved(self, trainer: Any, pl_module: Any) -> str:
+        """Decode the subsets with the resolved transform; the line that says which."""
+        transform, source = self._resolved_transform(trainer, pl_module)
+        self._data = self._load(transform)
+        return f"CoGEvaluationCallback: images read at {describe(transform, self.image_size)}; from {source}"
+
+    @property
+    def image_size(self) -> tuple[int, int] | None:
+        """Height and width of the decoded images (``None`` before they are)."""
+        return tuple(next(iter(self._data.values()))[0].shape[-2:]) if self._data else None
 
     def _subset(self, labels: Sequence[int], per_concept: int) -> list[int]:
         picked: dict[int, list[int]] = {}
@@ -205,7 +224,19 @@ class CoGEvaluationCallback(L.Callback):
             if path and not Path(path).exists():
                 raise MissingFileError(f"CoGEvaluationCallback: {option} {path} does not exist")
         if trainer.is_global_zero and self._data is None:
-            self._data = self._load(self.eval_transform(trainer, pl_module))  # names a missing synset or split
+            say(trainer, self._load_resolved(trainer, pl_module))  # names a missing synset or split
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        """Warn once when the training images' size is not the size the evaluation reads."""
+        if self._size_checked or not trainer.is_global_zero or not self._data:
+            return
+        self._size_checked = True
+        trained = image_size(batch)
+        if trained and trained != self.image_size:
+            warnings.warn(f"CoGEvaluationCallback: the evaluation reads images at {px(self.image_size)} but the "
+                          f"training batches are {px(trained)}; pass transform={trained[-1]} (or declare "
+                          "input_size on the module) to evaluate at the training size", UserWarning, stacklevel=2)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         last = trainer.max_epochs is not None and trainer.current_epoch + 1 >= trainer.max_epochs
@@ -221,8 +252,8 @@ class CoGEvaluationCallback(L.Callback):
         self.history.append({"epoch": trainer.current_epoch, **metrics, "seconds": seconds})
         for name, value in metrics.items():  # every rank holds the same numbers: max of equal values is exact
             pl_module.log(name, value, sync_dist=True, reduce_fx="max")
-        logger.info("epoch %d (%.1f s): %s", trainer.current_epoch, seconds,
-                    ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+        if trainer.is_global_zero:
+            say(trainer, summary_line(trainer.current_epoch, metrics, seconds))
 
     # -- one evaluation -----------------------------------------------------------------------------------------
     def _features_fn(self, pl_module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -235,8 +266,9 @@ class CoGEvaluationCallback(L.Callback):
         return fn
 
     @torch.no_grad()
-    def _features(self, fn, images: torch.Tensor, device: torch.device) -> torch.Tensor:
-        parts = [fn(images[i:i + self.batch_size].to(device)).float().flatten(1).cpu()
+    def _features(self, fn, images: torch.Tensor, device: torch.device,
+                  dtype: torch.dtype | None = None) -> torch.Tensor:
+        parts = [fn(images[i:i + self.batch_size].to(device=device, dtype=dtype)).float().flatten(1).cpu()
                  for i in range(0, len(images), self.batch_size)]
         return F.normalize(torch.cat(parts), dim=1)
 
@@ -270,19 +302,20 @@ class CoGEvaluationCallback(L.Callback):
         """Extract and probe every domain now; returns ``{"cog/<domain>/top1": fraction, ...}`` (and
         ``cog/<domain>/knn_top1`` with the k-NN among the methods); ``last_seconds`` is what it took."""
         if self._data is None:
-            self._data = self._load(self.eval_transform(None, pl_module))
+            logger.info(self._load_resolved(None, pl_module))
         fn = self._features_fn(pl_module)
         modes = _modes(pl_module, fn)
         pl_module.eval()
         for module in _modules_of(fn):
             module.eval()
         device = getattr(pl_module, "device", None) or next(iter(pl_module.parameters()), torch.empty(0)).device
+        dtype = _input_dtype(pl_module, fn)  # precision="bf16-true" / "16-true" casts the weights, not our images
         start = time.perf_counter()
         try:
             metrics = {}
             for domain, (xtr, ytr, xte, yte) in self._data.items():
-                ftr = self._features(fn, xtr, device)
-                fte = self._features(fn, xte, device)
+                ftr = self._features(fn, xtr, device, dtype)
+                fte = self._features(fn, xte, device, dtype)
                 if "linear" in self.methods:
                     metrics[f"cog/{metric_key(domain)}/top1"] = self._probe(ftr, ytr, fte, yte)
                 if "knn" in self.methods:
@@ -292,6 +325,32 @@ class CoGEvaluationCallback(L.Callback):
                 module.training = training
         self.last_seconds = time.perf_counter() - start
         return metrics
+
+
+def say(trainer: Any, line: str) -> None:
+    """A line on the console where the Trainer's own package prints its rank-zero messages (``GPU available``,
+    ``ModelCheckpoint``'s): the ``utilities.rank_zero`` logger of ``lightning.pytorch`` or ``pytorch_lightning``,
+    which each package shows unless the application configured logging itself. The caller is rank zero."""
+    pl = sys.modules.get("pytorch_lightning")  # imported where a pytorch_lightning Trainer runs
+    package = "pytorch_lightning" if pl is not None and isinstance(trainer, pl.Trainer) else "lightning.pytorch"
+    logging.getLogger(f"{package}.utilities.rank_zero").info(line)
+
+
+def summary_line(epoch: int, metrics: dict[str, float], seconds: float) -> str:
+    """One evaluation in a short line: each domain's linear top-1 (the k-NN's where no probe ran)."""
+    keys = [k for k in metrics if k.endswith("/top1")] or list(metrics)
+    shown = "  ".join(f"{k.split('/')[1]} {metrics[k]:.3f}" for k in keys)
+    kind = "top-1" if keys and keys[0].endswith("/top1") else "k-NN top-1"
+    return f"CoG {kind} at epoch {epoch}: {shown} ({seconds:.1f} s)"
+
+
+def _input_dtype(pl_module: nn.Module, fn: Any) -> torch.dtype:
+    """The floating dtype of the backbone's weights (else the module's): the images are cast to it."""
+    for module in (*_modules_of(fn), pl_module):
+        for param in module.parameters():
+            if param.is_floating_point():
+                return param.dtype
+    return torch.get_default_dtype()
 
 
 def _check_transform(transform: Any) -> Any:

@@ -39,7 +39,7 @@ def _run(bench: Path, out: Path, package: str, devices: int) -> dict:
            "--bench", str(bench), "--out", str(out)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=out)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads((out / "report.json").read_text())
+    return {**json.loads((out / "report.json").read_text()), "stderr": proc.stderr}
 
 
 @pytest.mark.parametrize("devices", [1, pytest.param(2, marks=pytest.mark.slow)], ids=["1proc", "ddp2"])
@@ -64,6 +64,10 @@ def test_a_lightly_style_module_trains_with_the_callback_and_resumes(bench, tmp_
     # the resumed callback has the history of the first run, then its own epoch
     assert report["resumed_history"][:2] == report["history"]
     assert [h["epoch"] for h in report["resumed_history"]] == [0, 1, 2]
+    # on the console, from rank zero only: the transform once per fit, one line of top-1s per evaluation
+    assert report["stderr"].count("CoGEvaluationCallback: images read at 32 px") == 2
+    assert [line.split(":")[0] for line in report["stderr"].splitlines() if line.startswith("CoG top-1")] == [
+        "CoG top-1 at epoch 0", "CoG top-1 at epoch 1", "CoG top-1 at epoch 2"]
     # the CSV logger got each evaluation once (one row per epoch, not one per rank)
     first, second = (sorted((tmp_path / "logs").glob("version_*")))
     for version, epochs in ((first, [0, 1]), (second, [2])):
