@@ -80,7 +80,7 @@ def main() -> int:
     a = p.parse_args()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
     cog_pl = command()
-    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine()}")
+    print(f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {machine()}")
     print(f"{' '.join(cog_pl)}, {a.repeat} runs each, wall seconds as processes")
     timed(cog_pl + ["--version"], env, 0)  # once, unmeasured: the files read from a cold cache
     figures = {}
