@@ -1,109 +1,96 @@
 #!/usr/bin/env python3
-"""What process-level tricks save on a realistic run: one domain's probe grid in one ``cog-pl probe protocol``.
+"""How long the ``cog-pl`` commands that should answer at once take, as processes: the median of a few runs.
 
-Two tricks were measured: importing torch, Optuna and SQLAlchemy with the garbage collector paused and the heap
-frozen afterwards, and leaving through ``os._exit`` (skipping the interpreter's teardown) once the command has
-written everything. Each saves a fraction of a second per process; this script says how much of a whole grid that
-is. It generates features with ``../shared/bench/make_features.py`` (its defaults: 100 classes, 30,000 x 512), then
-runs the same grid (``--seeds`` x ``--shots``, ``--trials`` x ``--epochs``) as
+Each command runs as a fresh process of the installed ``cog-pl`` beside this Python (else ``python -c`` calling
+:func:`cog_pl.cli.main.entry`), with this checkout first on ``PYTHONPATH``: ``models list``, ``--help``,
+``--version``, ``run --help``, ``models download --help`` and two argument errors (an unknown option of ``run`` and a
+value of the wrong type). Its exit status must be the one expected; the wall time of each run is measured from the
+parent, start-up and teardown included. It prints the date, the machine (CPU model, cores, load average) and one line
+per command with the median and every run; ``--json`` adds the figures as one JSON line. Noise on a shared machine
+only ever adds time: compare medians taken on a quiet machine.
 
-- ``plain``: ``cog_pl.cli.main.main(["probe", "protocol", ...])`` in a fresh process, the command as it is;
-- ``tricks``: the same, with both tricks applied around it,
-
-taking turns ``--repeat`` times (noise on a shared machine only ever adds time, so the best of each is compared).
-Both sides report, from inside, the garbage collector's time and when ``main()`` returned, so the two savings are
-also measured apart from the noise of the whole: the collector's time, and the teardown (from ``main()``'s return to
-the process's end, as the parent sees it). It prints every figure and the savings as shares of the plain run.
-
-    python benchmarks/bench_cli_startup.py --repeat 2
+    python benchmarks/bench_cli_startup.py [--repeat 5] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
+import platform
+import shutil
+import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH = REPO.parent / "shared" / "bench"
 
-#: Times the collector and says when ``main()`` returned; with ``TRICKS`` set, applies both tricks around ``main()``.
-LAUNCHER = """\
-import gc, logging, os, sys, time
-TRICKS = {tricks}
-started, spent = [0.0], [0.0]
-def collecting(phase, info):
-    if phase == "start":
-        started[0] = time.perf_counter()
-    else:
-        spent[0] += time.perf_counter() - started[0]
-gc.callbacks.append(collecting)
-if TRICKS:
-    gc.disable()
-    import torch, optuna, sqlalchemy.orm, alembic.command, alembic.config, alembic.migration, alembic.script
-    import cog_pl.probe.protocol_run
-    gc.freeze()
-    gc.enable()
-from cog_pl.cli.main import main
-code = main(sys.argv[1:])
-print(f"BENCH gc_s={{spent[0]:.4f}} returned_at={{time.time():.6f}}", file=sys.stderr, flush=True)
-if TRICKS:
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-sys.exit(code)
-"""
+#: (what, command line after ``cog-pl``, the exit status it must end with)
+COMMANDS: tuple[tuple[str, tuple[str, ...], int], ...] = (
+    ("models list", ("models", "list"), 0),
+    ("--help", ("--help",), 0),
+    ("--version", ("--version",), 0),
+    ("run --help", ("run", "--help"), 0),
+    ("models download --help", ("models", "download", "--help"), 0),
+    ("argument error: run --no-such-option", ("run", "--no-such-option"), 2),
+    ("argument error: run --trials x", ("run", "--trials", "x"), 2),
+)
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
-    """Wall seconds of one command, which must succeed, its collector seconds and its teardown seconds."""
+def command() -> list[str]:
+    """The installed ``cog-pl`` of this Python's environment, else this Python calling its entry point."""
+    script = Path(sys.executable).with_name("cog-pl")
+    if script.is_file():
+        return [str(script)]
+    found = shutil.which("cog-pl")
+    return [found] if found else [sys.executable, "-c", "from cog_pl.cli.main import entry; entry()"]
+
+
+def machine() -> str:
+    """CPU model, cores and load average, in one line."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
+    return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, load average {load}; Python {platform.python_version()}"
+
+
+def timed(cmd: list[str], env: dict[str, str], expected: int) -> float:
+    """Wall seconds of one process, which must end with ``expected``."""
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wall, ended = time.perf_counter() - start, time.time()
-    fields = dict(kv.split("=") for kv in proc.stderr.split("BENCH ")[-1].split())
-    return {"wall_s": round(wall, 2), "gc_s": round(float(fields["gc_s"]), 3),
-            "teardown_s": round(ended - float(fields["returned_at"]), 3)}
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != expected:
+        raise SystemExit(f"{' '.join(cmd)}: exit status {proc.returncode}, expected {expected}\n{proc.stderr}")
+    return wall
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", nargs="+", default=["22", "37"])
-    p.add_argument("--shots", nargs="+", default=["all", "1", "8"])
-    p.add_argument("--trials", type=int, default=30)
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--repeat", type=int, default=2, help="runs per side, taking turns; the best is compared")
-    p.add_argument("--bench-dir", type=Path, default=BENCH)
+    p.add_argument("--repeat", type=int, default=5, help="runs per command (the median is reported)")
+    p.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
     a = p.parse_args()
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    with tempfile.TemporaryDirectory(prefix="bench_cli_startup_") as tmp:
-        feats = Path(tmp) / "features"
-        subprocess.run([sys.executable, str(a.bench_dir / "make_features.py"), str(feats)], check=True,
-                       stdout=subprocess.DEVNULL)
-        runs: dict[str, list[dict[str, float]]] = {"plain": [], "tricks": []}
-        for turn in range(a.repeat):
-            for side in runs:
-                work = Path(tmp) / f"{side}{turn}"
-                cmd = [sys.executable, "-c", LAUNCHER.format(tricks=side == "tricks"), "probe", "protocol",
-                       "--features", str(feats), "--model", "bench", "--domain", "cog_l1",
-                       "--results", str(work / "results.sqlite"), "--workdir", str(work), "--seeds", *a.seeds,
-                       "--shots", *a.shots, "--trials", str(a.trials), "--epochs", str(a.epochs)]
-                print(f"running {side} ({turn + 1}/{a.repeat}) ...", file=sys.stderr, flush=True)
-                runs[side].append(timed(cmd, env))
-    best = {side: {k: min(r[k] for r in rs) for k in rs[0]} for side, rs in runs.items()}
-    plain = best["plain"]["wall_s"]
-    print(f"grid: seeds {' '.join(a.seeds)} x shots {' '.join(a.shots)}, {a.trials} trials x {a.epochs} epochs, "
-          "one process")
-    for side, rs in runs.items():
-        print(f"{side:<7} best wall {best[side]['wall_s']:7.2f} s, collector {best[side]['gc_s']:.3f} s, teardown "
-              f"{best[side]['teardown_s']:.3f} s   runs {rs}")
-    for what, key in (("whole run", "wall_s"), ("collector", "gc_s"), ("teardown", "teardown_s")):
-        saved = best["plain"][key] - best["tricks"][key]
-        print(f"saved by the tricks, {what}: {saved:.2f} s = {100 * saved / plain:.1f} % of the plain run")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+    cog_pl = command()
+    print(f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {machine()}")
+    print(f"{' '.join(cog_pl)}, {a.repeat} runs each, wall seconds as processes")
+    timed(cog_pl + ["--version"], env, 0)  # once, unmeasured: the files read from a cold cache
+    figures = {}
+    for what, args, expected in COMMANDS:
+        runs = [timed(cog_pl + list(args), env, expected) for _ in range(a.repeat)]
+        figures[what] = {"median_s": round(statistics.median(runs), 3), "runs_s": [round(r, 3) for r in runs]}
+        print(f"{what:<40} median {statistics.median(runs):6.2f} s   runs "
+              + " ".join(f"{r:.2f}" for r in runs), flush=True)
+    if a.json:
+        print(json.dumps(figures))
     return 0
 
 

@@ -104,7 +104,13 @@ def _where(spec: Any) -> str:
     pub = spec.published
     if pub is None:
         return ""
-    return pub.url or pub.manual or ""
+    return pub.url or manual_steps(pub)
+
+
+def manual_steps(pub: Any) -> str:
+    """How to get a file ``cog-pl models download`` cannot fetch (:class:`~cog_pl.models.registry.Published`):
+    where it is published, then its one-time conversion, each said once."""
+    return f"{pub.manual}, then convert it once: {pub.conversion}" if pub.conversion else str(pub.manual)
 
 
 def model_rows() -> list[dict[str, Any]]:
@@ -145,15 +151,17 @@ def _list(args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(row))
         return 0
-    cols = ("name", "paper_name", "group", "arch", "feature_dim", "image_size", "normalisation", "download")
-    heads = ("model", "paper", "group", "architecture", "dim", "px", "normalisation", "file")
+    cols = ("name", "paper_name", "group", "arch", "feature", "feature_dim", "image_size", "normalisation",
+            "download")
+    heads = ("model", "paper", "group", "architecture", "feature", "dim", "px", "normalisation", "file")
     width = [max(len(h), *(len(str(r[c])) for r in rows)) for c, h in zip(cols, heads)]
     print("  ".join(h.ljust(w) for h, w in zip(heads, width)))
     for r in rows:
         print("  ".join(str(r[c]).ljust(w) for c, w in zip(cols, width)))
     print("\nwhere each file is published, and the one-time conversions:")
     for r in rows:
-        extra = f" (needs a one-time conversion: {r['conversion']})" if r["conversion"] else ""
+        extra = (f" (needs a one-time conversion: {r['conversion']})"
+                 if r["conversion"] and r["download"] == "direct" else "")
         trust = f" [{r['needs_trust']}: read with --trust-checkpoint or convert once]" if r["needs_trust"] else ""
         print(f"  {r['name']}: {r['published']}{extra}{trust}")
     others = other_rows()
@@ -219,9 +227,13 @@ def _convert(args: argparse.Namespace) -> int:
     from cog_pl.errors import CogError
     from cog_pl.io import file_sha256
     from cog_pl.models.checkpoints import COMMAND_SPELLING, load_file, save_converted, spelled, take_container
+    from cog_pl.models.registry import parse_model_name
     from cog_pl.models.zoo import resolve_spec
 
     spec = resolve_spec(args.name)
+    # the name that builds this network again: torchvision:resnet50 as given, not the paper's resnet50 (whose label
+    # and layout are its published file's)
+    model = args.name if parse_model_name(args.name)[0] else spec.name
     if Path(args.out).resolve() == Path(args.file).resolve():
         raise CogError(f"output {args.out} is the input file itself: converting would replace it; name another "
                        "output file")
@@ -231,13 +243,13 @@ def _convert(args: argparse.Namespace) -> int:
         facts = check_file(args.name, args.file, args.trust_checkpoint, **checkpoint_options(args))
     source = load_file(args.file, args.trust_checkpoint)
     tensors, container, _ = take_container(source, spec.layout, str(args.file), spec.paper_name or spec.name)
-    facts = {"model": spec.name, "source": Path(args.file).name, "source_sha256": file_sha256(args.file),
+    facts = {"model": model, "source": Path(args.file).name, "source_sha256": file_sha256(args.file),
              "container": container,
              # its code ran to read it (or to read the file it was converted from): stores made from OUT say so
              "trust_checkpoint": bool(facts["trusted"])}
     save_converted(tensors, args.out, facts)
     print(f"wrote {args.out}: {len(tensors)} tensors of {args.file} ({container}) as plain tensors; "
-          f"cog-pl run --model {spec.name} --checkpoint {args.out} reads it without trust"
+          f"cog-pl run --model {model} --checkpoint {args.out} reads it without trust"
           + ("; its source needed trust, which the stores made from it record" if facts["trust_checkpoint"] else ""))
     return 0
 
@@ -252,9 +264,11 @@ def _download(args: argparse.Namespace) -> int:
                        "models need no download")
     pub, folder = spec.published, model_folder(spec.name, args.dir)
     url = args.url or pub.url
-    if url is None:
-        conversion = f"; then convert it: {pub.conversion}" if pub.conversion else ""
-        raise CogError(f"{spec.name}: {pub.manual}{conversion}; put it in {folder}/ (where cog-pl run looks)")
+    if url is None:  # the answer to the question asked: where to get the file and where to put it
+        print(f"{spec.name}: not downloadable by cog-pl: {manual_steps(pub)}; put {pub.file} in {folder}/ (where "
+              "cog-pl run looks; or give it with --checkpoint FILE)")
+        return 0
+    from cog_pl.errors import DownloadError
     from cog_pl.io import file_sha256
     from cog_pl.models.download import download, hash_prefix_of
     from cog_pl.models.records import write_download_record
@@ -265,13 +279,19 @@ def _download(args: argparse.Namespace) -> int:
     known = pub.sha256_prefix or hash_prefix_of(pub.file)
     expected = None if args.no_hash_check else known or hash_prefix_of(name)
     folder.mkdir(parents=True, exist_ok=True)
-    if name.endswith(".zip"):
-        archive = download(url, folder / name, None if known else expected, progress=not args.no_progress)
-        dest = _unzip(archive, pub.member or pub.file, folder / pub.file)
-    else:  # a mirror's file keeps its own name
-        whose = f" ({spec.name}'s published {pub.file})" if expected and expected == known else ""
-        dest = download(url, folder / (name if args.url else pub.file), expected, progress=not args.no_progress,
-                        prefix_of=whose)
+    try:
+        if name.endswith(".zip"):
+            archive = download(url, folder / name, None if known else expected, progress=not args.no_progress)
+            dest = _unzip(archive, pub.member or pub.file, folder / pub.file)
+        else:  # a mirror's file keeps its own name
+            whose = f" ({spec.name}'s published {pub.file})" if expected and expected == known else ""
+            dest = download(url, folder / (name if args.url else pub.file), expected, progress=not args.no_progress,
+                            prefix_of=whose)
+    except DownloadError as err:  # no network, a server's error, a cut: the other ways to the file, in the line
+        raise DownloadError(f"{spec.name}: {err}; "
+                            + ("give another mirror with --url URL" if args.url else "download it from a mirror "
+                               "with --url URL") + f", or put {pub.file} fetched another way in {folder}/ "
+                            "(where cog-pl run looks)") from None
     digest = file_sha256(dest)
     if known and expected == known and not digest.startswith(known):  # a zip's member, checked once unpacked
         dest.unlink()

@@ -5,20 +5,28 @@ hash prefix is given, the file's SHA-256 starts with it: ``dest`` is the whole p
 of one. An interrupted transfer keeps the ``.part``; the next call asks the server for the rest (``Range: bytes=N-``)
 and appends it, or starts again where the server cannot resume. :func:`hash_prefix_of` reads the prefix a published
 file name carries (torch.hub's convention), so a caller can verify what it downloads without a table of digests.
+
+Looking up the host and connecting are bounded by :data:`CONNECT_TIMEOUT` together (the name lookup runs in a
+thread: the system's resolver of a machine without network can take many seconds to give up, and a socket's timeout
+does not bound it); reads by the longer ``timeout``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import http.client
 import logging
 import os
 import re
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 from urllib.error import HTTPError, URLError
-from urllib.request import Request, urlopen
+from urllib.request import HTTPHandler, HTTPSHandler, OpenerDirector, Request, build_opener
 
 from cog_pl.errors import CogError, DownloadError
 from cog_pl.io import DISK_FULL, disk_full, file_sha256
@@ -33,6 +41,8 @@ log = logging.getLogger(__name__)
 HASH_REGEX = re.compile(r"-([a-f0-9]{6,})\.")
 #: Bytes read from the connection at a time (and the progress bar's step).
 CHUNK = 1 << 18
+#: Seconds to look up a host and connect to it, together: a machine without network fails within them.
+CONNECT_TIMEOUT = 5.0
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)")
 
 
@@ -87,12 +97,13 @@ def size(n: float) -> str:
 
 
 def download(url: str, dest: Path, sha256_prefix: str | None = None, progress: bool = True,
-             timeout: float = 60, prefix_of: str = "") -> Path:
+             timeout: float = 60, prefix_of: str = "", connect_timeout: float | None = None) -> Path:
     """Download ``url`` to ``dest`` through ``<dest>.part`` (resumed where one exists) and return ``dest``.
 
     With ``sha256_prefix`` the file's SHA-256 must start with it, else the part is removed and a ``ValueError``
     says so; a ``dest`` that exists and matches is returned without a request (without a prefix, existing is enough).
-    Network failures raise :class:`DownloadError` naming the URL; ``timeout`` is per connect and per read, in seconds.
+    Network failures raise :class:`DownloadError` naming the URL; ``timeout`` is per read, in seconds, and
+    ``connect_timeout`` (default :data:`CONNECT_TIMEOUT`) bounds looking up the host and connecting to it.
     ``prefix_of``: whose digest the prefix is, for the message (e.g. ``" (resnet50's published file)"``).
     """
     dest = Path(dest)
@@ -109,9 +120,10 @@ def download(url: str, dest: Path, sha256_prefix: str | None = None, progress: b
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
     offset = part.stat().st_size if part.is_file() else 0
-    if not _fetch(url, part, offset, progress, timeout):  # 416: the part is not the whole file, start again
+    timeouts = (CONNECT_TIMEOUT if connect_timeout is None else connect_timeout, timeout)
+    if not _fetch(url, part, offset, progress, timeouts):  # 416: the part is not the whole file, start again
         part.unlink()
-        _fetch(url, part, 0, progress, timeout)
+        _fetch(url, part, 0, progress, timeouts)
     digest = file_sha256(part)
     if prefix is not None and not digest.startswith(prefix):
         part.unlink(missing_ok=True)
@@ -123,19 +135,107 @@ def download(url: str, dest: Path, sha256_prefix: str | None = None, progress: b
     return dest
 
 
-def _fetch(url: str, part: Path, offset: int, progress: bool, timeout: float) -> bool:
+def _connect_timeout(what: str) -> TimeoutError:
+    """A lookup or connect that ran out of time, saying which (its ``strerror``; a read's timeout has none)."""
+    return TimeoutError(errno.ETIMEDOUT, what)
+
+
+def _resolve(host: str, port: int, timeout: float) -> list[tuple[Any, ...]]:
+    """``socket.getaddrinfo`` of ``host``, given up after ``timeout`` seconds (the lookup thread is left to end)."""
+    found: dict[str, Any] = {}
+
+    def look_up() -> None:
+        try:
+            found["addresses"] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        except OSError as err:
+            found["error"] = err
+
+    thread = threading.Thread(target=look_up, name=f"resolve {host}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise _connect_timeout(f"could not look up {host} within {timeout:g} s (no network?)")
+    if "error" in found:
+        raise found["error"]
+    return found["addresses"]
+
+
+class _Bounded:
+    """An ``http.client`` connection whose name lookup and connect are bounded by its ``timeout`` (the connect
+    timeout) and whose socket then reads with ``read_timeout``."""
+
+    def __init__(self, *args: Any, read_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_timeout = read_timeout
+        self._create_connection = self._connect
+
+    def _connect(self, address: tuple[str, int], timeout: float, source_address: Any = None) -> socket.socket:
+        host, port = address
+        deadline = time.monotonic() + timeout
+        error: OSError | None = None
+        for family, kind, proto, _, where in _resolve(host, port, timeout):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(left)
+                if source_address:
+                    sock.bind(source_address)
+                sock.connect(where)
+            except TimeoutError:
+                sock.close()
+                error = _connect_timeout(f"could not connect to {host}:{port} within {timeout:g} s")
+                continue
+            except OSError as err:
+                sock.close()
+                error = err
+                continue
+            sock.settimeout(self.read_timeout)
+            return sock
+        raise error or _connect_timeout(f"could not connect to {host}:{port} within {timeout:g} s")
+
+
+class _HTTPConnection(_Bounded, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_Bounded, http.client.HTTPSConnection):
+    pass
+
+
+def _bounded_handler(base: type, connection: type, read_timeout: float) -> Any:
+    """``base`` (urllib's HTTP or HTTPS handler) opening its connections as ``connection``."""
+
+    class Handler(base):
+        def do_open(self, http_class: Any, req: Request, **kwargs: Any) -> Any:
+            return super().do_open(lambda *a, **k: connection(*a, read_timeout=read_timeout, **k), req, **kwargs)
+
+    return Handler()
+
+
+def _open(request: Request, timeouts: tuple[float, float]) -> Any:
+    """``urlopen(request)`` with the lookup and connect bounded by ``timeouts[0]`` and each read by ``timeouts[1]``."""
+    connect, read = timeouts
+    opener: OpenerDirector = build_opener(_bounded_handler(HTTPHandler, _HTTPConnection, read),
+                                          _bounded_handler(HTTPSHandler, _HTTPSConnection, read))
+    return opener.open(request, timeout=connect)
+
+
+def _fetch(url: str, part: Path, offset: int, progress: bool, timeouts: tuple[float, float]) -> bool:
     """Bring ``part`` (``offset`` bytes now) to the whole file; False where the server refused the range (416) and
-    the part is not the whole file."""
+    the part is not the whole file. ``timeouts``: (lookup and connect, each read) in seconds."""
+    timeout = timeouts[1]
     headers = {"User-Agent": f"cog-pl/{__version__}", "Accept-Encoding": "identity"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
         log.info("resuming %s at byte %d", url, offset)
     try:
-        response = urlopen(Request(url, headers=headers), timeout=timeout)
+        response = _open(Request(url, headers=headers), timeouts)
     except HTTPError as err:
         with err:
             if err.code == 416 and offset:
-                total = _content_range(err.headers.get("Content-Range"))[1] or _remote_size(url, timeout)
+                total = _content_range(err.headers.get("Content-Range"))[1] or _remote_size(url, timeouts)
                 log.info("%s refused the range from byte %d; the file has %s bytes", url, offset, total or "unknown")
                 return total == offset
             raise DownloadError(f"cannot download {url}: HTTP {err.code} {err.reason}") from None
@@ -184,11 +284,11 @@ def _content_range(value: str | None) -> tuple[int | None, int | None]:
     return (None if start is None else int(start)), (None if total == "*" else int(total))
 
 
-def _remote_size(url: str, timeout: float) -> int | None:
+def _remote_size(url: str, timeouts: tuple[float, float]) -> int | None:
     """The file's size per a HEAD request (``Content-Length``); None where the server does not say."""
     try:
-        with urlopen(Request(url, method="HEAD", headers={"User-Agent": f"cog-pl/{__version__}"}),
-                     timeout=timeout) as response:
+        with _open(Request(url, method="HEAD", headers={"User-Agent": f"cog-pl/{__version__}"}),
+                   timeouts) as response:
             length = response.headers.get("Content-Length")
     except (URLError, OSError):
         return None
@@ -199,7 +299,9 @@ def _reason(err: BaseException, timeout: float) -> str:
     """Why a connection failed, in a few words on one line."""
     reason = err.reason if isinstance(err, URLError) else err
     if isinstance(reason, TimeoutError):
-        return f"timed out after {timeout:g} s"
+        return reason.strerror or f"timed out after {timeout:g} s"
+    if isinstance(reason, socket.gaierror):  # the host's name was not found
+        return f"{reason.strerror or reason} (looking up the host; no network?)"
     if isinstance(reason, ConnectionRefusedError):
         return "connection refused"
     if isinstance(reason, OSError) and reason.strerror:

@@ -63,6 +63,11 @@ _FB = "https://dl.fbaipublicfiles.com/"
 _ARCH = "cog_pl.models.arch."
 _CUTMIX = ("clovaai/CutMix-PyTorch train.py save_checkpoint: {'epoch','arch','state_dict','best_err1','best_err5',"
            "'optimizer'}, a DataParallel model: module.*")
+#: The file in each ResNet-50 folder of clovaai/CutMix-PyTorch's README: train.py's save_checkpoint copies the best
+#: epoch to runs/<expname>/model_best.pth.tar, the name the README's test example gives the CutMix ResNet-50's
+#: download (``--pretrained /set/your/model/path/model_best.pth.tar``); the MixUp and Manifold-MixUp folders of the
+#: same README's table hold files of the same code (their names not seen: Dropbox folder links).
+_CUTMIX_FILE = "model_best.pth.tar"
 
 
 def _r50(name: str, paper_name: str, group: str, layout: Layout, published: Published, arch: str = _R50,
@@ -71,8 +76,10 @@ def _r50(name: str, paper_name: str, group: str, layout: Layout, published: Publ
                         **kw)
 
 
-def _manual(file: str, where: str) -> Published:
-    return Published(file, manual=f"download {file} by hand from {where}")
+def _manual(file: str, where: str, what: str = "") -> Published:
+    """A file behind a login or a cloud-drive link: ``file`` is the name to save it as (its published name where
+    known), ``what`` the model it holds where the name alone does not say."""
+    return Published(file, manual=f"download {file}{f' ({what})' if what else ''} by hand from {where}")
 
 
 PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
@@ -138,9 +145,11 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
     _r50("simclr_v2", "SimCLR-v2", "self-supervised",
          Layout(("resnet",), heads=("fc.",), key_map="cog_pl.models.arch.tf_resnet:SIMCLR_V2_TO_TORCHVISION",
                 source="Separius/SimCLRv2-Pytorch convert.py: {'resnet', 'head'}"),
-         Published("r50_1x_sk0.pth", manual="convert r50_1x_sk0 from google-research/simclr's TensorFlow checkpoint",
-                   conversion="Separius/SimCLRv2-Pytorch: python download.py r50_1x_sk0; "
-                              "python convert.py r50_1x_sk0/model.ckpt-250228"),
+         Published("r50_1x_sk0.pth", manual="download google-research/simclr's TensorFlow checkpoint r50_1x_sk0 with "
+                                            "Separius/SimCLRv2-Pytorch (python download.py r50_1x_sk0)",
+                   # convert.py writes r50_1x_sk0.pth (its save_location; naver/cog prepare_simclr.sh moves it)
+                   conversion="python convert.py r50_1x_sk0/model.ckpt-250228 there (needs tensorflow), which writes "
+                              "r50_1x_sk0.pth"),
          arch="cog:simclr_v2_resnet50", builder=_ARCH + "tf_resnet:build_simclr_v2_resnet50",
          mean=NO_NORM_MEAN, std=NO_NORM_STD, note="no input normalisation"),
     _r50("moco_v2", "MoCo-v2", "self-supervised",
@@ -159,8 +168,10 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
                    "MOCHI_models/mochi_512_1024_512_e1000.pth.tar")),
     _r50("byol", "BYOL", "self-supervised",
          Layout(heads=_FC, source="chigur/byol-convert convert.py: torchvision names"),
-         Published("pretrain_res50x1.pth.tar", manual="convert deepmind-research byol's pretrain_res50x1.pkl",
-                   conversion="chigur/byol-convert: python convert.py pretrain_res50x1.pkl pretrain_res50x1.pth.tar"),
+         # the .pkl's URL: naver/cog prepare_byol.sh
+         Published("pretrain_res50x1.pth.tar", manual="download deepmind-research byol's pretrain_res50x1.pkl "
+                   "(https://storage.googleapis.com/deepmind-byol/checkpoints/pretrain_res50x1.pkl)",
+                   conversion="python convert.py pretrain_res50x1.pkl pretrain_res50x1.pth.tar of chigur/byol-convert"),
          arch="cog:byol_resnet50", builder=_ARCH + "tf_resnet:build_byol_resnet50",
          note="TensorFlow SAME padding of the converter: the stem conv, the max pool and the strided 3x3 convs"),
     _r50("swav", "SwAV", "self-supervised",
@@ -182,8 +193,10 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
                    "scale0.024/resnet50.pth")),
     _r50("compress", "CompReSS", "self-supervised",
          Layout(("model",), "module.", _FC, source="UMBCvision/CompReSS: {'opt','model','optimizer','epoch'}"),
-         _manual("the CompReSS ResNet-50 student (teacher SimCLR ResNet50x4)",
-                 "the Google Drive link in UMBCvision/CompReSS's README")),
+         # the Drive link's file name is not in the README: saved as naver/cog prepare_compress.sh names it
+         _manual("model.ckpt", "the Google Drive link 'Pre-trained Resnet50' in UMBCvision/CompRess's README "
+                 "(drive.google.com/file/d/15rzzSkcedEuCE7Cm8yLXopA5PqHUQscb)",
+                 "the CompReSS ResNet-50, teacher SimCLR ResNet50x4")),
     # label regularisation
     _r50("meal_v2", "MEAL-V2", "label-regularization",
          Layout((), "module.", _FC, source="szq0214/MEAL-V2 train.py: a DataParallel state dict (URL: its "
@@ -191,12 +204,15 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
          Published("MEALV2_ResNet50_224.pth",
                    "https://github.com/szq0214/MEAL-V2/releases/download/v1.0.0/MEALV2_ResNet50_224.pth")),
     _r50("mixup", "MixUp", "label-regularization", Layout(("state_dict",), "module.", _FC, source=_CUTMIX),
-         _manual("the MixUp ResNet-50", "the Dropbox link in clovaai/CutMix-PyTorch's README")),
+         _manual(_CUTMIX_FILE, "the Dropbox folder of 'ResNet-50 + Mixup' in clovaai/CutMix-PyTorch's README",
+                 "the MixUp ResNet-50")),
     _r50("manifold_mixup", "Manifold-MixUp", "label-regularization",
          Layout(("state_dict",), "module.", _FC, source=_CUTMIX),
-         _manual("the Manifold-MixUp ResNet-50", "the Dropbox link in clovaai/CutMix-PyTorch's README")),
+         _manual(_CUTMIX_FILE, "the Dropbox folder of 'ResNet-50 + Manifold Mixup' in clovaai/CutMix-PyTorch's "
+                 "README", "the Manifold-MixUp ResNet-50")),
     _r50("cutmix", "CutMix", "label-regularization", Layout(("state_dict",), "module.", _FC, source=_CUTMIX),
-         _manual("the CutMix ResNet-50", "the Dropbox link in clovaai/CutMix-PyTorch's README")),
+         _manual(_CUTMIX_FILE, "the Dropbox folder of 'ResNet-50 + Cutmix' in clovaai/CutMix-PyTorch's README",
+                 "the CutMix ResNet-50")),
     _r50("relabel", "ReLabel", "label-regularization",
          Layout(("state_dict",), "", _FC, source="naver-ai/relabel_imagenet"),
          _manual("rn50_relabel_78.9.pth", "the Dropbox link in naver-ai/relabel_imagenet's README")),

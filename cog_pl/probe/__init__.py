@@ -13,9 +13,17 @@
   its LightningCLI is :mod:`cog_pl.cli.probe_lightning`).
 """
 
-from cog_pl.data.sampling import few_shot, val_split
-from cog_pl.probe.multihead import train_heads
-from cog_pl.probe.schedule import cosine_factor, lr_sequence
-from cog_pl.probe.tuner import SearchPlan
+from cog_pl._lazy import lazy_exports
 
-__all__ = ["SearchPlan", "cosine_factor", "few_shot", "lr_sequence", "train_heads", "val_split"]
+#: Loaded on first use: importing a module of the package (``cog_pl.probe.methods``, which ``cog-pl run --help``
+#: reads) does not import torch.
+_EXPORTS = {
+    "SearchPlan": ".tuner",
+    "cosine_factor": ".schedule",
+    "few_shot": "cog_pl.data.sampling",
+    "lr_sequence": ".schedule",
+    "train_heads": ".multihead",
+    "val_split": "cog_pl.data.sampling",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -299,14 +299,87 @@ def test_models_download_refuses_a_file_whose_hash_is_not_its_names(published, t
 
 
 def test_models_download_of_a_manual_file_says_where_to_get_it(tmp_path, capsys):
+    """Asking for a manual file's steps is answered (exit 0, on stdout): where it is published, the name to save it as
+    and the folder cog-pl run looks in; a one-time conversion is named once, after the download."""
     from cog_pl.cli.main import main
+    from cog_pl.models.zoo import PAPER_MODELS
 
-    assert main(["models", "download", "t2t_vit_t_14", str(tmp_path)]) == 2
-    line = capsys.readouterr().err.strip()
+    assert main(["models", "download", "t2t_vit_t_14", str(tmp_path)]) == 0
+    out = capsys.readouterr()
+    line = out.out.strip()
+    assert out.err == "" and "\n" not in line
     assert "81.7_T2T_ViTt_14.pth.tar" in line and "yitu-opensource/T2T-ViT" in line
-    assert str(tmp_path / "t2t_vit_t_14") in line
-    assert main(["models", "download", "byol", str(tmp_path)]) == 2
-    assert "chigur/byol-convert" in capsys.readouterr().err  # the one-time conversion is named
+    assert f"put 81.7_T2T_ViTt_14.pth.tar in {tmp_path / 't2t_vit_t_14'}/" in line
+    assert main(["models", "download", "byol", str(tmp_path)]) == 0
+    line = capsys.readouterr().out
+    assert "chigur/byol-convert" in line and line.count("convert it") == 1  # the one-time conversion is named once
+    assert main(["models", "download", "simclr_v2", str(tmp_path)]) == 0
+    line = capsys.readouterr().out
+    assert line.count("convert") == 2 and "then convert it once: python convert.py" in line  # (the script's name)
+    assert "put r50_1x_sk0.pth in" in line
+    for name in ("compress", "mixup", "manifold_mixup", "cutmix"):  # each names the file to save
+        file = PAPER_MODELS[name].published.file
+        assert "." in file and " " not in file, file
+        assert main(["models", "download", name, str(tmp_path)]) == 0
+        assert f"download {file} " in capsys.readouterr().out
+    assert PAPER_MODELS["cutmix"].published.file == "model_best.pth.tar"  # clovaai/CutMix-PyTorch README, train.py
+
+
+def test_models_download_without_network_is_one_line_naming_a_mirror_and_the_folder(tmp_path, monkeypatch, capsys):
+    """No network (the host's name not found): one line at once, naming the URL, --url (a mirror) and where to put
+    a file fetched another way; nothing is left in the folder."""
+    from cog_pl.cli.main import main
+    from cog_pl.models.zoo import PAPER_MODELS
+
+    def no_network(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    assert main(["models", "download", "dino", str(tmp_path), "--no-progress"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    pub = PAPER_MODELS["dino"].published
+    assert len(lines) == 1 and lines[0].startswith(f"cog-pl models: error: dino: cannot download {pub.url}: ")
+    assert "Name or service not known" in lines[0] and "no network?" in lines[0]
+    assert "--url URL" in lines[0] and f"put {pub.file} fetched another way in {tmp_path / 'dino'}/" in lines[0]
+    assert not any((tmp_path / "dino").glob("*"))
+
+
+def test_a_host_lookup_that_hangs_is_given_up_after_the_connect_timeout(server, tmp_path, monkeypatch):
+    """A resolver that does not answer (a machine without network can wait many seconds): the download gives up
+    after the connect timeout, not the read timeout, saying so in one line."""
+    stuck = threading.Event()
+
+    def hanging(host, *args, **kwargs):
+        stuck.wait(30)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging)
+    url = server.url.replace("127.0.0.1", "models.example")
+    try:
+        with pytest.raises(DownloadError) as err:
+            download(url, tmp_path / server.name, progress=False, timeout=60, connect_timeout=0.2)
+    finally:
+        stuck.set()
+    assert one_line(err) == f"cannot download {url}: could not look up models.example within 0.2 s (no network?)"
+    assert dl.CONNECT_TIMEOUT <= 10  # the default: a few seconds, not the read timeout's minute
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_docs_say_hash_checked_only_for_files_whose_digest_is_known():
+    """A docs line ``cog-pl models download NAME ... hash checked`` names a model whose published file's digest the
+    zoo knows (its name's torch.hub prefix, or a stated digest): for the others the digest is recorded, not checked."""
+    from cog_pl.models.label import published_prefix
+    from cog_pl.models.zoo import PAPER_MODELS
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            match = re.search(r"cog-pl models download (\w+).*hash[- ]checked", line)
+            if match and match.group(1) in PAPER_MODELS:
+                found.append((f"{page.relative_to(root)}:{number}", match.group(1)))
+    wrong = [(where, name) for where, name in found if published_prefix(PAPER_MODELS[name]) is None]
+    assert not wrong, f"'hash checked' for files whose digest the zoo does not know: {wrong}"
 
 
 def test_models_download_extracts_the_member_of_a_release_zip(tmp_path, capsys):

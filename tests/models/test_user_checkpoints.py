@@ -208,6 +208,25 @@ def test_convert_refuses_to_replace_its_input_and_an_existing_file(resnet18, tmp
     assert torch.load(out, weights_only=True)["cog_pl_converted"]["trust_checkpoint"] is False
 
 
+def test_convert_of_a_torchvision_file_names_the_network_it_was_given_not_the_papers_model(tmp_path, capsys):
+    """``models convert torchvision:resnet50 FILE OUT``: the line says to run OUT as ``torchvision:resnet50``, the
+    name it was given (``--model resnet50`` is the paper's model, whose layout and label are its published file's),
+    and OUT records that name."""
+    from cog_pl.cli.main import main
+
+    torch.manual_seed(0)
+    path = save_ddp(tmp_path / "my_r50.pth", torchvision.models.resnet50())
+    out = tmp_path / "my_r50_plain.pth"
+    assert main(["models", "convert", "torchvision:resnet50", str(path), str(out)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert f"cog-pl run --model torchvision:resnet50 --checkpoint {out} reads it without trust" in line
+    assert "--model resnet50 " not in line
+    assert torch.load(out, weights_only=True)["cog_pl_converted"]["model"] == "torchvision:resnet50"
+    assert main(["models", "convert", "torchvision:resnet50", str(path), str(out)]) == 2  # one line, OUT kept
+    assert capsys.readouterr().err.strip() == (f"cog-pl models: error: output {out} exists; pass --overwrite to "
+                                               "replace it")
+
+
 def test_a_converted_file_keeps_the_trust_its_source_needed_into_stores_and_the_report(resnet18, tmp_path):
     """``models convert --trust-checkpoint`` of a TorchScript archive: the plain file reads without trust, its
     metadata says its source needed trust, the stores made from it record ``trusted_checkpoint`` and
