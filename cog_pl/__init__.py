@@ -50,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     "open_store": "cog_pl.features.store",
     # a whole evaluation, as ``cog-pl run`` does it
     "RunConfig": "cog_pl.pipeline",
+    "ProbeOptions": "cog_pl.pipeline",
     "run": "cog_pl.pipeline",
     # errors
     "CogError": "cog_pl.errors",
@@ -59,9 +60,9 @@ __all__ = [
     "DOMAINS", "Backbone", "BackboneSpec", "Benchmark", "CoGEvaluationCallback", "CoGLevelDataModule", "CogError",
     "ExtractionDataModule", "FeatureDataModule", "FeatureExtractor", "FeatureProtocol", "FeatureStore",
     "FeatureStoreWriter", "FineTuneClassifier", "ImageNetDataModule", "LevelProtocol", "LinearProbe",
-    "OptunaTrialCallback", "ProbeProtocol", "RunConfig", "__version__", "build_backbone", "list_backbones",
-    "list_measures", "list_probe_methods", "list_sources", "load_benchmark", "open_store", "register_backbone",
-    "register_measure", "register_probe_method", "register_source", "run",
+    "OptunaTrialCallback", "ProbeOptions", "ProbeProtocol", "RunConfig", "__version__", "build_backbone",
+    "list_backbones", "list_measures", "list_probe_methods", "list_sources", "load_benchmark", "open_store",
+    "register_backbone", "register_measure", "register_probe_method", "register_source", "run",
 ]
 
 
@@ -94,7 +95,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from cog_pl.levels.measures import list_measures, register_measure
     from cog_pl.models.build import Backbone, build_backbone, list_backbones, register_backbone
     from cog_pl.models.zoo import BackboneSpec
-    from cog_pl.pipeline import RunConfig, run
+    from cog_pl.pipeline import ProbeOptions, RunConfig, run
     from cog_pl.probe.callback import OptunaTrialCallback
     from cog_pl.probe.methods import list_probe_methods, register_probe_method
     from cog_pl.probe.module import LinearProbe

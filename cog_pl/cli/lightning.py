@@ -10,7 +10,9 @@ the package (``cog-pl extract --config resnet50``), a path a file.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import logging
 import os
 import re
 import sys
@@ -21,6 +23,8 @@ import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from cog_pl.errors import CogError
+
+logger = logging.getLogger(__name__)
 
 #: Loggers whose packages Lightning does not install: the class and the packages (any one of them) it needs.
 LOGGER_PACKAGES = {"TensorBoardLogger": ("tensorboard", "tensorboardX"), "WandbLogger": ("wandb",),
@@ -83,6 +87,7 @@ class CommandLineCLI(LightningCLI):
 
         for each in (parser, *getattr(self, "_subcommand_parsers", {}).values()):
             each.exit_on_error = False
+        self.words = list(args or ())  # as given: which of two spellings of one option came last (_former_root)
         try:
             self.config = parser.parse_args(args)
         except ArgumentError as err:
@@ -112,6 +117,17 @@ class CommandLineCLI(LightningCLI):
             path = self.config[self.config.subcommand].get("ckpt_path")
             raise CogError(f"--ckpt_path {path}: not a checkpoint this command can read: {load_failure(err)}") \
                 from err
+
+    def before_instantiate_classes(self) -> None:
+        """Settle what the packaged configs would otherwise fight with a common override (see each helper), and save
+        the resolved config of ``test`` and ``validate`` as ``<subcommand>_config.yaml``: the fit's ``config.yaml``,
+        which the test line a fit prints names, stays the fit's, reusable for another fit."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        _without_checkpoint_callbacks(config)
+        _model_import_path(config)
+        _former_root(config, self.words)
+        if self.subcommand in ("test", "validate"):
+            self.save_config_kwargs = {**self.save_config_kwargs, "config_filename": f"{self.subcommand}_config.yaml"}
 
     def instantiate_classes(self) -> None:
         """Build the model, datamodule and trainer; an argument a class refuses is reported by its own message
@@ -162,6 +178,96 @@ class CommandLineCLI(LightningCLI):
         line = self.test_command()
         if line and self.trainer.is_global_zero:
             print(f"test this run with: {line}")
+
+
+def _without_checkpoint_callbacks(config: Any) -> None:
+    """``--trainer.enable_checkpointing false`` leaves out the ``ModelCheckpoint`` callbacks of the config (the
+    packaged configs add one for ``last.ckpt``), which Lightning's Trainer would otherwise refuse beside it."""
+    trainer = config.get("trainer")
+    if trainer is None or trainer.get("enable_checkpointing") is not False or not trainer.get("callbacks"):
+        return
+    callbacks = trainer.callbacks if isinstance(trainer.callbacks, list) else [trainer.callbacks]
+    kept = [c for c in callbacks if not str(_class_path(c) or "").endswith(".ModelCheckpoint")]
+    if len(kept) < len(callbacks):
+        logger.info("--trainer.enable_checkpointing false: the config's ModelCheckpoint left out (no .ckpt written)")
+        trainer.callbacks = kept
+
+
+def _class_path(value: Any) -> str | None:
+    return value.get("class_path") if hasattr(value, "get") else None
+
+
+def _model_import_path(config: Any) -> None:
+    """``--model.model mynets.TinyNet``: a dotted import path that names no backbone of the registry but a class or
+    function of an importable module is taken as that builder (``external:mynets:TinyNet``), not refused as an
+    unknown zoo name."""
+    model = config.get("model")
+    name = model.get("model") if hasattr(model, "get") else None
+    if not isinstance(name, str) or ":" in name or "." not in name.strip("."):
+        return
+    from cog_pl.errors import UnknownNameError
+    from cog_pl.models import resolve_spec
+
+    try:
+        resolve_spec(name)
+        return  # a registered name that holds a dot
+    except UnknownNameError:
+        pass
+    module, _, attr = name.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), attr, None)
+    except ImportError:
+        return  # not an import path either: the registry's refusal names the known names
+    if callable(found):
+        model.model = f"external:{module}:{attr}"
+
+
+#: The image roots of the datamodules, by the name ``root`` had before them (cog_pl.datamodules.images).
+ROOT_NAMES = ("in21k_root", "in1k_root")
+
+
+def _root_setter(key: str) -> str | None:
+    """Which spelling of a datamodule's image root an option (``--data.root``, ``--data.init_args.in21k_root``)
+    sets: ``"root"``, ``"new"``, or None."""
+    last = key.removeprefix("--data.").removeprefix("init_args.") if key.startswith("--data.") else None
+    return "root" if last == "root" else "new" if last in ROOT_NAMES else None
+
+
+def _config_root_setter(text: str) -> str | None:
+    """Which spelling of the image root a config (a file, or YAML given inline) sets under ``data``, if any."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(open(text).read() if os.path.isfile(text) else text)
+    except (OSError, yaml.YAMLError):
+        return None
+    data = loaded.get("data") if isinstance(loaded, dict) else None
+    data = data.get("init_args", data) if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    return "root" if "root" in data else "new" if any(k in data for k in ROOT_NAMES) else None
+
+
+def _former_root(config: Any, words: list[str]) -> None:
+    """The image root given by its former name, ``root``, after a config that sets ``in21k_root``/``in1k_root``
+    (the packaged ones do), overrides it as any later option does: the new name is dropped, so the datamodule takes
+    ``root`` (with its deprecation warning) instead of refusing the two."""
+    data = config.get("data")
+    args = data.get("init_args", data) if hasattr(data, "get") else None
+    if not hasattr(args, "get") or args.get("root") is None or not any(args.get(k) for k in ROOT_NAMES):
+        return
+    last = None
+    for k, word in enumerate(words):
+        key, eq, value = word.partition("=")
+        if key in ("-c", "--config"):
+            value = value if eq else (words[k + 1] if k + 1 < len(words) else "")
+            last = _config_root_setter(value) or last
+        else:
+            last = _root_setter(key) or last
+    if last == "root":
+        for k in ROOT_NAMES:
+            if args.get(k) is not None:
+                setattr(args, k, None)
 
 
 def hand_over(cli_class: type[CommandLineCLI], argv: list[str], prog: str, **kwargs: Any) -> CommandLineCLI:

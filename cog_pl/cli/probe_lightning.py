@@ -11,6 +11,8 @@ other values than the protocol's are recorded as ``protocol_deviations`` (:class
 
 from __future__ import annotations
 
+from typing import Any
+
 from lightning.pytorch.cli import LightningArgumentParser
 
 from cog_pl.cli.lightning import CommandLineCLI, hand_over
@@ -24,6 +26,14 @@ class ProbeCLI(CommandLineCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.feature_dim", "model.feature_dim", apply_on="instantiate")
+
+    def fit(self, **kwargs: Any) -> None:
+        """A final probe trains on all of train and has no val split by design: its fit skips validation rather
+        than asking the datamodule for val batches it has none of (Lightning would warn that their total length
+        is zero)."""
+        if self.datamodule.stage_mode == "final" and self.trainer.limit_val_batches != 0:
+            self.trainer.limit_val_batches = 0
+        self.trainer.fit(**kwargs)
 
     def test_command(self) -> str | None:
         """The test line of a final probe; a probe fit on the tuning split is validated, not tested."""

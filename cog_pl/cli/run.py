@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,8 +84,11 @@ class _Methods(argparse.Action):
 def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, trials: int, epochs: int,
             methods: list[str]) -> argparse._ArgumentGroup:
     p.add_argument("--methods", nargs="*", default=methods, metavar="METHOD", action=_Methods)
-    p.add_argument("--seeds", type=int, nargs="+", default=list(seeds))
-    p.add_argument("--shots", type=_shots, nargs="+", default=shots, help="'all' and/or N images per concept")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(seeds),
+                   help=f"seeds of every probe (default: {' '.join(map(str, seeds))})")
+    p.add_argument("--shots", type=_shots, nargs="+", default=shots,
+                   help="'all' and/or N images per concept (default: "
+                        f"{' '.join('all' if n is None else str(n) for n in shots)})")
     p.add_argument("--baseline", help="model for relative accuracies in the report (must be in the results)")
     p.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                    help="also write the report as report.html, a self-contained page with a per-concept table to "
@@ -93,8 +98,8 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, tri
                         "level's test images, for the report's label-noise table (default: on; one final IN-1K "
                         "probe)")
     g = p.add_argument_group("probes", "the tuned linear probes' search and where it runs (recorded in every row)")
-    g.add_argument("--trials", type=int, default=trials, help="Optuna trials per probe")
-    g.add_argument("--epochs", type=int, default=epochs, help="epochs per probe")
+    g.add_argument("--trials", type=int, default=trials, help=f"Optuna trials per probe (default: {trials})")
+    g.add_argument("--epochs", type=int, default=epochs, help=f"epochs per probe (default: {epochs})")
     g.add_argument("--exact", action="store_true", help="run trials one at a time, as published")
     g.add_argument("--probe-device", default="auto", help="auto (the current GPU, else the CPU), cpu, cuda, cuda:1")
     g.add_argument("--probe-precision", default="auto",
@@ -320,7 +325,7 @@ def _run(args: argparse.Namespace) -> int:
         return _launch(args, configs, cluster)
     from cog_pl.models.checkpoints import COMMAND_SPELLING, spelled
 
-    with spelled(COMMAND_SPELLING):  # a message that suggests a loading option names run's
+    with spelled(COMMAND_SPELLING), quiet(RUN_DETAIL_LOGGERS, args.verbose):  # (a loading option named as run's)
         summary = run(configs[0])
     if not summary.lead:  # another rank of a distributed extraction: rank zero reports
         return 0
@@ -373,21 +378,37 @@ def check_cluster_extraction(args: argparse.Namespace, cluster: ClusterOptions) 
                        f"{cluster.gpus_per_node} the extraction runs on {wanted}; drop --accelerator")
 
 
+#: Loggers whose per-item messages ``run`` keeps to ``--verbose``: each batch of Optuna trials, each probe's
+#: result, each row written (thousands of lines for a full grid); the progress bar counts the rows.
+RUN_DETAIL_LOGGERS = ("cog_pl.probe",)
 #: Loggers whose per-item messages (each probe, each dataset, each regrouped level) the demo keeps to ``--verbose``:
 #: its console shows stages, progress, stores written and the closing summary.
-DEMO_DETAIL_LOGGERS = ("cog_pl.probe", "cog_pl.datamodules", "cog_pl.data", "cog_pl.extract", "cog_pl.levels",
+DEMO_DETAIL_LOGGERS = (*RUN_DETAIL_LOGGERS, "cog_pl.datamodules", "cog_pl.data", "cog_pl.extract", "cog_pl.levels",
                        "cog_pl.features.regroup")
+
+
+@contextlib.contextmanager
+def quiet(loggers: tuple[str, ...], verbose: bool) -> Iterator[None]:
+    """Unless ``verbose``, ``loggers`` show warnings only while the block runs; their levels are restored after."""
+    import logging
+
+    saved = {name: logging.getLogger(name).level for name in loggers}
+    if not verbose:
+        for name in loggers:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
 SSL_EPOCHS = 6  # half its cost of 12 for the 5-minute budget; the relative view keeps its shape (README)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    import logging
     import warnings
 
-    if not args.verbose:
-        for name in DEMO_DETAIL_LOGGERS:
-            logging.getLogger(name).setLevel(logging.WARNING)
-    with warnings.catch_warnings():  # the demo decodes its tiny images once and reads them in-process on purpose
+    # the demo decodes its tiny images once and reads them in-process on purpose
+    with quiet(DEMO_DETAIL_LOGGERS, args.verbose), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"The '\w+' does not have many workers", category=UserWarning)
         return _demo_run(args)
 

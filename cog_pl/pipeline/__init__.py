@@ -360,10 +360,13 @@ def run(cfg: RunConfig) -> RunSummary:
     resolve_spec(cfg.model)  # an unknown model fails before any work
     check_results_file(Path(cfg.out) / "results.sqlite")  # so does a results file that cannot take the rows
     from cog_pl.models.build import weights_file
-    from cog_pl.results.labels import check_label_weights
+    from cog_pl.results.labels import LabelWeightsError, check_label_weights
 
-    check_label_weights(cfg.label, weights_file(cfg.model, cfg.checkpoint), features=Path(cfg.out) / "features",
-                        results=Path(cfg.out) / "results.sqlite", overwrite=cfg.overwrite)  # before any work
+    try:
+        check_label_weights(cfg.label, weights_file(cfg.model, cfg.checkpoint), features=Path(cfg.out) / "features",
+                            results=Path(cfg.out) / "results.sqlite", overwrite=cfg.overwrite)  # before any work
+    except LabelWeightsError as err:
+        raise LabelWeightsError(f"{err}{_reuse_hint(cfg)}") from None
     if (Path(cfg.out) / "results.sqlite").is_file():  # and one whose rows were made on another benchmark
         _record_report_inputs(cfg, Path(cfg.out))
     for warning in run_seen_warnings(cfg.model, cfg.seen, cfg.benchmark, cfg.domains):
@@ -429,6 +432,18 @@ def run_seen_warnings(model: str, seen: str | None, benchmark: str | None, domai
         return []
     bench = load_benchmark(benchmark)
     return seen_warnings(model, seen, {lv: bench.classes(lv) for lv in levels}, registry_seen)
+
+
+def _reuse_hint(cfg: RunConfig) -> str:
+    """For a run refused because the stores under its label were made from another weights file (``cog-pl extract
+    --model.checkpoint FILE``, then ``cog-pl run`` without ``--checkpoint``, which takes the model's default
+    weights): the option that reuses them, where that file is still there."""
+    from cog_pl.results.labels import recorded_weights
+
+    files = {f for f, digest, _ in recorded_weights(cfg.label, Path(cfg.out) / "features") if f and digest}
+    if len(files) != 1 or cfg.checkpoint == next(iter(files)) or not Path(next(iter(files))).is_file():
+        return ""
+    return f"; to reuse its feature stores, run with --checkpoint {next(iter(files))}"
 
 
 def _record_report_inputs(cfg: RunConfig, out: Path) -> None:
@@ -542,9 +557,7 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
         model.set_backbone(model.backbone, channels_last=True)  # of the protocol
     # the datamodule's setup asks the stores' plan once (cog_pl.extract.stores), as `cog-pl extract` does; the
     # writer settles it and fills its targets (none left: the loop is skipped)
-    trainer.predict(model, datamodule=dm, return_predictions=False)
-    for path in dm.plan.skipped:
-        logger.info("feature store complete, skipped: %s", path)
+    trainer.predict(model, datamodule=dm, return_predictions=False)  # (the plan names each store it skips, once)
     stores = [dm.store_path(d, s) for d in cfg.domains for s in ("train", "test")]
     return stores, model.model_name, transform, trainer.is_global_zero
 

@@ -140,7 +140,7 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
     compare = compare or differences
     found = [r.values for r in read_stored(results, model=model, method=method, domain=domain, reuse=rows)]
     existing = {row_key(r): r for r in found}
-    todo = []
+    todo, kept = [], []
     for n in shots:
         for seed in seeds:
             key = (model, method, domain, n, seed)
@@ -150,8 +150,11 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
                 raise CogError(refusal(results, key, diff))
             if row is None or diff:
                 todo.append((n, seed))
-            elif announce:
-                log.info("skip %s: row exists, made with the same inputs", format_key(key))
+            else:
+                kept.append(key)
+    if announce and kept:  # one line per (model, method, domain), not one per row
+        log.info("skip %s/%s/%s: %d of %d row(s) exist, made with the same inputs", model, method, domain, len(kept),
+                 len(shots) * len(seeds))
     if not overwrite:  # the cells it adds rows to
         refuse_other_protocols(results, found, model=model, method=method, domain=domain, seeds=seeds,
                                shots={n for n, _ in todo}, want=want, compare=compare)
