@@ -8,7 +8,7 @@ it was made with, so that a deviation from the published protocol is always visi
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cog_pl.errors import CogError
@@ -147,3 +147,45 @@ def check_grid(seeds, shots=(), who: str = "", names: tuple[str, str] = ("seeds"
 def as_record(obj: Any) -> dict[str, Any]:
     """The protocol values as a JSON-ready dict (tuples become lists)."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(obj).items()}
+
+
+@dataclass(frozen=True)
+class NamedProtocol:
+    """A named probe grid and search that ``cog-pl run --protocol NAME`` gives its ``--seeds``, ``--shots``,
+    ``--trials`` and ``--epochs`` by default. A protocol other than the paper's is recorded in the linear probe's rows
+    (``protocol.extra.protocol``, so its studies and rows never mix with the paper's) and named by the report."""
+
+    name: str
+    seeds: tuple[int, ...]
+    shots: tuple[int | None, ...]
+    trials: int
+    epochs: int
+    about: str
+
+    def probe_protocol(self, trials: int | None = None, epochs: int | None = None) -> ProbeProtocol:
+        """The :class:`ProbeProtocol` of this name with these trials and epochs (by default its own)."""
+        if self.name == PAPER:
+            return replace(ProbeProtocol(), trials=self.trials if trials is None else trials,
+                           epochs=self.epochs if epochs is None else epochs)
+        return replace(ProbeProtocol(), trials=self.trials if trials is None else trials,
+                       epochs=self.epochs if epochs is None else epochs, seeds=self.seeds,
+                       shots=tuple(n for n in self.shots if n is not None), extra={"protocol": self.name})
+
+
+PAPER = "paper"
+#: The named protocols of ``cog-pl run --protocol``: the paper's (App. B), and a small one for a first try.
+PROTOCOLS = {p.name: p for p in (
+    NamedProtocol(PAPER, ProbeProtocol().seeds, (None, *ProbeProtocol().shots), ProbeProtocol().trials,
+                  ProbeProtocol().epochs, "the paper's (App. B): 5 seeds, all data and 1 to 128 shots, 30 trials of "
+                                          "100 epochs per probe"),
+    NamedProtocol("quick", (22,), (None, 4), 10, 30,
+                  "a first try: one seed, all data and 4 shots, 10 trials of 30 epochs per probe; its rows say so "
+                  "and are never averaged with the paper's, nor comparable with its numbers"),
+)}
+
+
+def named_protocol(name: str) -> NamedProtocol:
+    """The named protocol ``name`` (:data:`PROTOCOLS`); an unknown name is refused, naming the known ones."""
+    if name not in PROTOCOLS:
+        raise CogError(f"--protocol {name!r}: choose from {', '.join(PROTOCOLS)}")
+    return PROTOCOLS[name]

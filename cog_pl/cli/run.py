@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cog_pl.cli.data import add_source_options
 from cog_pl.cli.models import add_checkpoint_options, checkpoint_options
@@ -17,13 +17,13 @@ from cog_pl.errors import CogError
 from cog_pl.levels.measures import get_measure, list_measures
 from cog_pl.pipeline import STAGES
 from cog_pl.pipeline.cluster.options import add_launcher_options, cluster_options, split_argv
-from cog_pl.protocol import DOMAINS, FeatureProtocol, ProbeProtocol
+from cog_pl.protocol import DOMAINS, PAPER, PROTOCOLS, FeatureProtocol, NamedProtocol
 
 if TYPE_CHECKING:
     from cog_pl.pipeline import ExtractOptions, RunConfig
     from cog_pl.pipeline.cluster.options import ClusterOptions
 
-_P, _F = ProbeProtocol(), FeatureProtocol()
+_F = FeatureProtocol()
 
 
 def _shots(text: str) -> int | None:
@@ -81,14 +81,28 @@ class _Methods(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, trials: int, epochs: int,
-            methods: list[str]) -> argparse._ArgumentGroup:
+def _by_protocol(value: Any) -> str:
+    """A default of ``run``'s grid, as each named protocol (``--protocol``) sets it."""
+    def text(v: Any) -> str:
+        return " ".join("all" if n is None else str(n) for n in v) if isinstance(v, tuple) else str(v)
+    return "; ".join(f"{name}: {text(value(p))}" for name, p in PROTOCOLS.items())
+
+
+def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...] | None, shots: list | None, trials: int | None,
+            epochs: int | None, methods: list[str]) -> argparse._ArgumentGroup:
+    """The grid and search options of ``run`` and ``demo``; a default of None is the named protocol's
+    (``--protocol``, ``run`` only)."""
+    def default(value: Any, of: Callable[[NamedProtocol], Any]) -> str:
+        if value is None:
+            return f"default: --protocol's: {_by_protocol(of)}"
+        listed = isinstance(value, (list, tuple))
+        return "default: " + (" ".join("all" if n is None else str(n) for n in value) if listed else str(value))
+
     p.add_argument("--methods", nargs="*", default=methods, metavar="METHOD", action=_Methods)
-    p.add_argument("--seeds", type=int, nargs="+", default=list(seeds),
-                   help=f"seeds of every probe (default: {' '.join(map(str, seeds))})")
+    p.add_argument("--seeds", type=int, nargs="+", default=None if seeds is None else list(seeds),
+                   help=f"seeds of every probe ({default(seeds, lambda n: n.seeds)})")
     p.add_argument("--shots", type=_shots, nargs="+", default=shots,
-                   help="'all' and/or N images per concept (default: "
-                        f"{' '.join('all' if n is None else str(n) for n in shots)})")
+                   help=f"'all' and/or N images per concept ({default(shots, lambda n: n.shots)})")
     p.add_argument("--baseline", help="model for relative accuracies in the report (must be in the results)")
     p.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
                    help="also write the report as report.html, a self-contained page with a per-concept table to "
@@ -98,8 +112,10 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...], shots: list, tri
                         "level's test images, for the report's label-noise table (default: on; one final IN-1K "
                         "probe)")
     g = p.add_argument_group("probes", "the tuned linear probes' search and where it runs (recorded in every row)")
-    g.add_argument("--trials", type=int, default=trials, help=f"Optuna trials per probe (default: {trials})")
-    g.add_argument("--epochs", type=int, default=epochs, help=f"epochs per probe (default: {epochs})")
+    g.add_argument("--trials", type=int, default=trials,
+                   help=f"Optuna trials per probe ({default(trials, lambda n: n.trials)})")
+    g.add_argument("--epochs", type=int, default=epochs,
+                   help=f"epochs per probe ({default(epochs, lambda n: n.epochs)})")
     g.add_argument("--exact", action="store_true", help="run trials one at a time, as published")
     g.add_argument("--probe-device", default="auto", help="auto (the current GPU, else the CPU), cpu, cuda, cuda:1")
     g.add_argument("--probe-precision", default="auto",
@@ -210,7 +226,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--num-nodes", type=int, default=1, help="extraction nodes (Lightning's --num_nodes)")
     add_skip_policy(g, "an unreadable image: fail naming it (default), or skip it, recorded as a missing row of its "
                        "store (meta.json), left out of the probes and counted in the report")
-    g = _common(p, _P.seeds, [None, *_P.shots], _P.trials, _P.epochs, ["linear"])
+    g = _common(p, None, None, None, None, ["linear"])
+    g.add_argument("--protocol", choices=list(PROTOCOLS), default=PAPER,
+                   help="the named grid and search that --seeds, --shots, --trials and --epochs default to, recorded "
+                        "in the linear probe's rows and named by the report: "
+                        + "; ".join(f"{n}: {p.about}" for n, p in PROTOCOLS.items()) + " (default: paper)")
     g.add_argument("--storage", metavar="URL|FILE",
                    help="the probes' Optuna storage: a database URL (postgresql://...), a journal file (*.log, "
                         "*.journal, *.jsonl) or a SQLite file; default: OUT/optuna.db (with --launcher: "
@@ -257,6 +277,7 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
     from cog_pl.pipeline import ProbeOptions, RunConfig
 
     probe = ProbeOptions(trials=args.trials, epochs=args.epochs, mode="exact" if args.exact else "fast",
+                         name=getattr(args, "protocol", PAPER),
                          device=args.probe_device, precision=args.probe_precision, trial_batch=args.trial_batch,
                          workers=args.probe_workers, stale_after=getattr(args, "stale_after", None))
     given = {"devices": args.finetune_devices, "accelerator": args.finetune_accelerator,
@@ -269,7 +290,9 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
         finetune = {**finetune, **given}
     kw.setdefault("variant_seeds", None if args.variant_seeds is None else tuple(args.variant_seeds))
     try:  # a refused value is named by its option
-        return RunConfig(seeds=tuple(args.seeds), shots=tuple(args.shots), baseline=args.baseline, html=args.html,
+        return RunConfig(seeds=None if args.seeds is None else tuple(args.seeds),
+                         shots=None if args.shots is None else tuple(args.shots), baseline=args.baseline,
+                         html=args.html,
                          noise_predictions=args.noise_predictions,
                          variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
                          extract=extract, probe=probe, finetune=finetune, methods=tuple(dict.fromkeys(args.methods)),

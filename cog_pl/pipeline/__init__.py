@@ -28,7 +28,6 @@ The package is the run layer: this module's stages, and the SLURM launcher that 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import logging
@@ -43,10 +42,12 @@ from cog_pl.errors import CogError, MissingFileError
 from cog_pl.protocol import (
     DOMAINS,
     LEVEL_OF_DOMAIN,
+    PAPER,
     FeatureProtocol,
     ProbeProtocol,
     check_domains,
     check_grid,
+    named_protocol,
     variant_domain,
 )
 
@@ -103,19 +104,20 @@ class ProbeOptions:
     """The probes' search (protocol trials and epochs, :class:`~cog_pl.probe.tuner.SearchPlan` mode, trial batch and
     precision) and the device they run on."""
 
-    trials: int = ProbeProtocol().trials
-    epochs: int = ProbeProtocol().epochs
+    trials: int | None = None  # None: the named protocol's (the paper's: 30)
+    epochs: int | None = None  # None: the named protocol's (the paper's: 100)
     mode: str = "fast"  # or "exact": trials one at a time, as published
     device: str = "auto"  # cog_pl.device.resolve_device
     precision: str = "auto"  # "auto", "32-true" or "bf16-mixed" (SearchPlan)
     trial_batch: int | None = None  # None: SearchPlan's
     workers: int | str | None = None  # N or "auto": worker processes per grid (cog_pl.probe.workers); None: this one
     stale_after: float | None = None  # seconds until a silent claim is taken over (SearchPlan); None: SearchPlan's
+    name: str = PAPER  # the named protocol (cog_pl.protocol.PROTOCOLS) recorded in the rows: "paper" or "quick"
 
     @property
     def protocol(self) -> ProbeProtocol:
-        """The published protocol with these trials and epochs."""
-        return dataclasses.replace(ProbeProtocol(), trials=self.trials, epochs=self.epochs)
+        """The named protocol (by default the published one) with these trials and epochs."""
+        return named_protocol(self.name).probe_protocol(self.trials, self.epochs)
 
     def plan(self) -> SearchPlan:
         from cog_pl.probe.tuner import SearchPlan
@@ -147,8 +149,8 @@ class RunConfig:
     checkpoint_key_map: dict[str, str] | None = None
     checkpoint_in_order: bool = False
     domains: tuple[str, ...] = DOMAINS
-    seeds: tuple[int, ...] = ProbeProtocol().seeds
-    shots: tuple[int | None, ...] = (None, *ProbeProtocol().shots)
+    seeds: tuple[int, ...] | None = None  # None: the named protocol's (probe.name; the paper's five)
+    shots: tuple[int | None, ...] | None = None  # None: the named protocol's (the paper's: all, 1 to 128)
     benchmark: str | None = None
     transform: Any = None  # None: the backbone's own
     extract: ExtractOptions = field(default_factory=ExtractOptions)
@@ -223,6 +225,9 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.stage is not None and self.stage not in STAGES:
             raise CogError(f"stage {self.stage!r}: choose from {', '.join(STAGES)}")
+        named = named_protocol(self.probe.name)
+        self.seeds = named.seeds if self.seeds is None else tuple(self.seeds)
+        self.shots = named.shots if self.shots is None else tuple(self.shots)
         self.protocol  # noqa: B018 - refuses bad trials/epochs now, not after extraction
         for name, seeds in (("seeds", self.seeds), ("variant_seeds", self.variant_seeds),
                             ("finetune_seeds", self.finetune_seeds)):

@@ -254,6 +254,22 @@ def csv_table(cells: Sequence[Cell]) -> str:
     return buf.getvalue()
 
 
+def _named_protocols(cells: Sequence[Cell]) -> list[str]:
+    """A line per named protocol other than the paper's (``cog-pl run --protocol quick``) some cells were made
+    under, saying which models' cells and that they are not the paper's protocol."""
+    from cog_pl.protocol import PROTOCOLS
+
+    models: dict[str, set[str]] = defaultdict(set)
+    for c in cells:
+        name = _settings(c.settings).get("protocol.extra.protocol")
+        if name is not None:
+            models[name].add(c.model)
+    return ["", *(f"**Protocol {name}** ({', '.join(sorted(ms))}): "
+                  + (PROTOCOLS[name].about if name in PROTOCOLS else "a protocol of its own")
+                  + ". Its cells are marked where the table holds others; they are not the paper's protocol."
+                  for name, ms in sorted(models.items()))] if models else []
+
+
 def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants: str = "",
                     summary: Mapping[str, Mapping[str, str]] | None = None,
                     intervals: Mapping[tuple[str, str], str] | None = None, concepts: str = "") -> str:
@@ -263,8 +279,9 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
     (``concepts``, :func:`cog_pl.report.concept_tables.concepts_markdown`) and one few-shot table per domain."""
     official = official_cells(cells)
     marks = protocol_marks(cells)
-    parts = ["# ImageNet-CoG results", "", "## Linear probes on all training data: test top-1 (%), mean ± std over "
-             "seeds", "", markdown_table(official, None, extra=summary, marks=marks)]
+    parts = ["# ImageNet-CoG results", *_named_protocols(cells), "",
+             "## Linear probes on all training data: test top-1 (%), mean ± std over seeds", "",
+             markdown_table(official, None, extra=summary, marks=marks)]
     if summary:
         slope = any(k.startswith("slope") for cols in summary.values() for k in cols)
         parts += ["", "L1−L5: the top-1 drop from L1 to L5, paired by seed" + (

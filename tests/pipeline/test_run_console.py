@@ -21,8 +21,10 @@ def test_run_help_shows_the_grid_defaults_and_probe_options_is_public(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
-    for text in ("seeds of every probe (default: 22 37 45 77 93)", "(default: all 1 2 4 8 16 32 64 128)",
-                 "Optuna trials per probe (default: 30)", "epochs per probe (default: 100)"):
+    for text in ("seeds of every probe (default: --protocol's: paper: 22 37 45 77 93; quick: 22)",
+                 "(default: --protocol's: paper: all 1 2 4 8 16 32 64 128; quick: all 4)",
+                 "Optuna trials per probe (default: --protocol's: paper: 30; quick: 10)",
+                 "epochs per probe (default: --protocol's: paper: 100; quick: 30)", "--protocol {paper,quick}"):
         assert text in shown
 
 

@@ -250,3 +250,34 @@ def test_fine_tuning_another_seed_with_other_inputs_is_refused_before_any_traini
                                          r"rows to was made with epochs=3, transform=None, this run has epochs=1, "):
         finetune_domains("timm:resnet10t", None, str(results), ["in1k"], in1k_root=str(tmp_path / "none"),
                          in21k_root=None, epochs=1, batch_size=4, seed=37, precision="32-true")
+
+
+def test_the_quick_protocol_is_its_grid_recorded_in_its_rows_and_named_by_the_report(tmp_path, capsys):
+    """Issue #39: ``cog-pl run --protocol quick``, a first try: one seed, all data and 4 shots, 10 trials x 30
+    epochs unless given; its rows record it, the report names it and never averages its cells with the paper's."""
+    from cog_pl.cli.main import main
+    from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+
+    out = tmp_path / "out"
+    for domain in ("cog_l1", "cog_l2"):
+        write_features(out / "features" / "m" / domain, classes=3, dim=8, per_class=20, test_per_class=4)
+    (tmp_path / "in21k").mkdir()
+    kw = {"model": "resnet50", "random_weights": True, "in1k_root": None, "in21k_root": str(tmp_path / "in21k"),
+          "out": str(out), "domains": ("cog_l1", "cog_l2"), "check": False}
+    quick = RunConfig(**kw, probe=ProbeOptions(name="quick", device="cpu"))
+    assert (quick.seeds, quick.shots, quick.protocol.trials, quick.protocol.epochs) == ((22,), (None, 4), 10, 30)
+    assert RunConfig(**kw).seeds == (22, 37, 45, 77, 93) and RunConfig(**kw).protocol.trials == 30  # the paper's
+    cfg = RunConfig(**kw, probe=ProbeOptions(name="quick", trials=2, epochs=1, device="cpu", trial_batch=1))
+    assert _probe(cfg, out, "m") == 4  # two domains x (all, 4 shots) x seed 22
+    rows = read_rows(out / "results.sqlite")
+    assert {(r["shots"], r["seed"], r["protocol"]["extra"]["protocol"]) for r in rows} == {(None, 22, "quick"),
+                                                                                         (4, 22, "quick")}
+    for seed in (22, 37):  # the paper's protocol, another model, beside it
+        append_row(out / "results.sqlite", _row("p", "linear", "cog_l1", seed, 50.0))
+    _report(out / "results.sqlite", tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "**Protocol quick** (m): a first try: one seed, all data and 4 shots" in text
+    assert "not the paper's protocol" in text
+    with pytest.raises(SystemExit):  # the named protocols are the CLI's choices
+        main(["run", "--model", "resnet50", "--protocol", "fast"])
+    assert "--protocol: invalid choice: 'fast' (choose from 'paper', 'quick')" in capsys.readouterr().err
