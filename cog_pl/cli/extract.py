@@ -88,13 +88,28 @@ def run(argv: list[str], prog: str = "cog-pl extract") -> ExtractCLI | None:
 
     given, rest = split_argv(argv)
     if "-h" in rest or "--help" in rest:
-        return _cli(ExtractCLI, rest, prog)
+        try:
+            return _cli(ExtractCLI, rest, prog)
+        finally:  # the LightningCLI's help has exited; the launcher's options, read before it, follow it
+            print("\n" + launcher_help())
     cluster = cluster_options(given)
     if cluster is None:
         with spelled(EXTRACT_SPELLING):  # a message that suggests a loading option names the config key
             return _cli(ExtractCLI, argv, prog)
     launch(rest, cluster, prog)
     return None
+
+
+def launcher_help() -> str:
+    """The launcher's options as ``cog-pl extract --help`` lists them after the LightningCLI's own."""
+    import argparse
+
+    from cog_pl.pipeline.cluster.options import add_launcher_options
+
+    parser = argparse.ArgumentParser(usage=argparse.SUPPRESS, add_help=False)
+    add_launcher_options(parser, "the extraction as one SLURM job on --nodes x --gpus-per-node, one srun task (one "
+                                 "DDP rank) per GPU (docs/cluster.md); read before the LightningCLI sees the line")
+    return parser.format_help().rstrip()
 
 
 def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:

@@ -24,8 +24,11 @@ WIDTH = "100"  # argparse wraps help at $COLUMNS
 
 
 def _md(text: str) -> str:
-    """Text for a Markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    """Text for a Markdown table cell: ``|``, ``<`` and ``>`` escaped outside code spans; inside them Python-Markdown's
+    tables keep a ``|`` in the cell and would show an escape literally (``fit\\|test``)."""
+    parts = " ".join(text.split()).split("`")
+    return "`".join(part if i % 2 else part.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+                    for i, part in enumerate(parts))
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
