@@ -234,7 +234,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--train-per-concept", type=at_least(2), default=80)
     d.add_argument("--test-per-concept", type=at_least(1), default=20)
     d.add_argument("--image-size", type=at_least(16), default=32, help="pixels (at least 16)")
-    d.add_argument("--pretrain-epochs", type=at_least(1), default=12, help="epochs of the supervised baseline")
+    d.add_argument("--pretrain-epochs", type=at_least(1), default=8, help="epochs of the supervised baseline")
     d.add_argument("--ssl-epochs", type=at_least(0), default=SSL_EPOCHS,
                    help="epochs of the second backbone, self-supervised on the seen concepts' images without labels "
                         f"and reported relative to the baseline (default {SSL_EPOCHS}; 0: the baseline alone)")
@@ -377,7 +377,7 @@ def check_cluster_extraction(args: argparse.Namespace, cluster: ClusterOptions) 
 #: its console shows stages, progress, stores written and the closing summary.
 DEMO_DETAIL_LOGGERS = ("cog_pl.probe", "cog_pl.datamodules", "cog_pl.data", "cog_pl.extract", "cog_pl.levels",
                        "cog_pl.features.regroup")
-SSL_EPOCHS = 6  # half its cost of 12 for the 5-minute budget; the relative view keeps its shape (README)
+SSL_EPOCHS = 4  # a third of the cost of 12 for the demo's budget; the relative view keeps its shape (README)
 
 
 def _demo(args: argparse.Namespace) -> int:
