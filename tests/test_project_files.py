@@ -39,6 +39,18 @@ def test_the_readme_fits_on_two_screens():
     assert any(line.startswith("bash scripts/test.sh") for line in lines)
 
 
+def test_the_readme_gives_the_demo_time_on_a_quiet_and_on_a_busy_machine():
+    """Issue 39 (6): the quick start says what the demo costs on quiet cores and under load, figures the performance
+    page measured (with their date, machine and command)."""
+    readme = " ".join((REPO / "README.md").read_text().split("## Quick start")[1].split("\n## ")[0].split())
+    said = next((s for s in readme.split(". ") if "quiet" in s and "cog-pl demo" in s), "no quiet machine")
+    times = re.findall(r"\d+ min(?: \d+ s)?", said)
+    assert len(times) >= 2 and "load" in said, said
+    page = " ".join((REPO / "docs" / "explanation" / "performance.md").read_text().split())
+    demo = page.split("## The demo")[1].split(" ## ")[0]
+    assert all(t in demo for t in times) and "load average" in demo, times
+
+
 def _nav_pages(node) -> list[str]:
     if isinstance(node, str):
         return [node]

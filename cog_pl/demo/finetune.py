@@ -2,7 +2,7 @@
 
 One recipe, used by ``cog-pl demo --finetune`` (:func:`cog_pl.finetune.compare.finetune_domains`) and spelt out for
 ``cog-pl finetune fit/test`` in ``configs/finetune/demo.yaml`` (a test keeps the two equal). Tuned on the default
-demo for speed and margin: 10 epochs on images decoded once and kept in memory, bf16 autocast where the machine has
+demo for speed and margin: 6 epochs on images decoded once and kept in memory, bf16 autocast where the machine has
 native bf16, channels-last convolutions (the README gives its time).
 """
 
@@ -19,7 +19,7 @@ from cog_pl.finetune.module import FineTuneClassifier
 class DemoFineTune:
     """The demo's fine-tuning recipe: the Trainer's and data's settings, then the module's."""
 
-    epochs: int = 10
+    epochs: int = 6
     batch_size: int = 128
     precision: str = "auto"  # bf16-mixed where bf16 is native (AMX / AVX512-BF16 CPUs, recent GPUs), else 32-true
     cache_images: bool = True  # decode each domain once: decoding costs as much as a training step of the demo CNN

@@ -50,7 +50,7 @@ class DemoAssets:
 
 
 def prepare(root: str | os.PathLike, n_seen: int = 50, n_per_level: int = 15, train_per_concept: int = 80,
-            test_per_concept: int = 20, image_size: int = 32, seed: int = 0, epochs: int = 12,
+            test_per_concept: int = 20, image_size: int = 32, seed: int = 0, epochs: int = 8,
             onto: Ontology | None = None, ssl_epochs: int = 0) -> DemoAssets:
     """Generate the miniature benchmark and pretrain its backbone under ``root`` (and, with ``ssl_epochs``, the
     self-supervised one); done parts are skipped."""

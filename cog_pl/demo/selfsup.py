@@ -79,7 +79,8 @@ class ContrastivePretraining(L.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         x = batch["image"]  # the labels are never read
-        z1, z2 = self.head(self.backbone(views(x))), self.head(self.backbone(views(x)))
+        v1, v2 = (views(x).contiguous(memory_format=torch.channels_last) for _ in range(2))
+        z1, z2 = self.head(self.backbone(v1)), self.head(self.backbone(v2))
         loss = nt_xent(z1, z2, self.hparams.temperature)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(x))
         return loss
@@ -91,7 +92,7 @@ class ContrastivePretraining(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
-def pretrain_selfsup_backbone(root: str | os.PathLike, epochs: int = 12, batch_size: int = 256, lr: float = 2e-3,
+def pretrain_selfsup_backbone(root: str | os.PathLike, epochs: int = 4, batch_size: int = 256, lr: float = 2e-3,
                               seed: int = 0, num_workers: int = 0, width: int = WIDTH) -> Path:
     """Train ``external:demo_cnn_ssl`` on ``<root>/in1k/train`` without labels (skipped when its checkpoint
     exists); returns the checkpoint's path."""
