@@ -134,4 +134,6 @@ def test_models_list_names_every_paper_model_with_its_file(capsys):
     assert by["efficientnet_b1"]["normalisation"] == "ImageNet, BGR"
     assert main(["models", "list"]) == 0
     table = capsys.readouterr().out
-    assert "T2T-ViT-t-14" in table and "needs a one-time conversion" in table
+    assert "T2T-ViT-t-14" in table and "one-time conversions" in table
+    byol = next(line for line in table.splitlines() if line.strip().startswith("byol:"))
+    assert byol.count("convert it") == 1 and "then convert it once: python convert.py" in byol  # each step said once
