@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test suite: sets up .venv and WordNet first when they are missing, then runs pytest.
-#   bash scripts/test.sh          the fast tier: every test not marked slow (about 14 minutes on 2 cores)
+#   bash scripts/test.sh          the fast tier: every test not marked slow (about 9 minutes on 2 cores)
 #   bash scripts/test.sh --all    every test, the slow ones too (whole demos, kill loops, a PostgreSQL server): CI
 # Other arguments go to pytest; with a -m of their own they replace the fast tier's `-m "not slow"`.
 set -euo pipefail
