@@ -18,7 +18,7 @@ draw of fewer rows is ever filed under N shots.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -86,9 +86,9 @@ def check_shots(labels: np.ndarray, fraction: float, shots: Iterable[int | None]
 
 
 def check_shot_counts(counts: Mapping[Any, int], fraction: float, shots: Iterable[int | None],
-                      option: str = "--shots", unit: str = "train rows", where: str = "") -> None:
+                      option: str = "--shots", unit: str = "train rows", name: Callable[[Any], str] = str) -> None:
     """:func:`check_shots` on each class's number of train rows (``counts``: class -> rows), e.g. the images a data
-    check found before any extraction; ``option`` and ``where`` name the setting and the domain in the message."""
+    check found before any extraction; ``option`` names the setting and ``name`` the class in the message."""
     if not counts:
         return
     left = {c: n - int(n * fraction) for c, n in counts.items()}  # val_split's floor(fraction * n) per class
@@ -96,7 +96,7 @@ def check_shot_counts(counts: Mapping[Any, int], fraction: float, shots: Iterabl
     for n in shots:
         if n is not None and n > left[fewest]:
             tuning = f" ({left[fewest]} left for tuning by the {fraction:.0%} validation split)" if fraction else ""
-            raise CogError(f"{option} {n}: class {fewest}{where} has {counts[fewest]} {unit}{tuning}, fewer than {n};"
+            raise CogError(f"{option} {n}: class {name(fewest)} has {counts[fewest]} {unit}{tuning}, fewer than {n};"
                            f" an N-shot cell needs N rows of every class (here at most {left[fewest]} shots)")
 
 

@@ -527,10 +527,9 @@ def _check_grid_on_data(cfg: RunConfig, train_per_class: dict[str, dict[str, int
         counts = train_per_class.get(domain, levels if "@" in domain else {})
         if not counts:
             continue
-        option = "--variant-shots" if "@" in domain else "--shots"
-        fewest = min(counts, key=counts.__getitem__)
-        check_shot_counts(counts, cfg.protocol.val_fraction, shots, option=option, unit="train images",
-                          where=f" ({concept_name(fewest)}) of {domain}")
+        check_shot_counts(counts, cfg.protocol.val_fraction, shots, unit="train images",
+                          option="--variant-shots" if "@" in domain else "--shots",
+                          name=lambda wnid, domain=domain: f"{wnid} ({concept_name(wnid)}) of {domain}")
 
 
 def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:

@@ -266,7 +266,8 @@ def _named_protocols(cells: Sequence[Cell]) -> list[str]:
             models[name].add(c.model)
     return ["", *(f"**Protocol {name}** ({', '.join(sorted(ms))}): "
                   + (PROTOCOLS[name].about if name in PROTOCOLS else "a protocol of its own")
-                  + ". Its cells are marked where the table holds others; they are not the paper's protocol."
+                  + ". These cells are not the paper's protocol: beside published numbers or other models' cells "
+                  "they are a first check only."
                   for name, ms in sorted(models.items()))] if models else []
 
 
