@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                           "Face's tars")
     chk.add_argument("--in21k-root", help="IN-21K: one folder (Winter 2021) or tar (Fall 2011) per synset, or "
                                           "timm's imagenet-w21-wds shards")
+    chk.add_argument("--data", metavar="DIR", help="a folder naming the data at once, instead of --in1k-root, "
+                                                   "--in21k-root and --benchmark: its cog_data.json (cog-pl demo "
+                                                   "writes OUT/data/cog_data.json), else its in1k/ and in21k/")
     add_source_options(chk)
     chk.add_argument("--decode", action="store_true", help="also fully decode every image (slow; with progress)")
     add_deprecated_alias(chk, "--workers", chk.add_argument(
@@ -84,9 +87,14 @@ def add_source_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
 
 def _check(args: argparse.Namespace) -> int:
     from cog_pl.data.check import check_data, write_unreadable
+    from cog_pl.data.roots import resolve_data_option
     from cog_pl.device import loader_workers
 
     workers = loader_workers() if args.num_workers == "auto" else args.num_workers
+    args.in1k_root, args.in21k_root, args.benchmark, roots = resolve_data_option(
+        args.data, args.in1k_root, args.in21k_root, args.benchmark)
+    if roots is not None:
+        print(roots.line())
     report = check_data(args.in1k_root, args.in21k_root, decode=args.decode, workers=workers,
                         progress=args.decode and sys.stderr.isatty(), cache_dir=args.cache_dir,
                         on_error=args.on_error, max_skipped=args.max_skipped, in1k_source=args.in1k_source,

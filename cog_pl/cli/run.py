@@ -193,6 +193,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_label_options(p)
     p.add_argument("--in1k-root", help="IN-1K with train/ and val/, or its webdataset shards or HF tars")
     p.add_argument("--in21k-root", help="IN-21K: a folder or a tar per synset, or webdataset shards")
+    p.add_argument("--data", metavar="DIR", help=DATA_HELP)
+    p.add_argument("--image-size", type=at_least(16), default=None, metavar="PX",
+                   help="read the images at PX pixels (resize and crop to PX, the protocol's interpolation and "
+                        "normalisation), e.g. 32 for the demo's images and CNN; default: the model's own input "
+                        "(224 px for a network of yours); recorded in every store")
     add_source_options(p)
     p.add_argument("--out", default="cog_run", help="output folder (features, results, report)")
     p.add_argument("--domains", nargs="+", default=list(DOMAINS), help="subset of " + ", ".join(DOMAINS))
@@ -303,6 +308,24 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
         raise option_error(err) from None
 
 
+#: ``--data``'s help (``run`` and ``data check``).
+DATA_HELP = ("a folder naming the data at once, instead of --in1k-root, --in21k-root and --benchmark: its "
+             "cog_data.json (cog-pl demo writes OUT/data/cog_data.json for its miniature ImageNet), else its in1k/ "
+             "and in21k/ folders on the official concepts")
+
+
+def _data_option(args: argparse.Namespace) -> None:
+    """Replace ``--data DIR`` by the roots and benchmark it names, saying so in one line."""
+    import logging
+
+    from cog_pl.data.roots import resolve_data_option
+
+    args.in1k_root, args.in21k_root, args.benchmark, roots = resolve_data_option(
+        args.data, args.in1k_root, args.in21k_root, args.benchmark)
+    if roots is not None:
+        logging.getLogger("cog_pl.data").info("%s", roots.line())
+
+
 #: ``run``'s options a job's command sets itself (each job: its model, checkpoint, stage; the probe tasks their
 #: storage; one worker each), given as :data:`cog_pl.pipeline.cluster.options.OPTIONS` gives them, to take them out
 #: of it.
@@ -311,6 +334,7 @@ JOB_SET_OPTIONS = ((("--model",), {"nargs": "+"}), (("--checkpoint",), {"nargs":
 
 
 def _run(args: argparse.Namespace) -> int:
+    from cog_pl.models.transform import resolve_transform
     from cog_pl.pipeline import ExtractOptions, format_summary, run
 
     cluster = cluster_options(args)
@@ -321,6 +345,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not args.model:
         raise CogError("--model is required")
+    _data_option(args)
     models, checkpoints = list(dict.fromkeys(args.model)), args.checkpoint or []
     if checkpoints and len(checkpoints) != len(models):
         raise CogError(f"--checkpoint: {len(checkpoints)} file(s) for {len(models)} model(s); give one per "
@@ -342,7 +367,8 @@ def _run(args: argparse.Namespace) -> int:
                        trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root, in21k_root=args.in21k_root,
                        **_checkpoint_fields(args),
                        out=args.out, domains=tuple(args.domains), benchmark=args.benchmark, check=not args.no_check,
-                       overwrite=args.overwrite, seen=args.seen, stage=args.stage, storage=args.storage)
+                       overwrite=args.overwrite, seen=args.seen, stage=args.stage, storage=args.storage,
+                       transform=None if args.image_size is None else resolve_transform(args.image_size))
                for model, given in zip(models, checkpoints or [None] * len(models))]
     if cluster is not None:
         return _launch(args, configs, cluster)

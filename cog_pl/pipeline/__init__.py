@@ -501,6 +501,7 @@ def _hint_benchmark(cfg: RunConfig) -> None:
     exactly what they hold (the demo's ``data/benchmark_eval.json``), one line saying to pass it, instead of the
     list of every official synset the roots lack."""
     from cog_pl.data.check import benchmark_of_data
+    from cog_pl.data.roots import DATA_FILE
 
     if cfg.benchmark is not None:
         return
@@ -508,8 +509,11 @@ def _hint_benchmark(cfg: RunConfig) -> None:
                               (any(d != "in1k" for d in cfg.domains) and cfg.in21k_root) or None)
     roots = " and ".join(r for r in (cfg.in1k_root, cfg.in21k_root) if r)
     if len(found) == 1:
+        named = found[0].parent / DATA_FILE
+        also = f" (or --data {found[0].parent} alone, whose {DATA_FILE} names it and the roots)" \
+            if named.exists() else ""
         raise CogError(f"{roots} hold the concepts of the benchmark file {found[0]}, not the official ImageNet-CoG: "
-                       f"pass --benchmark {found[0]}")
+                       f"pass --benchmark {found[0]}{also}")
     if found:
         raise CogError(f"{roots} hold the concepts of the benchmark files {', '.join(map(str, found))}, not the "
                        "official ImageNet-CoG: pass the one to evaluate with --benchmark FILE")

@@ -451,3 +451,35 @@ def test_the_demos_data_without_its_benchmark_file_names_the_flag_and_the_file(o
     assert err[0].endswith(f"hold the concepts of the benchmark file {evaluated}, not the official ImageNet-CoG: "
                            f"pass --benchmark {evaluated}"), err
     assert not (tmp_path / "out" / "features").exists()
+
+
+def test_one_data_folder_names_the_demos_imagenet_for_run_and_data_check(onto, tmp_path, capsys):
+    """Issue #39: the demo's data is a ready "ImageNet" named in one flag: ``--data DIR`` reads the cog_data.json
+    the demo writes (its in1k/, in21k/ and benchmark_eval.json), for ``run`` and ``data check``; the hint for roots
+    given without the benchmark names it; --data beside a root it names is refused."""
+    from cog_pl.data.roots import DATA_FILE, write_data_file
+    from cog_pl.demo.domains import write_comparable
+    from cog_pl.demo.synthetic import make_demo
+
+    data = tmp_path / "data"
+    make_demo(data, n_seen=6, n_per_level=3, train_per_concept=10, test_per_concept=4, image_size=16, onto=onto)
+    evaluated = write_comparable(data)
+    write_data_file(data, benchmark=evaluated.name)
+    base = ["--model", "external:demo_cnn", "--random-weights", "--out", str(tmp_path / "out")]
+    assert main(["run", *base, "--in1k-root", str(data / "in1k"), "--in21k-root", str(data / "in21k")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(f"pass --benchmark {evaluated} (or --data {data} alone, whose {DATA_FILE} names it and the "
+                         "roots)"), line
+
+    assert main(["data", "check", "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"data from {data / DATA_FILE}: in1k root {data / 'in1k'}, in21k root {data / 'in21k'}, "
+                          f"benchmark {evaluated}\n"), out
+    assert main(["run", *base, "--data", str(data), "--stage", "check", "--seeds", "22", "--shots", "all", "4"]) == 0
+    assert main(["run", *base, "--data", str(data), "--in1k-root", str(data / "in1k")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(f"--data {data} names the roots and the benchmark; give it or --in1k-root, not both"), line
+    (data / DATA_FILE).write_text('{"in1k_root": "in1k", "levels": "in21k"}')
+    assert main(["data", "check", "--data", str(data)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"data file {data / DATA_FILE}: expected a JSON object of in1k_root, in21k_root, benchmark" in line, line
