@@ -55,8 +55,9 @@ def optimism_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str] | None =
     lines = ["## Selection optimism: what selecting on test would have added (top-1 points, all data)", "",
              "Each tuned row's oracle (the test top-1 of its best trial, head or k: what choosing them on the test "
              "set, as suites that select on the data they report do, would have reported) minus its held-out-selected "
-             f"result on the same trained heads; mean ± std over seeds. {NOT_RECORDED}: rows made before rows "
-             "recorded it.", "", "| model | method | " + " | ".join(domain_label(d) for d in domains) + " |",
+             f"result on the same trained heads; mean ± std over seeds. {NOT_RECORDED}: rows that record no oracle "
+             "(made before rows recorded it, or of a method that tunes nothing).", "",
+             "| model | method | " + " | ".join(domain_label(d) for d in domains) + " |",
              "|---" * (len(domains) + 2) + "|"]
     for m in sorted({c.model for c in sel}):
         for method in methods:
