@@ -175,11 +175,11 @@ def plot_gain_curves(gains: Mapping[str, Mapping[str, Curve]], out: str | Path, 
             line = ax.plot(c.center[keep], c.mean[keep], marker="o", lw=1.5, label=model)[0]
             ax.fill_between(c.center[keep], c.low[keep], c.high[keep], color=line.get_color(), alpha=0.2, lw=0)
         ax.axhline(0, color="grey", lw=1, ls="--")
-        ax.set_title(f"{method_label(method)} − linear probe", fontsize=10)
+        ax.set_title(f"{method_label(method)} − linear probe against similarity\n(levels L1..L5, bins with 95 % "
+                     "bands)", fontsize=10)
         ax.set_xlabel(f"{measure} similarity to the closest seen concept")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("concept top-1 gain (points)")
-    fig.suptitle("Gain over the linear probe against similarity (levels L1..L5, bins with 95 % bands)", fontsize=10)
     fig.tight_layout()
     return _save(fig, out)
