@@ -27,7 +27,7 @@ from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_store
 from cog_pl.probe.multihead import predict_heads
 from cog_pl.probe.storage import opened
 from cog_pl.probe.study import open_study
-from cog_pl.probe.tuner import RESULT_ATTR, SearchPlan, best_trial, run_search, train_probe
+from cog_pl.probe.tuner import RESULT_ATTR, TEST_TOP1, SearchPlan, best_trial, oracle_trial, run_search, train_probe
 from cog_pl.protocol import ProbeProtocol, as_record, check_grid
 from cog_pl.provenance import versions
 from cog_pl.results import FORMAT_VERSION
@@ -118,7 +118,11 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
           domain: str = "domain", protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
           device: str | torch.device = "cpu", name: str | None = None,
           flush_denormal: bool = True) -> dict[str, Any]:
-    """Tune, retrain and test one probe; returns its result row. Test data never enters tuning or sampling.
+    """Tune, retrain and test one probe; returns its result row. Test data never enters tuning or sampling: each
+    trial's head is also evaluated on test after it is trained, which the search never reads: the row's
+    ``oracle_test_top1`` is the best trial's (what selecting on test would have reported; ``oracle_trial``: that
+    trial), ``selected_test_top1`` the held-out-selected trial's (the same heads: at most the oracle; ``test_top1``
+    is its retrained probe's).
 
     The caller is the study's one writer (it holds the cell's claim, :mod:`cog_pl.probe.cells`): an unfinished
     study of the cell is started over (:func:`cog_pl.probe.study.open_study`). ``storage``: a path or URL (opened
@@ -133,11 +137,12 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     precision = plan.precision_on(device)
     want = wanted(splits.features, protocol, plan.as_record(), precision)
     name = name or identity_study_name(model, domain, shots, seed, want)
+    test = (splits.test_x.to(device), splits.test_y.to(device))  # each trial's head also tested: the oracle
     with opened(storage) as study_storage:
         study = open_study(study_storage, name, protocol.trials)
-        run_search(study, tuning, protocol, plan, seed)
-        best = best_trial(study)
-    del tuning
+        run_search(study, tuning, protocol, plan, seed, test=test)
+        best, oracle = best_trial(study), oracle_trial(study)
+    del tuning, test
     tuned = time.perf_counter()
     final_idx = final_indices(splits.train_y, seed, shots)
     x, y = (splits.train_x, splits.train_y) if shots is None else (splits.train_x[final_idx], splits.train_y[final_idx])
@@ -155,6 +160,8 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
         "lr": lr, "wd": wd, "best_trial": best.number, "val_top1": best.value,
         "val_top5": best.user_attrs.get(RESULT_ATTR, {}).get("val_top5"), "test_top1": float(result.top1[0]),
         "test_top5": float(result.top5[0]), "final_diverged_epoch": result.diverged_epoch[0],
+        "selected_test_top1": best.user_attrs.get(RESULT_ATTR, {}).get(TEST_TOP1),
+        "oracle_test_top1": oracle and oracle[1], "oracle_trial": oracle and oracle[0],
         "train_rows": len(final_idx), "tuning_rows": len(train_idx), "val_rows": len(val_idx),
         "mode": plan.mode, "precision": precision, "search": plan.as_record(), "protocol": as_record(protocol),
         "features": want["features"], "identity": want["identity"], "study": name, "worker": worker_id(),

@@ -8,7 +8,8 @@ cell's tuning sample lets every row vote: it is tried and recorded as k = those 
 sample holds at least as many, so the test votes with it too). Then one pass of the
 test features against the train features serves every cell: the full train set for all data, the linear probe's
 final N-shot sample (:func:`cog_pl.data.sampling.final_indices`) otherwise. The test store is read only then: the
-test labels never enter the choice of k.
+test labels never enter the choice of k. The same pass also gives every tried k's test top-1, recorded beside the
+chosen k's with the best of them (``oracle_test_top1``): what choosing k on test would have reported.
 
 Rows have ``method = "knn"``; a row's identity is the features' identity, the k-NN values (``ks``, temperature,
 validation fraction, normalisation) and the precision. Resuming skips rows of the same identity and refuses rows of
@@ -124,9 +125,14 @@ def final_samples(labels: np.ndarray, cells: Sequence[tuple[int | None, int]]) -
 
 def score_test(data: KNNData, test_x: Tensor, test_y: Tensor, chosen: dict[tuple, int],
                settings: KNNSettings, precision: str,
-               ranked_out: dict[tuple, Tensor] | None = None) -> dict[tuple, dict[str, Any]]:
+               ranked_out: dict[tuple, Tensor] | None = None,
+               tried: dict[tuple, Sequence[int]] | None = None) -> dict[tuple, dict[str, Any]]:
     """Test top-1/top-5 of each (shots, seed) cell with its chosen k, from one pass over the test features; with
-    ``ranked_out``, each cell's ranked classes (the top 5 of each test image) are put there too."""
+    ``ranked_out``, each cell's ranked classes (the top 5 of each test image) are put there too. ``tried``: the ks
+    each cell's validation tried; each one's test top-1 is recorded too (``test_top1_by_k``) and the best of them
+    (``oracle_test_top1``, ``oracle_k``: the smaller k among equals): what choosing k on test would have reported,
+    beside the chosen k's (``selected_test_top1``, the cell's ``test_top1``).
+    The neighbours of the one pass serve every k (a smaller k's are a prefix of the largest's)."""
     samples = final_samples(data.train_y.numpy(), list(chosen))
     key = {cell: "all" if rows is None else cell for cell, rows in samples.items()}  # all data: one subset
     distinct = list(dict.fromkeys(key.values()))
@@ -143,6 +149,12 @@ def score_test(data: KNNData, test_x: Tensor, test_y: Tensor, chosen: dict[tuple
         out[cell] = {"test_top1": top1, "test_top5": top5,
                      "train_rows": len(data.train_y) if train is None else len(train),
                      "train_rows_sha256": rows_digest(np.arange(len(data.train_y)) if train is None else train)}
+        if tried is not None:
+            by_k = {j: top1 if j == k else accuracy(vote(sims, data.train_y[rows], data.num_classes, j,
+                                                         settings.temperature), test_y)[0] for j in tried[cell]}
+            best = choose_k(by_k)
+            out[cell].update({"test_top1_by_k": {str(j): v for j, v in by_k.items()}, "oracle_test_top1": by_k[best],
+                              "oracle_k": best, "selected_test_top1": top1})
     return out
 
 
@@ -195,7 +207,8 @@ def knn_rows(pair: StorePair, cells: Sequence[tuple[int | None, int]], *, model:
     test_x, test_y = load_store(pair.test, "cpu")  # read only now: the choice of k is made
     test_x = l2_normalize(test_x) if protocol.normalize else test_x
     ranked: dict[tuple, Tensor] = {}
-    tested = score_test(data, test_x, test_y, {c: r["k"] for c, r in chosen.items()}, settings, precision, ranked)
+    tested = score_test(data, test_x, test_y, {c: r["k"] for c, r in chosen.items()}, settings, precision, ranked,
+                        tried={c: list(r["val_top1_by_k"]) for c, r in chosen.items()})
     end = time.perf_counter()
     ident = knn_identity(features_identity(pair), settings, protocol, precision)
     world = 1

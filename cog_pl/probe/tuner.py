@@ -12,6 +12,10 @@ its previous epoch (:attr:`SearchPlan.on_divergence`). Both record the mode.
 Precision (:mod:`cog_pl.probe.multihead`): ``auto`` runs the matrix products of fast mode in bfloat16 where the
 device does them fast and everything in float32 otherwise; exact mode stays in float32 unless told. The resolved
 precision is recorded with every trial and result.
+
+Selection optimism: a search given the test set (``test``) also evaluates each trial's trained head on it after
+training (one evaluation of all heads of a batch) and records it in the trial (:data:`TEST_TOP1`), which nothing in
+the search reads; :func:`oracle_trial` is the best of them, what selecting on test would have reported.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ import optuna
 import torch
 from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
+from torch import Tensor
 
 from cog_pl.device import resolve_precision
 from cog_pl.errors import CogError
 from cog_pl.probe.data import ProbeData, sub_seed
-from cog_pl.probe.multihead import PRECISIONS, HeadsResult, init_heads, train_heads
+from cog_pl.probe.multihead import PRECISIONS, HeadsResult, evaluate_heads, init_heads, train_heads
 from cog_pl.probe.study import ask_trials, fail_trial, tell_result
 from cog_pl.protocol import ProbeProtocol
 
@@ -36,6 +41,9 @@ log = logging.getLogger(__name__)
 
 MODES = ("fast", "exact")
 RESULT_ATTR = "result"  # user attribute of a finished trial: val_top5, diverged_epoch, mode, precision, batch info
+#: The key of :data:`RESULT_ATTR` holding a trial's test top-1 (:func:`oracle_trial`): its head evaluated on the test
+#: set after training, never read by the search.
+TEST_TOP1 = "test_top1"
 
 
 @dataclass(frozen=True)
@@ -113,9 +121,18 @@ def search_space(protocol: ProbeProtocol) -> dict[str, FloatDistribution]:
             "wd": FloatDistribution(*protocol.wd_range, log=True)}
 
 
+def test_scores(result: HeadsResult, test: tuple[Tensor, Tensor], on_divergence: str) -> list[float]:
+    """Each trained head's test top-1 (percent): what selecting on test would compare (:func:`oracle_trial`). A head
+    scored 0 on validation because it has no state (rolled back in its first epoch) scores 0 here too."""
+    top1 = evaluate_heads(result.weight, result.bias, *test)[:, 0].cpu()
+    return [0.0 if on_divergence == "rollback" and e == 0 else float(v) for v, e in zip(top1, result.diverged_epoch)]
+
+
 def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protocol: ProbeProtocol,
-              plan: SearchPlan, seed: int) -> None:
-    """Train a batch of asked trials side by side and tell their results."""
+              plan: SearchPlan, seed: int, test: tuple[Tensor, Tensor] | None = None) -> None:
+    """Train a batch of asked trials side by side and tell their results. ``test``: the test features and labels
+    (on the heads' device), on which every trained head is also evaluated after training (:data:`TEST_TOP1`); the
+    search never reads it."""
     precision = plan.precision_on(data.train_x.device)
     start = time.perf_counter()
     try:
@@ -124,6 +141,7 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
             seeds=[sub_seed(seed, 10, t.number) for t in trials], perm_seed=sub_seed(seed, 11, trials[0].number),
             eval_every_epoch=plan.mode == "exact", precision=precision, on_divergence=plan.on_divergence,
         )
+        tested = None if test is None else test_scores(result, test, plan.on_divergence)
     except BaseException as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else ""
         for t in trials:
@@ -133,18 +151,21 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
     for i, t in enumerate(trials):
         tell_result(study, t, float(result.top1[i]), {RESULT_ATTR: {  # one attribute: one storage transaction
             "val_top5": float(result.top5[i]), "diverged_epoch": result.diverged_epoch[i], "mode": plan.mode,
-            "precision": precision, "batch_seconds": seconds, "batch_heads": len(trials)}},
+            "precision": precision, "batch_seconds": seconds, "batch_heads": len(trials),
+            **({} if tested is None else {TEST_TOP1: tested[i]})}},
             history=[float(acc[i]) for acc in (result.history if plan.mode == "exact" else [])])
     log.info("trials %s: val top-1 %s (%.1fs)", [t.number for t in trials],
              [round(float(a), 2) for a in result.top1], seconds)
 
 
-def run_search(study: optuna.Study, data: ProbeData, protocol: ProbeProtocol, plan: SearchPlan, seed: int) -> None:
-    """Tune the study, its one writer, until it holds ``protocol.trials`` finished trials."""
+def run_search(study: optuna.Study, data: ProbeData, protocol: ProbeProtocol, plan: SearchPlan, seed: int,
+               test: tuple[Tensor, Tensor] | None = None) -> None:
+    """Tune the study, its one writer, until it holds ``protocol.trials`` finished trials (``test``: as
+    :func:`run_batch`'s)."""
     space = search_space(protocol)
     while (complete := len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))) < protocol.trials:
         n = min(plan.batch_size(complete), protocol.trials - complete)
-        run_batch(study, ask_trials(study, n, space, seed, plan.startup_trials), data, protocol, plan, seed)
+        run_batch(study, ask_trials(study, n, space, seed, plan.startup_trials), data, protocol, plan, seed, test)
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial:
@@ -153,3 +174,15 @@ def best_trial(study: optuna.Study) -> FrozenTrial:
     if not done:
         raise RuntimeError(f"study {study.study_name} has no finished trial")
     return max(done, key=lambda t: (t.value, -t.number))
+
+
+def oracle_trial(study: optuna.Study) -> tuple[int, float] | None:
+    """The finished trial with the highest test top-1 (lowest number on ties) and that top-1: what selecting on test
+    would have reported (selection optimism: it is at least the selected trial's test top-1 of the same heads). None
+    where a finished trial has no test top-1 (trained by a cog_pl that did not evaluate it)."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    scores = [(t.number, t.user_attrs.get(RESULT_ATTR, {}).get(TEST_TOP1)) for t in done]
+    if not scores or any(v is None for _, v in scores):
+        return None
+    number, value = max(scores, key=lambda p: (p[1], -p[0]))
+    return number, float(value)

@@ -22,7 +22,15 @@ from cog_pl.report.concept_tables import (
 from cog_pl.report.concepts import concept_report
 from cog_pl.report.html import report_html
 from cog_pl.report.models import models_markdown, resolve_baseline
-from cog_pl.report.plots import plot_domains, plot_few_shot, plot_methods, plot_similarity_curves, plot_variants
+from cog_pl.report.plots import (
+    plot_domains,
+    plot_few_shot,
+    plot_gain_curves,
+    plot_methods,
+    plot_similarity_curves,
+    plot_variants,
+)
+from cog_pl.report.probes import optimism_markdown
 from cog_pl.report.protocols import split_protocols, stale_markdown
 from cog_pl.report.tables import csv_table, official_cells, probe_cells, report_markdown, summarize
 from cog_pl.report.variants import variant_lines, variants_markdown
@@ -55,7 +63,7 @@ def skipped_markdown(features: str | Path, models: Sequence[str] = ()) -> str:
 #: holds one report (:func:`write_report`).
 ARTEFACTS = ("report.md", "results.csv", "concepts.csv", "domains.png", "domains_relative.png", "few_shot.png",
              "methods.png", "variants.png", "concepts_similarity.png", "concepts_similarity_relative.png",
-             "report.html")
+             "probe_gains.png", "report.html")
 #: The results store's ``info`` key of the feature stores' root its rows were made from (``cog-pl run`` records it).
 FEATURES_INFO = "features"
 
@@ -117,7 +125,8 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     out = Path(out)
     files = {"markdown": out / "report.md", "csv": out / "results.csv", "domains": out / "domains.png"}
     markdown = (report_markdown(cells, baseline, variants_markdown(variants) if variants else "",
-                                summary_columns(concepts), relative_intervals(concepts), concepts_markdown(concepts))
+                                summary_columns(concepts), relative_intervals(concepts), concepts_markdown(concepts),
+                                optimism_markdown(cells))
                 + (skipped_markdown(features, models) + trusted_markdown(features, models)
                    if features is not None else "") + stale_markdown(stale, rows)
                 + models_markdown(rows, features))
@@ -146,6 +155,9 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     if concepts.relative:
         files["concepts_similarity_relative"] = plot_similarity_curves(
             concepts.relative, out / "concepts_similarity_relative.png", concepts.info.measure, baseline)
+    gains = {method: gain.curves for method, gain in concepts.gains.items() if gain.curves}
+    if gains:
+        files["probe_gains"] = plot_gain_curves(gains, out / "probe_gains.png", concepts.info.measure)
     if html:
         figures = {k: v for k, v in files.items() if v.suffix == ".png"}
         made = {"results": str(results), "made": created(), "by": f"cog_pl {versions()['cog_pl']}",

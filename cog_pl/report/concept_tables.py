@@ -16,7 +16,7 @@ from typing import Any
 
 from cog_pl.analysis.concepts import N_BOOT, SLOPE_UNIT
 from cog_pl.analysis.paired import PairedDifference
-from cog_pl.methods import method_sort_key
+from cog_pl.methods import method_label, method_sort_key
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 from cog_pl.report.concepts import ConceptReport
 from cog_pl.report.tables import domain_label
@@ -114,7 +114,7 @@ def concepts_markdown(report: ConceptReport) -> str:
         if report.paired:
             first = next(iter(report.paired.values()))
             parts += ["", f"({first.n_boot:,} bootstrap resamples, {first.n_perm:,} permutations, seed {first.seed}.)"]
-    parts += _extremes(report) + _confusions(report) + _noise(report)
+    parts += gains_markdown(report) + _extremes(report) + _confusions(report) + _noise(report)
     if report.lacking and not report.scores:
         parts += ["", "## Rows without stored predictions", "",
                   f"None of the {len(report.lacking)} all-data rows has stored test predictions (made before they were "
@@ -127,6 +127,37 @@ def concepts_markdown(report: ConceptReport) -> str:
                   f"{len(report.lacking)} all-data row(s) have no stored test predictions and are left out of the "
                   f"concept analyses: {shown}{more}."]
     return "\n".join(parts).strip("\n") + "\n" if parts else ""
+
+
+def gains_markdown(report: ConceptReport) -> list[str]:
+    """Per probe method other than the linear probe (:attr:`ConceptReport.gains`), its section: the paired gain over
+    the linear probe per domain and, where the concepts' similarity is known, the concept-level curve and slope."""
+    out: list[str] = []
+    for method, gain in report.gains.items():
+        label = method_label(method)
+        out += ["", f"## {label} against the linear probe: gain per level and over concept similarity (all data)", "",
+                f"Top-1 of the {label} minus the linear probe's of the same model on the same test images, mean over "
+                "the seeds both have; 95 % paired bootstrap interval over test images and permutation p as in "
+                f"section Paired differences ({NOT_SIGNIFICANT}: p ≥ 0.05).", "",
+                "| model | domain | gain | 95 % interval | p | images | seeds |", "|---|---|---|---|---|---|---|"]
+        for (model, domain), p in sorted(gain.paired.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
+            out.append(f"| {model} | {domain_label(domain)} | {p.difference:+.2f} | {interval_text(p)} | "
+                       f"{p.p_value:.4f} | {p.images} | {', '.join(map(str, p.seeds))} |")
+        out += [f"| {model} | {domain_label(domain)} | – | {why} | – | – | – |"
+                for (model, domain), why in sorted(gain.unpaired.items(), key=lambda kv: (kv[0][0], _order(kv[0][1])))]
+        if gain.curves:
+            info = report.info
+            out += ["", f"Each level concept's top-1 difference ({label} minus linear probe, points, pooled over the "
+                    f"seeds) against its {info.measure} similarity to the seen concepts ({info.source}); the concepts "
+                    f"of L1..L5 together, in bins of about equal counts; [low, high]: 95 % bootstrap interval over the "
+                    f"bin's concepts ({N_BOOT:,} resamples, seed {report.seed}). Figure: `probe_gains.png`.", "",
+                    *_curve_table(gain.curves, True), "",
+                    f"| model | {SLOPE_HEADER} | 95 % interval | concepts |", "|---|---|---|---|"]
+            for model in sorted(gain.curves):
+                s, lo, hi = gain.slopes[model]
+                out.append(f"| {model} | {_num(s, sign=True)} | [{_num(lo, sign=True)}, {_num(hi, sign=True)}] | "
+                           f"{gain.concepts[model]} |")
+    return out
 
 
 def _order(domain: str) -> int:

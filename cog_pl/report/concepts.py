@@ -5,8 +5,9 @@ predictions were kept are listed as lacking them; predictions that do not match 
 analyses of :mod:`cog_pl.analysis`: per-concept top-1 of every (model, method, domain); for the linear probes, top-1
 against each level concept's similarity to the seen concepts (a binned curve with bands, absolute and relative to the
 baseline, and its slope), the concepts most and least right per level, each model's paired difference to the
-baseline per domain, the most frequent confusions per level, and, where the label-noise check's predictions are
-stored, the seen concept each unseen concept is most often taken for. Rendering: :mod:`cog_pl.report.concept_tables`.
+baseline per domain, the most frequent confusions per level, where the label-noise check's predictions are
+stored, the seen concept each unseen concept is most often taken for, and each other probe method's gain over the
+linear probe (:mod:`cog_pl.report.probes`). Rendering: :mod:`cog_pl.report.concept_tables`.
 
 Similarity comes from a level file or a benchmark file (``levels``: its ``similarity`` and ``closest_seen``, any
 measure), else from WordNet: Lin similarity to the benchmark's seen concepts (IN-1K by default), the measure of the
@@ -32,6 +33,7 @@ from cog_pl.analysis.paired import SEED, PairedDifference, aligned, check_same_t
 from cog_pl.errors import CogError
 from cog_pl.io import read_json
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
+from cog_pl.report.probes import ProbeGain, probe_gains
 from cog_pl.report.tables import mean_std
 from cog_pl.report.variants import Stat
 from cog_pl.resources import in1k_wnids, is_wnid
@@ -80,6 +82,7 @@ class ConceptReport:
     noise: dict[tuple[str, str], tuple[list[Confusion | None], tuple[str, ...], tuple[str, ...], int]] = field(
         default_factory=dict)  # (model, domain): each level concept's confusion, level classes, seen classes, seed
     lacking: list[tuple[str, str]] = field(default_factory=list)  # (row, why it has no predictions)
+    gains: dict[str, ProbeGain] = field(default_factory=dict)  # per probe method: its gain over the linear probe
 
     @property
     def models(self) -> list[str]:
@@ -248,6 +251,7 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
     if baseline:
         out.paired, out.unpaired = paired_to_baseline(stored, baseline, sorted({r["model"] for r in rows}), seed,
                                                       rows=rows, results=results)
+    out.gains = probe_gains(stored, out.info.similarity if out.info is not None else None, seed)
     out.lin = _confusion_similarity(out)
     _noise(out, results, rows)
     return out

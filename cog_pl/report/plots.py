@@ -1,6 +1,6 @@
 """Figures in the style of the paper: top-1 across IN-1K and L1..L5 (absolute and relative), few-shot curves, the
 level variants (top-1 per level for each similarity measure), and concept top-1 against similarity to the seen
-concepts (binned, with bands)."""
+concepts (binned, with bands); each probe method's gain over the linear probe against that similarity."""
 
 from __future__ import annotations
 
@@ -156,5 +156,30 @@ def plot_similarity_curves(curves: Mapping[str, Curve], out: str | Path, measure
                  "with 95 % bands)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_gain_curves(gains: Mapping[str, Mapping[str, Curve]], out: str | Path, measure: str = "similarity") -> Path:
+    """Each probe method's gain over the linear probe against concept similarity, one panel per method (``gains``:
+    method -> model -> its curve of concept top-1 differences), a line per model through the bins' means with its
+    95 % band (:func:`cog_pl.report.probes.probe_gains`)."""
+    plt = _plt()
+    methods = [m for m in sorted(gains, key=method_sort_key) if gains[m]]
+    fig, axes = plt.subplots(1, len(methods), figsize=(5.4 * len(methods), 3.9), dpi=120, squeeze=False,
+                             sharey=True)
+    for ax, method in zip(axes[0], methods):
+        for model in sorted(gains[method]):
+            c = gains[method][model]
+            keep = c.concepts > 0
+            line = ax.plot(c.center[keep], c.mean[keep], marker="o", lw=1.5, label=model)[0]
+            ax.fill_between(c.center[keep], c.low[keep], c.high[keep], color=line.get_color(), alpha=0.2, lw=0)
+        ax.axhline(0, color="grey", lw=1, ls="--")
+        ax.set_title(f"{method_label(method)} − linear probe against similarity\n(levels L1..L5, bins with 95 % "
+                     "bands)", fontsize=10)
+        ax.set_xlabel(f"{measure} similarity to the closest seen concept")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("concept top-1 gain (points)")
     fig.tight_layout()
     return _save(fig, out)

@@ -74,6 +74,10 @@ class Cell:
     relative_to: str | None = None  # the baseline cell the relative is taken against: "<model>/<method>"
     relative_note: str | None = None  # why there is no relative, or how the baseline's settings differ
     settings: tuple = ()  # the rows' settings (cog_pl.results.identity.settings_of) as sorted (name, JSON) pairs
+    oracle: float | None = None  # mean oracle_test_top1 over the rows recording it (what selecting on test reports)
+    gap: float | None = None  # selection optimism: mean of selection_gap over the rows recording it (points)
+    gap_std: float = 0.0
+    gap_seeds: int = 0  # the rows recording it (0: made before rows recorded it, n/a)
 
     @property
     def shots_label(self) -> str:
@@ -100,6 +104,17 @@ def expected_seeds(row: dict) -> int | None:
     if recorded:
         return len(recorded)
     return len(ProbeProtocol().seeds) if protocol_key(row) else None
+
+
+def selection_gap(row: Mapping[str, Any]) -> float | None:
+    """A tuned row's selection optimism (points): what selecting on test would have reported (``oracle_test_top1``)
+    minus the held-out-selected result on the same trained heads (``selected_test_top1``; its ``test_top1`` where the
+    row records no such value); None for a row that records no oracle (made before rows did, or untuned)."""
+    oracle = row.get("oracle_test_top1")
+    if oracle is None:
+        return None
+    selected = row.get("selected_test_top1")
+    return float(oracle) - float(row["test_top1"] if selected is None else selected)
 
 
 def cell_of(row: dict) -> tuple:
@@ -133,9 +148,13 @@ def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
         top1, std = mean_std([float(r["test_top1"]) for r in rs])
         top5, _ = mean_std([float(r.get("test_top5", math.nan)) for r in rs])
         settings = tuple(sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in settings_of(rs[0]).items()))
+        measured = [(float(r["oracle_test_top1"]), gap) for r in rs if (gap := selection_gap(r)) is not None]
+        gap, gap_std = mean_std([g for _, g in measured]) if measured else (None, 0.0)
         cells[model, method, domain, shots] = Cell(model, method, domain, shots, top1, std, top5,
                                                    len({r["seed"] for r in rs}), expected=expected_seeds(rs[0]),
-                                                   protocol=protocol_key(rs[0]), settings=settings)
+                                                   protocol=protocol_key(rs[0]), settings=settings,
+                                                   oracle=mean_std([o for o, _ in measured])[0] if measured else None,
+                                                   gap=gap, gap_std=gap_std, gap_seeds=len(measured))
     if baseline:
         for key, c in list(cells.items()):
             base = cells.get((baseline, *key[1:]))
@@ -246,11 +265,13 @@ def csv_table(cells: Sequence[Cell]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["model", "method", "domain", "shots", "top1_mean", "top1_std", "top5_mean", "seeds", "top1_relative",
-                "relative_to", "relative_note", "protocol"])
+                "relative_to", "relative_note", "protocol", "oracle_top1_mean", "selection_gap_mean",
+                "selection_gap_seeds"])
     for c in cells:
         w.writerow([c.model, c.method, c.domain, c.shots_label, f"{c.top1:.4f}", f"{c.top1_std:.4f}", f"{c.top5:.4f}",
                     c.seeds, "" if c.relative is None else f"{c.relative:.4f}", c.relative_to or "",
-                    c.relative_note or "", (c.protocol or "")[:12]])
+                    c.relative_note or "", (c.protocol or "")[:12], "" if c.oracle is None else f"{c.oracle:.4f}",
+                    "" if c.gap is None else f"{c.gap:.4f}", c.gap_seeds])
     return buf.getvalue()
 
 
@@ -273,11 +294,14 @@ def _named_protocols(cells: Sequence[Cell]) -> list[str]:
 
 def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants: str = "",
                     summary: Mapping[str, Mapping[str, str]] | None = None,
-                    intervals: Mapping[tuple[str, str], str] | None = None, concepts: str = "") -> str:
+                    intervals: Mapping[tuple[str, str], str] | None = None, concepts: str = "",
+                    optimism: str = "") -> str:
     """The whole report: all-data table (with ``summary`` columns per model: the L1-L5 drop and the slope over
     similarity), relative table (each difference with its paired interval, ``intervals``), the level variants'
     table (``variants``, markdown, from :func:`cog_pl.report.variants.variants_markdown`), the concept sections
-    (``concepts``, :func:`cog_pl.report.concept_tables.concepts_markdown`) and one few-shot table per domain."""
+    (``concepts``, :func:`cog_pl.report.concept_tables.concepts_markdown`) and one few-shot table per domain;
+    ``optimism``: the selection-optimism section (:func:`cog_pl.report.probes.optimism_markdown`), after the probe
+    methods' table."""
     official = official_cells(cells)
     marks = protocol_marks(cells)
     parts = ["# ImageNet-CoG results", *_named_protocols(cells), "",
@@ -308,6 +332,8 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
     if beside:
         parts += ["", "## " + " beside ".join(method_label(m) for m in reversed(probe_methods(cells)))
                   + ": test top-1 (%) on all data, mean ± std over seeds", "", beside]
+    if optimism:
+        parts += ["", optimism.rstrip("\n")]
     vs_ft = finetune_relative(cells)
     if vs_ft:
         parts += ["", "## Linear probe relative to fine-tuning (probe top-1 / fine-tuned top-1, %)", "",

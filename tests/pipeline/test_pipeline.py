@@ -62,8 +62,14 @@ def test_reduced_demo_end_to_end(demo_run):
         (d, s, seed) for d in ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5") for s in (0, 2)
         for seed in (22, 37))
     assert "## k-NN beside linear probe" in stdout and "| model | method | IN-1K | L1 | L2 | L3 | L4 | L5 |" in stdout
-    beside = [ln for ln in stdout.splitlines() if ln.startswith(("| demo_cnn | k-NN |", "| demo_cnn | linear probe |"))]
+    both = ("| demo_cnn | k-NN |", "| demo_cnn | linear probe |")
+    section = stdout.split("## k-NN beside linear probe")[1].split("\n## ")[0]
+    beside = [ln for ln in section.splitlines() if ln.startswith(both)]
     assert len(beside) == 2 and all(ln.count("±") == 6 for ln in beside)  # both methods on every level
+    # issue 40: each method's selection optimism per level, from the oracles its rows record
+    section = stdout.split("## Selection optimism")[1].split("\n## ")[0]
+    gaps = [ln for ln in section.splitlines() if ln.startswith(both)]
+    assert len(gaps) == 2 and all(ln.count(" | +") == 6 and "n/a" not in ln for ln in gaps)
     rows = [r for r in rows if r["method"] == "linear"]
     official = [r for r in rows if "@" not in r["domain"]]
     assert len(official) == 6 * 2 * 2  # domains x seeds x shot settings

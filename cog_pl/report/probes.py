@@ -1,0 +1,142 @@
+"""The probe methods compared: what selecting on test would have added to each, and each one's gain over the linear
+probe against concept similarity, from result rows and the test predictions stored beside them.
+
+- **Selection optimism** (:func:`optimism_markdown`): a tuned row records what selecting on test would have
+  reported (``oracle_test_top1``: the best trial's, head's or k's test top-1) beside the held-out-selected one
+  (:func:`cog_pl.report.tables.selection_gap`); per model, method and level, the mean gap over seeds, so a reader
+  can set this benchmark's figures beside a suite's that selects on the data it reports. Rows made before rows
+  recorded it show ``n/a``.
+- **Gain against similarity** (:func:`probe_gains`): for every probe method with stored predictions beside the
+  linear probe's (an attentive probe, an MLP, the k-NN), its per-level paired difference to the linear probe of the
+  same model (:func:`cog_pl.analysis.paired.paired_difference`: the same test images and seeds) and the concept-level
+  curve: each level concept's top-1 difference against its similarity to the seen concepts, binned with bootstrap
+  bands, and its slope (:mod:`cog_pl.analysis.concepts`). Rendered by
+  :func:`cog_pl.report.concept_tables.gains_markdown` and :func:`cog_pl.report.plots.plot_gain_curves`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cog_pl.analysis import concepts as ca
+from cog_pl.analysis.paired import SEED, PairedDifference, aligned, paired_difference, positions
+from cog_pl.errors import CogError
+from cog_pl.methods import is_probe, method_label, sort_methods
+from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
+from cog_pl.report.tables import Cell, _mark, domain_label, domains_of, probe_cells, probe_methods, protocol_marks
+from cog_pl.results import DEFAULT_METHOD
+from cog_pl.results.predictions import Predictions
+
+#: What a table shows where no row of the cell records the oracle (rows made before they did).
+NOT_RECORDED = "n/a"
+
+
+def optimism_value(c: Cell) -> str:
+    """A cell's selection optimism: ``+0.84 ± 0.31`` (points, over the seeds recording it, with their n where it is
+    not the cell's), or :data:`NOT_RECORDED`."""
+    if c.gap is None:
+        return NOT_RECORDED
+    text = f"{c.gap:+.2f}" + (f" ± {c.gap_std:.2f}" if c.gap_seeds > 1 else "")
+    return text + (f" (n = {c.gap_seeds})" if c.gap_seeds != c.seeds or c.gap_seeds < 2 else "")
+
+
+def optimism_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str] | None = None) -> str:
+    """The selection-optimism section: a line per (model, probe method), in the method table's order, the mean gap
+    per official domain on all data; empty without probe cells on all data."""
+    marks = protocol_marks(cells) if marks is None else marks
+    sel = [c for c in probe_cells(cells) if c.shots is None]
+    if not sel:
+        return ""
+    domains, methods = domains_of(sel), probe_methods(sel)
+    by = {(c.model, c.method, c.domain): c for c in sel}
+    lines = ["## Selection optimism: what selecting on test would have added (top-1 points, all data)", "",
+             "Each tuned row's oracle (the test top-1 of its best trial, head or k: what choosing them on the test "
+             "set, as suites that select on the data they report do, would have reported) minus its held-out-selected "
+             f"result on the same trained heads; mean ± std over seeds. {NOT_RECORDED}: rows that record no oracle "
+             "(made before rows recorded it, or of a method that tunes nothing).", "",
+             "| model | method | " + " | ".join(domain_label(d) for d in domains) + " |",
+             "|---" * (len(domains) + 2) + "|"]
+    for m in sorted({c.model for c in sel}):
+        for method in methods:
+            got = [by.get((m, method, d)) for d in domains]
+            if any(got):
+                lines.append(f"| {m} | {method_label(method)} | " + " | ".join(
+                    "–" if c is None else optimism_value(c) + _mark(c, marks) for c in got) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class ProbeGain:
+    """One method's gain over the linear probe (top-1 points, method minus linear), per model: the paired
+    difference per official domain, the concept-level curve over similarity and its slope (points per
+    :data:`~cog_pl.analysis.concepts.SLOPE_UNIT`), and why a (model, domain) has no paired difference."""
+
+    method: str
+    paired: dict[tuple[str, str], PairedDifference] = field(default_factory=dict)
+    unpaired: dict[tuple[str, str], str] = field(default_factory=dict)
+    curves: dict[str, ca.Curve] = field(default_factory=dict)
+    slopes: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    concepts: dict[str, int] = field(default_factory=dict)  # per model: the level concepts on its curve
+
+
+def concept_differences(label: np.ndarray, correct_a: np.ndarray, correct_b: np.ndarray,
+                        classes: Sequence[str] | None) -> tuple[tuple[str, ...], np.ndarray]:
+    """Each concept's top-1 of A minus B (points), pooled over the seeds, from ``(seeds, images)`` correctness
+    arrays of the same images (``label``: theirs; :func:`~cog_pl.analysis.paired.aligned`). Returns the concepts
+    (``classes``, or ``class <i>``) and the differences (NaN: a concept without test images)."""
+    num = len(classes) if classes is not None else int(np.max(label, initial=-1)) + 1
+    top_a, _ = ca.concept_accuracy(label, correct_a, num)
+    top_b, _ = ca.concept_accuracy(label, correct_b, num)
+    return tuple(classes) if classes is not None else tuple(f"class {i}" for i in range(num)), top_a - top_b
+
+
+def probe_gains(stored: Mapping[tuple[str, str, str], Mapping[int, Predictions]],
+                similarity: Mapping[str, float] | None, seed: int = SEED) -> dict[str, ProbeGain]:
+    """Per probe method other than the linear probe (in the method table's order), its gain over the linear probe of
+    the same model from ``stored`` (``(model, method, domain) -> {seed: predictions}``, all-data rows): the paired
+    difference per official domain and, with ``similarity`` (level concept -> similarity to the seen concepts), the
+    concept-level curve over the level concepts of L1..L5 pooled, its bins cut at the quantiles of the method's
+    concepts (:func:`~cog_pl.analysis.concepts.quantile_edges`); every bootstrap drawn from ``seed``."""
+    methods = sort_methods({meth for _, meth, _ in stored if meth != DEFAULT_METHOD and is_probe(meth)})
+    out = {}
+    for method in methods:
+        gain = ProbeGain(method)
+        points: dict[str, dict[tuple[str, str], tuple[float, float]]] = {}
+        for model in sorted({m for m, meth, _ in stored if meth == method}):
+            for domain in DOMAINS:
+                a, b = stored.get((model, method, domain)), stored.get((model, DEFAULT_METHOD, domain))
+                if a is None or b is None:
+                    if a is not None:
+                        gain.unpaired[model, domain] = "no linear-probe predictions"
+                    continue
+                try:
+                    ca_, cb, seeds = aligned(a, b)
+                except CogError as err:
+                    gain.unpaired[model, domain] = str(err)
+                    continue
+                gain.paired[model, domain] = paired_difference(ca_, cb, seeds=seeds, seed=seed)
+                if similarity and domain in LEVEL_OF_DOMAIN:
+                    first = a[seeds[0]]
+                    images = np.intersect1d(first.image, b[seeds[0]].image)  # those aligned() compares, in order
+                    classes, diff = concept_differences(first.label[positions(first.image, images)], ca_, cb,
+                                                        first.classes)
+                    points.setdefault(model, {}).update({(domain, w): (similarity[w], float(d))
+                                                         for w, d in zip(classes, diff)
+                                                         if w in similarity and np.isfinite(d)})
+        pooled = {k: v[0] for pts in points.values() for k, v in pts.items()}  # each level concept once
+        if pooled:
+            edges = ca.quantile_edges(list(pooled.values()), ca.default_bins(len(pooled)))
+            for i, (model, pts) in enumerate(sorted(points.items())):
+                if not pts:
+                    continue
+                sim, val = (np.array(v) for v in zip(*pts.values()))
+                gain.curves[model] = ca.binned_curve(sim, val, edges, seed=seed + i)
+                slope, low, high = ca.slope_interval(sim, val, seed=seed + i)
+                gain.slopes[model] = (slope * ca.SLOPE_UNIT, low * ca.SLOPE_UNIT, high * ca.SLOPE_UNIT)
+                gain.concepts[model] = len(pts)
+        if gain.paired or gain.unpaired:
+            out[method] = gain
+    return out

@@ -1,0 +1,178 @@
+"""The report compares the probe methods (issue 40): top-1 per level of every probe method in the method table's order,
+the selection optimism (oracle minus selected) per level and method, ``n/a`` for rows made before rows recorded it,
+and a method's gain over the linear probe against concept similarity with paired intervals, from constructed rows and
+predictions."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pytest
+from concept_fixtures import level_concepts, write_level_file
+
+from cog_pl import resources
+from cog_pl.methods import list_methods, method_label
+from cog_pl.probe.methods import register_probe_method, unregister_probe_method
+from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
+from cog_pl.report.build import write_report
+from cog_pl.report.concepts import concept_report
+from cog_pl.results import append_row, read_rows
+from cog_pl.results.predictions import Predictions
+
+SEEDS = (22, 37)
+N, IMAGES = 8, 6  # concepts per domain, test images per concept
+#: The methods the issue names, as helper 40c registers them (shared interface I4): name, label, order.
+NAMED = (("attentive", "attentive probe", 5), ("mlp", "MLP probe", 6))
+
+
+@pytest.fixture(scope="module")
+def named_methods():
+    """``attentive`` and ``mlp`` registered with their I4 label and order where no module registers them yet."""
+    added = []
+    for name, label, order in NAMED:
+        if name not in list_methods():
+            register_probe_method(name, label=label, order=order)(lambda *a, **k: [])
+            added.append(name)
+    yield
+    for name in added:
+        unregister_probe_method(name)
+
+
+def _top1(rng, base):
+    return round(float(base + rng.normal(0, 1.5)), 4)
+
+
+def _correct(method: str, sim: np.ndarray, seed: int) -> np.ndarray:
+    """Which test images of each concept a method gets right: ``(concepts * IMAGES,)``; the attentive probe gains
+    more the less similar a concept is to the seen ones."""
+    rng = np.random.default_rng([seed, len(method)])
+    p = np.clip(0.2 + 0.6 * sim + (0.5 * (1 - sim) if method == "attentive" else 0.0), 0.02, 0.98)
+    return rng.random((len(sim), IMAGES)) < p[:, None]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, named_methods, onto):
+    """Rows of model ``m`` for linear, attentive, MLP and k-NN on the six domains (two seeds), the linear and
+    attentive ones with predictions; oracles recorded by all but the MLP (an older row), the attentive probe's on one
+    seed only; a level file of the concepts' similarity."""
+    import cog_pl.report.concepts as concepts
+
+    was, concepts._ontology = concepts._ontology, lambda: onto  # the report's WordNet look-ups: the session's
+    tmp = tmp_path_factory.mktemp("probes")
+    sim = write_level_file(tmp / "levels.json", N)
+    names = {"in1k": list(resources.in1k_wnids()[:N]),
+             **{d: level_concepts(N)[lv] for d, lv in LEVEL_OF_DOMAIN.items()}}
+    results, rng, correct = tmp / "results.sqlite", np.random.default_rng(0), {}
+    base = {"linear": 60.0, "attentive": 64.0, "mlp": 61.0, "knn": 55.0}
+    for method in base:
+        for d, domain in enumerate(DOMAINS):
+            for seed in SEEDS:
+                row = {"model": "m", "method": method, "domain": domain, "shots": None, "seed": seed,
+                       "test_top1": _top1(rng, base[method] - 3 * d), "test_top5": 90.0}
+                if method in ("linear", "attentive"):
+                    s = np.array([sim.get(w, 0.95) for w in names[domain]])
+                    right = correct[method, domain, seed] = _correct(method, s, seed)
+                    label = np.repeat(np.arange(N), IMAGES)
+                    first = np.where(right.ravel(), label, (label + 1) % N)
+                    top5 = np.stack([(first + k) % N for k in range(5)], axis=1)
+                    row["predictions"] = Predictions.of(top5, label, np.arange(len(label)), names[domain])
+                    row["test_top1"] = row["predictions"].top1
+                if method == "linear":
+                    row.update(oracle_test_top1=row["test_top1"] + 2.0 + seed / 50,
+                               selected_test_top1=row["test_top1"] - 0.5)
+                elif method == "knn":
+                    row["oracle_test_top1"] = row["test_top1"] + 0.75  # selected: the chosen k's, its test_top1
+                elif method == "attentive" and seed == SEEDS[0]:
+                    row.update(oracle_test_top1=row["test_top1"] + 1.0, selected_test_top1=row["test_top1"])
+                append_row(results, row)
+    yield results, tmp / "levels.json", sim, names, correct
+    concepts._ontology = was
+
+
+def _table(text: str, heading: str) -> dict[tuple[str, str], list[str]]:
+    section = text.split(heading)[1].split("\n## ")[0]
+    lines = [[c.strip() for c in ln.strip("|").split("|")] for ln in section.splitlines() if ln.startswith("| m |")]
+    return {(cells[0], cells[1]): cells[2:] for cells in lines}
+
+
+def test_the_methods_table_shows_each_methods_rows_per_level_in_the_method_tables_order(store, tmp_path):
+    results, levels, *_ = store
+    text = write_report(results, tmp_path / "r", levels=levels, html=False)["markdown"].read_text()
+    heading = next(ln for ln in text.splitlines() if ln.startswith("## ") and " beside " in ln)
+    table = _table(text, heading)
+    assert [method for _, method in table] == ["linear probe", "attentive probe", "MLP probe", "k-NN"]
+    rows = read_rows(results)
+    for name in ("linear", "attentive", "mlp", "knn"):
+        got = table["m", method_label(name)]
+        for domain, value in zip(DOMAINS, got, strict=True):
+            v = [r["test_top1"] for r in rows if r["method"] == name and r["domain"] == domain]
+            assert value == f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}"
+
+
+def test_the_selection_optimism_is_the_oracle_minus_the_selected_per_level_and_method(store, tmp_path):
+    """Linear: oracle minus the selected trial's (not the retrained probe's test_top1); k-NN: minus its test_top1;
+    the attentive probe's on the one seed recording it (n = 1); the MLP's rows, made before, n/a; results.csv too."""
+    results, levels, *_ = store
+    files = write_report(results, tmp_path / "r", levels=levels, html=False)
+    table = _table(files["markdown"].read_text(), "## Selection optimism")
+    rows = read_rows(results)
+    for domain, i in zip(DOMAINS, range(6)):
+        gaps = [r["oracle_test_top1"] - r["selected_test_top1"] for r in rows
+                if r["method"] == "linear" and r["domain"] == domain]
+        assert gaps == pytest.approx([2.94, 3.24]) and table["m", "linear probe"][i] == "+3.09 ± 0.21"
+        assert table["m", "k-NN"][i] == "+0.75 ± 0.00"
+        assert table["m", "attentive probe"][i] == "+1.00 (n = 1)"
+        assert table["m", "MLP probe"][i] == "n/a"
+    lines = {(r["method"], r["domain"]): r for r in csv.DictReader(io.StringIO(files["csv"].read_text()))}
+    assert float(lines["linear", "cog_l3"]["selection_gap_mean"]) == pytest.approx(3.09)
+    want = np.mean([r["oracle_test_top1"] for r in rows if r["method"] == "linear" and r["domain"] == "cog_l3"])
+    assert float(lines["linear", "cog_l3"]["oracle_top1_mean"]) == pytest.approx(want, abs=1e-4)
+    assert lines["attentive", "in1k"]["selection_gap_seeds"] == "1"
+    assert (lines["mlp", "cog_l5"]["selection_gap_mean"], lines["mlp", "cog_l5"]["selection_gap_seeds"]) == ("", "0")
+
+
+def test_rows_made_before_the_oracle_was_recorded_show_n_a(tmp_path):
+    results = tmp_path / "old.sqlite"
+    for domain in DOMAINS:
+        for seed in SEEDS:
+            append_row(results, {"model": "old", "domain": domain, "shots": None, "seed": seed,
+                                 "test_top1": 50.0 + seed / 10, "test_top5": 80.0})
+    files = write_report(results, tmp_path / "r", html=False)
+    section = files["markdown"].read_text().split("## Selection optimism")[1].split("\n## ")[0]
+    assert "| old | linear probe | n/a | n/a | n/a | n/a | n/a | n/a |" in section
+    assert {r["selection_gap_mean"] for r in csv.DictReader(io.StringIO(files["csv"].read_text()))} == {""}
+
+
+def test_the_attentive_gain_against_similarity_is_the_constructed_concepts_difference(store, tmp_path):
+    """Per level the paired gain equals the constructed answers' difference, inside its interval; per concept the
+    difference against similarity: each bin's mean and the slope recomputed here; the section and the figure."""
+    results, levels, sim, names, correct = store
+    report = concept_report(results, read_rows(results), levels=levels)
+    assert list(report.gains) == ["attentive"]  # the MLP and k-NN rows have no predictions
+    gain = report.gains["attentive"]
+    for domain in DOMAINS:
+        p = gain.paired["m", domain]
+        want = 100 * np.mean([correct["attentive", domain, s].mean() - correct["linear", domain, s].mean()
+                              for s in SEEDS])
+        assert p.difference == pytest.approx(want) and p.low <= p.difference <= p.high
+        assert (p.images, p.seeds) == (N * IMAGES, SEEDS)
+    points = [(sim[w], 100 * np.mean([correct["attentive", d, s][i].mean() - correct["linear", d, s][i].mean()
+                                      for s in SEEDS]))
+              for d in LEVEL_OF_DOMAIN for i, w in enumerate(names[d])]
+    x, y = np.array(points).T
+    curve = gain.curves["m"]
+    for b in range(len(curve.edges) - 1):
+        inside = (x >= curve.edges[b]) & ((x < curve.edges[b + 1]) | (b == len(curve.edges) - 2))
+        assert curve.concepts[b] == inside.sum() and curve.mean[b] == pytest.approx(y[inside].mean())
+        assert curve.low[b] <= curve.mean[b] <= curve.high[b]
+    assert gain.slopes["m"][0] == pytest.approx(np.polyfit(x, y, 1)[0] * 0.1)
+    assert gain.slopes["m"][0] < 0 and gain.concepts["m"] == 5 * N  # the gain grows as similarity falls
+    files = write_report(results, tmp_path / "r", levels=levels, html=True)
+    text = files["markdown"].read_text()
+    section = text.split("## attentive probe against the linear probe")[1].split("\n## ")[0]
+    assert f"| m | L5 | {gain.paired['m', 'cog_l5'].difference:+.2f} | [" in section
+    assert "| similarity | concepts | m |" in section and "probe_gains.png" in section
+    assert files["probe_gains"].read_bytes()[:4] == b"\x89PNG"
+    assert 'alt="probe_gains"' in files["html"].read_text()
