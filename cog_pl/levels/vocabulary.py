@@ -9,12 +9,15 @@ Two file formats (the user supplies the file):
   bigrams and article titles; an entry counts as seen when its count reaches ``min_count``;
 - a plain lemma list, one per line (``#`` starts a comment).
 
-Each entry is matched to the noun synsets that have it as a lemma (NLTK WordNet 3.0; case and ``_``/space ignored,
-no morphology: ``glasses`` is not ``glass``) that are ImageNet-21K (Fall 2011) or IN-1K synsets, the only ones the
-levels' ontology places. An entry naming several of them is *ambiguous*: ``senses="all"`` takes them all (the data
-named the word, not a sense: the cautious reading for a seen set), ``"first"`` the first in WordNet's sense order.
-Entries naming no noun synset are *unmatched*, those naming only synsets outside ImageNet-21K *outside*; all are
-reported (:class:`VocabularyMatch`).
+The same JSON format holds bethgelab/frequency_determines_performance's ``search_counts/*_search_counts.json``
+(concept -> count in a pretraining set, for the class names of a downstream dataset, ``_`` for spaces).
+
+Each entry is matched to the noun synsets that have it as a lemma (NLTK WordNet 3.0; case, ``_`` for a space and
+repeated spaces ignored; no morphology: ``glasses`` is not ``glass``) that are ImageNet-21K (Fall 2011) or IN-1K
+synsets, the only ones the levels' ontology places. An entry naming several of them is *ambiguous*:
+``senses="all"`` takes them all (the data named the word, not a sense: the cautious reading for a seen set),
+``"first"`` the first in WordNet's sense order. Entries naming no noun synset are *unmatched*, those naming only
+synsets outside ImageNet-21K *outside*; all are reported (:class:`VocabularyMatch`).
 """
 
 from __future__ import annotations
@@ -126,7 +129,7 @@ def match_vocabulary(entries: Iterable[str], known: set[str], senses: str = "all
     matched: dict[str, tuple[str, ...]] = {}
     unmatched, outside, seen = [], [], {}
     for entry in entries:
-        key = " ".join(entry.split()).lower()
+        key = " ".join(entry.replace("_", " ").split()).lower()
         named = [s for s in wn.synsets(key.replace(" ", "_"), "n")
                  if key in {n.replace("_", " ").lower() for n in s.lemma_names()}] if key else []
         wnids = tuple(w for w in map(wnid_of, named) if w in known)

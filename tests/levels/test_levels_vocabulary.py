@@ -21,8 +21,8 @@ TENCH, GOLDFISH, WHITE_SHARK = "n01440764", "n01443537", "n01484850"
 DOG, ANDIRON = "n02084071", "n02710044"  # dog.n.01 and andiron.n.01 (lemma "dog"); dog's persons are not ImageNet's
 GERMAN_SHEPHERD = "n02106662"
 
-#: A small vocabulary in MetaCLIP's entry_counts_400m.json format (entry -> count).
-COUNTS = {"tiger cat": 120, "crane": 50, "dog": 3, "zzzqqq": 999, "glasses": 10, "the": 0, "German shepherd": 7,
+#: A small vocabulary in MetaCLIP's entry_counts_400m.json format (entry -> count; "_" for a space as bethgelab writes).
+COUNTS = {"tiger cat": 120, "crane": 50, "dog": 3, "zzzqqq": 999, "glasses": 10, "the": 0, "German_shepherd": 7,
           "idea": 40, "tench": 12, "goldfish": 500, "great white shark": 30}
 
 
