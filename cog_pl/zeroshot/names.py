@@ -37,8 +37,8 @@ from cog_pl import resources
 from cog_pl.errors import CogError
 from cog_pl.registry import Registry
 
-__all__ = ["ClassName", "NameScheme", "class_names", "get_name_scheme", "list_name_schemes", "register_name_scheme",
-           "shared_names"]
+__all__ = ["ClassName", "NameScheme", "class_names", "get_name_scheme", "hypernym_path", "list_name_schemes",
+           "register_name_scheme", "shared_names"]
 
 
 @dataclass(frozen=True)
