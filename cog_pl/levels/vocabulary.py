@@ -12,7 +12,7 @@ Two file formats (the user supplies the file):
 The same JSON format holds bethgelab/frequency_determines_performance's ``search_counts/*_search_counts.json``
 (concept -> count in a pretraining set, for the class names of a downstream dataset, ``_`` for spaces).
 
-Each entry is matched to the noun synsets that have it as a lemma (NLTK WordNet 3.0; case, ``_`` for a space and
+Each entry is matched to the noun synsets that have it as a lemma (WordNet 3.0; case, ``_`` for a space and
 repeated spaces ignored; no morphology: ``glasses`` is not ``glass``) that are ImageNet-21K (Fall 2011) or IN-1K
 synsets, the only ones the levels' ontology places. An entry naming several of them is *ambiguous*:
 ``senses="all"`` takes them all (the data named the word, not a sense: the cautious reading for a seen set),
@@ -47,6 +47,9 @@ def vocabulary_kind(path: str | Path) -> str:
         raise CogError(f"cannot read the seen list {path}: {err}") from None
     if head.lstrip().startswith("{"):
         return "counts"
+    if head.lstrip().startswith("["):
+        raise CogError(f"{path} is a JSON list; a vocabulary with counts is a JSON object (entry -> count, as "
+                       "MetaCLIP's entry_counts_400m.json), a lemma list has one lemma a line")
     first = next((line.split("#", 1)[0].strip() for line in head.splitlines() if line.split("#", 1)[0].strip()), "")
     return "wnids" if is_wnid(first.split()[0] if first else "") else "lemmas"
 
@@ -117,29 +120,41 @@ class VocabularyMatch:
 
 def match_vocabulary(entries: Iterable[str], known: set[str], senses: str = "all", wn: Any = None) -> VocabularyMatch:
     """Match ``entries`` to the noun synsets whose lemmas they are, keeping the wnids in ``known`` (``wn``: NLTK's
-    WordNet, :func:`cog_pl.wordnet.get_wordnet` when None)."""
+    WordNet, :func:`cog_pl.wordnet.get_wordnet` when None).
+
+    The lemmas of the ``known`` synsets are read from the package data (ImageNet's lemma lists, NLTK's lemma names
+    with ``_`` as a space), WordNet's noun index says whether an entry names any noun synset at all, and WordNet's
+    sense order is asked for the ambiguous entries alone: loading every synset an entry names would cost a minute
+    for MetaCLIP's 500,000 entries."""
     if senses not in SENSES:
         raise CogError(f"unknown sense rule {senses!r}; choose one of {', '.join(SENSES)}")
     if wn is None:
         from cog_pl.wordnet import get_wordnet
 
         wn = get_wordnet()
+    from cog_pl.resources import concept_name
     from cog_pl.wordnet.ontology import wnid_of
 
+    index: dict[str, list[str]] = {}
+    for wnid in sorted(known):
+        for lemma in concept_name(wnid).split(", "):
+            index.setdefault(lemma.lower(), []).append(wnid)
+    nouns = set(wn.all_lemma_names("n"))  # WordNet's noun index: lower case, "_" for a space
     matched: dict[str, tuple[str, ...]] = {}
     unmatched, outside, seen = [], [], {}
     for entry in entries:
         key = " ".join(entry.replace("_", " ").split()).lower()
-        named = [s for s in wn.synsets(key.replace(" ", "_"), "n")
-                 if key in {n.replace("_", " ").lower() for n in s.lemma_names()}] if key else []
-        wnids = tuple(w for w in map(wnid_of, named) if w in known)
-        if not named:
-            unmatched.append(entry)
-        elif not wnids:
+        wnids = index.get(key, [])
+        if len(wnids) > 1:  # WordNet's sense order (wn.synsets also tries base forms: those are left out)
+            order = {wnid_of(s): k for k, s in enumerate(wn.synsets(key.replace(" ", "_"), "n"))}
+            wnids = sorted(wnids, key=lambda w: order.get(w, len(order)))
+        if wnids:
+            matched[entry] = tuple(wnids)
+            seen.update(dict.fromkeys(wnids if senses == "all" else wnids[:1]))
+        elif key.replace(" ", "_") in nouns:
             outside.append(entry)
         else:
-            matched[entry] = wnids
-            seen.update(dict.fromkeys(wnids if senses == "all" else wnids[:1]))
+            unmatched.append(entry)
     return VocabularyMatch(list(seen), matched, unmatched, outside, senses)
 
 

@@ -54,9 +54,11 @@ def test_metaclip_counts_above_a_threshold_map_to_synsets_with_the_ambiguous_rep
 def test_a_lemma_list_and_the_file_kinds(tmp_path, counts_file):
     lemmas = tmp_path / "lemmas.txt"
     lemmas.write_text("# words a caption set named\nTiger Cat\n\ncrane  # the bird and the machine\n"
-                      "great  white shark\nzzzqqq\n")
+                      "great  white shark\nzzzqqq\nanklets\n")
     seen, match = vocabulary_seen_set(lemmas)
-    assert list(seen.wnids) == [TIGER_CAT, CRANE_MACHINE, CRANE_BIRD, WHITE_SHARK] and match.unmatched == ["zzzqqq"]
+    # "anklets" is a lemma of anklet.n.02 alone (NLTK's synsets() returns it twice, also for the base form "anklet")
+    assert list(seen.wnids) == [TIGER_CAT, CRANE_MACHINE, CRANE_BIRD, WHITE_SHARK, "n02713218"]
+    assert match.unmatched == ["zzzqqq"] and list(match.ambiguous) == ["crane"]
     assert resolve_seen(str(lemmas)).wnids == seen.wnids  # --seen takes it as it takes a wnid file
     wnids = tmp_path / "seen.txt"
     wnids.write_text(f"{TENCH}  # tench\n{GOLDFISH}\n")
@@ -69,6 +71,7 @@ def test_a_lemma_list_and_the_file_kinds(tmp_path, counts_file):
     (f"crane\n{TENCH}\n", {}, f":2: {TENCH} is a wnid in a lemma list"),
     ('{"crane": "many"}', {}, "expected MetaCLIP's entry counts .* got 'crane': 'many'"),
     ('{"crane": 5', {}, "cannot read the vocabulary"),
+    ('["crane", "tench"]', {}, "is a JSON list; a vocabulary with counts is a JSON object"),
     ('{"crane": 5}', {"min_count": 0}, "threshold must be at least 1"),
     ('{"zzzqqq": 5, "idea": 9}', {}, "none of its 2 entries names an ImageNet-21K or IN-1K synset"),
     ("crane\n", {"senses": "most"}, "unknown sense rule 'most'"),
