@@ -32,7 +32,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--seen", metavar="SET|FILE",
                    help="the concepts the model was pretrained on: " + ", ".join(_seen_names())
                         + " or a file of wnids (default in1k, the paper's); eligibility drops them and their "
-                          "ancestors, similarity is the largest to any of them")
+                          "ancestors, similarity is the largest to any of them; or a vocabulary: MetaCLIP's "
+                          "entry_counts_400m.json (entry -> count) or a lemma list, one a line, mapped to WordNet "
+                          "noun synsets through their lemmas")
+    b.add_argument("--seen-min-count", type=at_least(1), metavar="N",
+                   help="with --seen MetaCLIP's entry counts: an entry is seen when counted at least N times "
+                        "(default 1)")
+    b.add_argument("--seen-senses", choices=("all", "first"),
+                   help="with --seen a vocabulary: a lemma naming several synsets makes them all seen (default) or its "
+                        "first WordNet sense")
+    b.add_argument("--seen-report", type=Path, metavar="FILE",
+                   help="with --seen a vocabulary: write its ambiguous, unmatched and outside entries here (JSON)")
     b.add_argument("--level-size", type=_level_size, metavar="N|auto",
                    help=f"concepts per level (default {_P.level_size}); 'auto': the largest size up to "
                         f"{_P.level_size} that the eligible pool fills five times")
@@ -112,14 +122,13 @@ def _level_size(text: str) -> int | str:
 def _build(args: argparse.Namespace) -> int:
     from cog_pl.levels.builder import build_levels, write_level_file
     from cog_pl.levels.eligibility import read_discard_list
-    from cog_pl.levels.seen import resolve_seen
     from cog_pl.resources import in1k_wnids, in21k_wnids
 
     if not get_measure(args.measure).wordnet or args.concepts == "official":
         return _build_variant(args)
     if args.benchmark and not args.in21k_root:
         raise CogError("--benchmark draws each concept's test images from your IN-21K: give --in21k-root")
-    seen = resolve_seen(args.seen)  # a bad --seen is refused before the ontology is built
+    seen = _build_seen(args)  # a bad --seen is refused before the ontology is built
     size = _P.level_size if args.level_size in (None, "auto") else args.level_size
     protocol = dataclasses.replace(_P, measure=args.measure, lcs=args.lcs, level_size=size,
                                    leaf_rule=args.leaf_rule or _P.leaf_rule,
@@ -173,6 +182,32 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_seen(args: argparse.Namespace):
+    """``--seen`` for a build: a vocabulary's matching is printed (and with ``--seen-report`` written in full)."""
+    from cog_pl.io import write_json
+    from cog_pl.levels.seen import resolve_seen, vocabulary_seen_set
+    from cog_pl.levels.vocabulary import vocabulary_kind
+
+    if args.seen is not None and Path(args.seen).is_file() and vocabulary_kind(args.seen) != "wnids":
+        seen, match = vocabulary_seen_set(args.seen, args.seen_min_count, args.seen_senses or "all")
+        print(f"Vocabulary {args.seen}: {match.summary()}")
+        for what, listed in (("ambiguous", [f"{e!r} -> {' '.join(w)}" for e, w in match.ambiguous.items()]),
+                             ("unmatched", [repr(e) for e in match.unmatched]),
+                             ("outside ImageNet-21K", [repr(e) for e in match.outside])):
+            if listed:
+                print(f"  {what} ({len(listed)}): {'; '.join(listed[:5])}{' ...' if len(listed) > 5 else ''}")
+        if args.seen_report:
+            write_json(args.seen_report, match.report())
+            print(f"  every entry reported: {args.seen_report}")
+        return seen
+    given = [o for o, v in (("--seen-min-count", args.seen_min_count), ("--seen-senses", args.seen_senses),
+                            ("--seen-report", args.seen_report)) if v is not None]
+    if given:
+        raise CogError(f"{', '.join(given)}: options of a vocabulary given as --seen (MetaCLIP's entry counts or a "
+                       f"lemma list), but --seen is {args.seen or 'not given'}")
+    return resolve_seen(args.seen)
+
+
 def _build_variant(args: argparse.Namespace) -> int:
     from cog_pl.levels.builder import write_level_file
     from cog_pl.levels.variants import level_moves, rerank_official
@@ -183,7 +218,9 @@ def _build_variant(args: argparse.Namespace) -> int:
                        "--concepts eligible is not available")
     eligibility = {"--discard": args.discard, "--in21k-root": args.in21k_root, "--allow-missing": args.allow_missing,
                    "--leaf-rule": args.leaf_rule is not None, "--min-images": args.min_images is not None,
-                   "--seen": args.seen is not None, "--level-size": args.level_size is not None,
+                   "--seen": args.seen is not None, "--seen-min-count": args.seen_min_count is not None,
+                   "--seen-senses": args.seen_senses is not None, "--seen-report": args.seen_report is not None,
+                   "--level-size": args.level_size is not None,
                    "--benchmark": args.benchmark is not None}
     ignored = [option for option, given in eligibility.items() if given]
     if ignored:

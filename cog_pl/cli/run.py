@@ -203,9 +203,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--domains", nargs="+", default=list(DOMAINS), help="subset of " + ", ".join(DOMAINS))
     p.add_argument("--benchmark", help="a benchmark file instead of the official concepts and test split")
     p.add_argument("--seen", metavar="SET|FILE",
-                   help="the concepts the model's pretraining covered (a named set such as in1k, in21k-p, in21k, or "
-                        "a file of wnids): the run warns, naming them, where the levels evaluated hold any; "
-                        "default: the model's registry entry")
+                   help="the concepts the model's pretraining covered (a named set such as in1k, in21k-p, in21k, "
+                        "a file of wnids, or a vocabulary: MetaCLIP's entry counts or a lemma list): the run warns, "
+                        "naming them, where the levels evaluated hold any; default: the model's registry entry")
     p.add_argument("--no-check", action="store_true", help="skip the data check")
     p.add_argument("--stage", choices=STAGES, default=None,
                    help="run this stage alone (default: all in turn): check, extract (and the variants' regrouping), "

@@ -4,7 +4,8 @@
 - :mod:`~cog_pl.levels.measures`: the similarity measures (a :class:`~cog_pl.registry.Registry`).
 - :mod:`~cog_pl.levels.ranking`, :mod:`~cog_pl.levels.builder`: ranking the concepts and cutting the levels; the
   level file. :mod:`~cog_pl.levels.compare`, :mod:`~cog_pl.levels.plot`: comparing and plotting level sets.
-- :mod:`~cog_pl.levels.seen`: the concepts a model's pretraining covered; :mod:`~cog_pl.levels.variants`: the same
+- :mod:`~cog_pl.levels.seen`: the concepts a model's pretraining covered, also from a vocabulary
+  (:mod:`~cog_pl.levels.vocabulary`: MetaCLIP's entry counts, a lemma list); :mod:`~cog_pl.levels.variants`: the same
   concepts re-ranked by another measure; :mod:`~cog_pl.levels.benchmark_file`: levels for another seen set.
 """
 
@@ -26,6 +27,7 @@ _EXPORTS = {
     "named_seen_set": ".seen",
     "resolve_seen": ".seen",
     "read_seen_file": ".seen",
+    "vocabulary_seen_set": ".seen",
     "variant_levels": ".variants",
     "level_benchmark": ".benchmark_file",
     "eligible_concepts": ".eligibility",

@@ -16,6 +16,10 @@ Named sets (package data; provenance in ``cog_pl/assets/README.md``):
 
 A seen file lists wnids, one per line; ``#`` starts a comment and anything after the wnid is ignored. Every wnid must
 be an IN-21K (Fall 2011) or IN-1K synset: the levels' ontology places only those.
+
+A vocabulary is a seen file too: MetaCLIP's entry counts (``entry_counts_400m.json``: a JSON object of entry -> count)
+or a plain lemma list (a file whose first entry is not a wnid), its entries mapped to synsets through WordNet's lemmas
+(:mod:`cog_pl.levels.vocabulary`; :func:`vocabulary_seen_set` also returns what was ambiguous or unmatched).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 from cog_pl import resources
 from cog_pl.errors import CogError
+from cog_pl.levels.vocabulary import VocabularyMatch, describe, match_vocabulary, read_vocabulary, vocabulary_kind
 
 
 @dataclass(frozen=True)
@@ -119,8 +124,25 @@ def read_seen_file(path: str | Path) -> SeenSet:
     return SeenSet(str(path), tuple(out), f"file {path.resolve()}")
 
 
+def vocabulary_seen_set(path: str | Path, min_count: int | None = None,
+                        senses: str = "all") -> tuple[SeenSet, VocabularyMatch]:
+    """The seen set of a vocabulary file (MetaCLIP's entry counts, their entries counted ``min_count`` times or more,
+    default 1; or a lemma list) and how its entries matched WordNet (ambiguous, unmatched, outside ImageNet-21K)."""
+    path = Path(path)
+    kind, entries = read_vocabulary(path, min_count)
+    match = match_vocabulary(entries, known_wnids(), senses)
+    match.settings = {"file": str(path.resolve()), "format": kind, "entries": len(entries),
+                      "min_count": (1 if min_count is None else min_count) if kind == "counts" else None}
+    if not match.wnids:
+        raise CogError(f"vocabulary {path}: none of its {len(entries)} entries names an ImageNet-21K or IN-1K synset "
+                       f"({match.summary()})")
+    source = f"{describe(path, kind, entries, min_count)}; senses {senses}: {match.summary()}"
+    return SeenSet(str(path), tuple(match.wnids), source), match
+
+
 def resolve_seen(spec: str | SeenSet | None) -> SeenSet:
-    """``None`` (IN-1K), a :class:`SeenSet`, a named set or a file of wnids."""
+    """``None`` (IN-1K), a :class:`SeenSet`, a named set, a file of wnids or a vocabulary file (its default
+    threshold and senses: :func:`vocabulary_seen_set`)."""
     if spec is None:
         return named_seen_set(DEFAULT_SEEN)
     if isinstance(spec, SeenSet):
@@ -128,8 +150,11 @@ def resolve_seen(spec: str | SeenSet | None) -> SeenSet:
     if spec.lower().replace("_", "-") in NAMED:
         return named_seen_set(spec)
     if Path(spec).is_file():
+        if vocabulary_kind(spec) != "wnids":
+            return vocabulary_seen_set(spec)[0]
         return read_seen_file(spec)
-    raise CogError(f"seen set {spec!r} is neither a named set ({', '.join(NAMED)}) nor a file of wnids")
+    raise CogError(f"seen set {spec!r} is neither a named set ({', '.join(NAMED)}) nor a file (of wnids, MetaCLIP's "
+                   "entry counts or lemmas)")
 
 
 def overlap(seen: SeenSet, levels: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
