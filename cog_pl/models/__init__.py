@@ -17,6 +17,7 @@ from cog_pl._lazy import lazy_exports
 from cog_pl.models.registry import (
     BACKBONES,
     BackboneSpec,
+    has_text_tower,
     list_backbones,
     parse_model_name,
     register_architecture,
@@ -29,7 +30,7 @@ from cog_pl.models.zoo import EFFICIENTNET_LITE0, PAPER_MODELS  # (importing the
 #: What needs torch loads on first use: the table and the zoo are plain data (``cog-pl models list`` reads them
 #: without importing torch, torchvision or timm).
 _EXPORTS = {"Backbone": ".build", "build_backbone": ".build", "backbone_transform": ".transform",
-            "TextTower": ".text", "build_text_tower": ".text", "has_text_tower": ".text"}
+            "TextTower": ".text", "build_text_tower": ".text"}
 __all__ = ["BACKBONES", "EFFICIENTNET_LITE0", "PAPER_MODELS", "Backbone", "BackboneSpec", "TextTower",
            "backbone_transform", "build_backbone", "build_text_tower", "has_text_tower", "list_backbones",
            "parse_model_name", "register_architecture", "register_backbone", "resolve_spec", "unregister_backbone"]

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKBONES", "CLIP_MEAN", "CLIP_STD", "ENTRY_POINT_GROUP", "IMAGENET_MEAN", "IMAGENET_STD",
            "OPEN_CLIP_TEXT_TOWER", "SOURCES", "USER_LAYOUT", "BackboneSpec", "Layout", "Published", "add_spec",
-           "list_backbones", "load_entry_points", "parse_model_name", "register_architecture", "register_backbone",
-           "resolve_spec", "seen_of_timm_tag", "unregister_backbone"]
+           "has_text_tower", "list_backbones", "list_text_towers", "load_entry_points", "parse_model_name",
+           "register_architecture", "register_backbone", "resolve_spec", "seen_of_timm_tag", "unregister_backbone"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -272,6 +272,18 @@ def list_backbones(group: str | None = None) -> list[str]:
     """
     load_entry_points()
     return [n for n in BACKBONES.names() if group is None or BACKBONES.get(n).group == group]
+
+
+def has_text_tower(name: str) -> bool:
+    """Whether the backbone ``name`` carries a text tower (:func:`cog_pl.models.text.build_text_tower` builds it)."""
+    return resolve_spec(name).text_tower is not None
+
+
+def list_text_towers() -> list[str]:
+    """The names of :data:`BACKBONES` with a text tower (``clip``...), in registration order; every
+    ``open_clip:<name>`` has one too."""
+    load_entry_points()
+    return [n for n in BACKBONES.names() if BACKBONES.get(n).text_tower is not None]
 
 
 def _entry(name: str) -> BackboneSpec | None:

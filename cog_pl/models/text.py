@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from cog_pl.errors import CogError, MissingDependencyError
-from cog_pl.models.registry import BACKBONES, resolve_spec
+from cog_pl.models.registry import has_text_tower, list_text_towers, resolve_spec
 
 __all__ = ["TextTower", "TokenTextTower", "build_text_tower", "clip_tokenizer", "has_text_tower",
            "list_text_towers"]
@@ -76,16 +76,6 @@ def clip_tokenizer(context_length: int = 77) -> Callable[[list[str]], Tensor]:
         raise MissingDependencyError("CLIP's tokenizer comes from the PyPI package open_clip_torch: pip install "
                                      "'cog_pl[vlm]'") from err
     return SimpleTokenizer(context_length=context_length)
-
-
-def has_text_tower(name: str) -> bool:
-    """Whether the backbone ``name`` carries a text tower (:func:`build_text_tower` builds it)."""
-    return resolve_spec(name).text_tower is not None
-
-
-def list_text_towers() -> list[str]:
-    """The names of :data:`~cog_pl.models.registry.BACKBONES` with a text tower (and any ``open_clip:<name>``)."""
-    return [n for n in BACKBONES.names() if BACKBONES.get(n).text_tower is not None]
 
 
 def build_text_tower(model_name: str, checkpoint: str | Path | None = None, *, trust_checkpoint: bool = False,

@@ -116,6 +116,17 @@ def test_text_tower_flag_on_the_backbone_entry():
     assert clip.definition() == replace(clip, text_tower=None).definition()
 
 
+def test_models_list_says_which_have_a_text_tower(capsys):
+    from cog_pl.cli.main import main
+
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("with a text tower (zero-shot), read from the same weights: clip, open_clip:<name>")
+    assert main(["models", "list", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["name"] for r in rows if r["text_tower"]] == ["clip"]
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tiny open_clip model registered by name, its random weights saved as a file, and the model itself."""
@@ -137,6 +148,8 @@ def test_open_clip_model_encodes_images_and_texts_through_the_registry(tiny):
     assert backbone.spec.feature_dim == TINY["embed_dim"] and backbone.spec.image_size == 32
     assert backbone.transform_config.crop == 32 and backbone.transform_config.mean == resolve_spec("clip").mean
     assert backbone.weights == str(path) and backbone.weights_sha256
+    with pytest.raises(CogError, match="open_clip reads its own checkpoints; prefix, key_map and in_order"):
+        build_backbone(f"open_clip:{TINY_NAME}", checkpoint=path, prefix="model.")
     with torch.no_grad():
         assert torch.allclose(backbone.model(images), model.encode_image(images), atol=1e-6)
     tower = build_text_tower(f"open_clip:{TINY_NAME}", path)
