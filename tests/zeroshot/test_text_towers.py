@@ -160,6 +160,20 @@ def test_open_clip_model_encodes_images_and_texts_through_the_registry(tiny):
     assert tower.encode_text([]).shape == (0, TINY["embed_dim"])
 
 
+def test_open_clip_model_extracts_under_its_tag_label(tiny):
+    """The extractor reads open_clip:<name> like any backbone; the label names the weights (tag or file stem)."""
+    from cog_pl.extract import FeatureExtractor
+    from cog_pl.models.label import model_label
+
+    path, model = tiny
+    extractor = FeatureExtractor(f"open_clip:{TINY_NAME}", checkpoint=str(path), write_stores=False)
+    assert extractor.backbone.spec.arch == f"open_clip:{TINY_NAME}"
+    assert extractor.backbone.spec.feature_dim == TINY["embed_dim"]
+    assert model_label(f"open_clip:{TINY_NAME}", path) == f"{TINY_NAME}@tiny_open_clip"
+    assert model_label("open_clip:ViT-B-32", "laion2b_s34b_b79k") == "ViT-B-32@laion2b_s34b_b79k"
+    assert model_label("open_clip:ViT-B-32", random_weights=True) == "ViT-B-32@random"
+
+
 def test_open_clip_random_weights_are_fixed(tiny):
     a = build_text_tower(f"open_clip:{TINY_NAME}", random_weights=True).encode_text(TEXTS[:2])
     b = build_text_tower(f"open_clip:{TINY_NAME}", random_weights=True).encode_text(TEXTS[:2])
