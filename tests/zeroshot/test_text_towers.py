@@ -165,7 +165,7 @@ def test_open_clip_model_extracts_under_its_tag_label(tiny):
     from cog_pl.extract import FeatureExtractor
     from cog_pl.models.label import model_label
 
-    path, model = tiny
+    path, _ = tiny
     extractor = FeatureExtractor(f"open_clip:{TINY_NAME}", checkpoint=str(path), write_stores=False)
     assert extractor.backbone.spec.arch == f"open_clip:{TINY_NAME}"
     assert extractor.backbone.spec.feature_dim == TINY["embed_dim"]
