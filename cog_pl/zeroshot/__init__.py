@@ -6,6 +6,7 @@
 - :mod:`~cog_pl.zeroshot.classifier`: the classifier (per class: normalised prompt embeddings averaged,
   renormalised) and the logits.
 - :mod:`~cog_pl.zeroshot.identity`: the names and templates a row records, and the refusal of another's.
+- :mod:`~cog_pl.zeroshot.text`: :class:`TextTower`, :func:`build_text_tower` (the towers: :mod:`cog_pl.models.text`).
 """
 
 from cog_pl._lazy import lazy_exports
@@ -27,6 +28,10 @@ _EXPORTS = {
     "zeroshot_logits": ".classifier",
     "zeroshot_identity": ".identity",
     "check_zeroshot_identity": ".identity",
+    "TextTower": ".text",
+    "build_text_tower": ".text",
+    "has_text_tower": ".text",
+    "list_text_towers": ".text",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
