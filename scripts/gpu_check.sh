@@ -11,7 +11,8 @@
 #      ImageNet's size distribution (bf16 autocast, channels-last)
 #   4. one domain's whole probe protocol (5 seeds x all data and 1..128 shots) at reduced scale, --probe-workers auto
 #   5. benchmarks/bench_probe_kinds.py: a full-scale attentive and MLP cell's training step against the linear's
-#      (ViT-L width 1024, 1000 classes, batch 1024, 197 tokens, 10/5/1 heads per pass, bf16-mixed) -- CUDA only
+#      (ViT-L width 1024, 1000 classes, batch 1024 (vjepa2: 128), 1 and 197 tokens, 10/5/1 heads per pass,
+#      bf16-mixed) and the cells projected to a level's train images -- CUDA only
 # and prints one summary table (step, status, seconds, the figure lines of its log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +70,7 @@ step probe-grid 150 "cells|speed-up|rows" $PY benchmarks/bench_probe_grid.py "${
 if [ "$CUDA" = 1 ] && [ "$TINY" = 0 ]; then
   step probe-kinds 150 "^device|s/image|x linear|^(linear|mlp|vjepa|vjepa2|capi|ep) " $PY \
     benchmarks/bench_probe_kinds.py --device cuda --precision bf16-mixed --dim 1024 --classes 1000 --batch 1024 \
-    --tokens 1 197 --presets vjepa vjepa2 capi ep --steps 5 --limit-s 10 --linear-images 262144
+    --block-batch 128 --tokens 1 197 --presets vjepa vjepa2 capi ep --steps 5 --limit-s 10 --linear-images 262144
 else
   skip probe-kinds "no CUDA or tiny mode"
 fi
