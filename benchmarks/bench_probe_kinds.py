@@ -11,9 +11,9 @@ measurement), then projects the cell to every level's real train count (``cog_pl
 synset, at most 1300 per concept after the 50 test images, the split rule of ``cog_pl.data.splits``).
 
 - linear: :func:`cog_pl.probe.multihead.train_heads` (the benchmark's own linear probe, SGD, on ``[N, D]``).
-- attentive: :class:`cog_pl.probe.poolers.PoolerBank` of K heads on tokens ``[N, T, D]`` (T = 1, 5, 17, 197: the
+- attentive: :class:`cog_pl.models.poolers.PoolerBank` of K heads on tokens ``[N, T, D]`` (T = 1, 5, 17, 197: the
   class token alone, + a 2x2 grid, + 4x4, + every patch of a ViT-*/16 at 224), AdamW, summed cross-entropy.
-- mlp: :class:`cog_pl.probe.poolers.MLPBank` of K heads on ``[N, D]``, AdamW.
+- mlp: :class:`cog_pl.models.poolers.MLPBank` of K heads on ``[N, D]``, AdamW.
 
 Not measured (the same for every kind, or small): reading the store, the evaluation passes, the TPE sampler, the
 float16 -> float32 conversion of the features. The tuned lr/wd change nothing in the time.
@@ -34,8 +34,8 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
+from cog_pl.models.poolers import POOLER_PRESETS, MLPBank, PoolerBank
 from cog_pl.probe.multihead import init_heads, train_heads
-from cog_pl.probe.poolers import POOLER_PRESETS, MLPBank, PoolerBank
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 

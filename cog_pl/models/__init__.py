@@ -11,6 +11,9 @@
   ``open_clip:<name>``) read from the same weights.
 - :mod:`~cog_pl.models.arch`: the paper's architectures that neither timm nor torchvision provide, the demo's CNN,
   CLIP's text tower and the ``open_clip`` models.
+- :mod:`~cog_pl.models.poolers`: the heads trained on a frozen backbone's tokens or features: attentive poolers (the
+  V-JEPA, V-JEPA 2, CAPI and EP presets) and MLP probes, one head or a bank of n heads in one forward; here, below
+  the stages, so that the probes on stored features and a run on images both use them.
 """
 
 from cog_pl._lazy import lazy_exports

@@ -9,8 +9,6 @@
 - ``claims`` / ``cells`` / ``workers``: who makes which cell (claims beside the results), a cell made (claim, tune,
   write, release) and the one grid loop over an executor, how many worker processes a machine runs and their pool.
 - ``cell`` / ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
-- ``poolers``: attentive poolers (the V-JEPA, V-JEPA 2, CAPI and EP presets) and MLP probes, one head or a bank of
-  n heads in one forward.
 - ``module`` / ``callback``: the Lightning shell (``LinearProbe``, the Optuna trial callback;
   its LightningCLI is :mod:`cog_pl.cli.probe_lightning`).
 """

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cog_pl.errors import CogError
-from cog_pl.probe.poolers import (
+from cog_pl.models.poolers import (
     POOLER_PRESETS,
     AttentivePooler,
     MLPBank,
