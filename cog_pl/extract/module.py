@@ -83,7 +83,7 @@ class FeatureExtractor(BackboneModule):
                                   label=None if isinstance(model, str) else name, image_size=size,
                                   random_weights=random_weights)
         if feature is not None:
-            backbone = with_feature(backbone, feature, size)
+            backbone = with_feature(backbone, feature, (self._transform or backbone.transform_config).crop)
         self.set_backbone(backbone, channels_last)
         if not isinstance(model, str):
             self._label = self.backbone.spec.name

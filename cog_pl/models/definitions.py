@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from cog_pl.errors import UnknownNameError
 from cog_pl.registry import did_you_mean
 
-__all__ = ["DEFINITIONS", "FeatureDefinition", "is_token_feature", "list_features", "parse_feature"]
+__all__ = ["DEFINITIONS", "FeatureDefinition", "list_features", "parse_feature"]
 
 #: The grammar of definition names, one line each: pattern -> (what it is, its source). The one list of them.
 DEFINITIONS: dict[str, tuple[str, str]] = {
@@ -107,11 +107,6 @@ def parse_feature(name: str) -> FeatureDefinition:
         return FeatureDefinition(name, mean_last=int(g["k"]))
     grid = None if g["full"] else (int(g["h"]), int(g["w"]))
     return FeatureDefinition(name, tokens=True, grid=grid)
-
-
-def is_token_feature(name: str | None) -> bool:
-    """Whether ``name`` (a store's ``feature``) is a token definition; False for the paper's and unknown names."""
-    return isinstance(name, str) and _NAME.match(name) is not None and name.startswith("tokens")
 
 
 def list_features() -> tuple[str, ...]:
