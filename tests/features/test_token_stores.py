@@ -163,3 +163,27 @@ def test_the_demo_cnn_makes_token_stores(roots, tmp_path):
     # the class token is the global average of the last feature map: the CNN's own feature
     first = store.features[:, 0].astype(np.float32)
     assert np.abs(first).sum() > 0
+
+
+def test_token_stores_are_written_checked_and_reopened_like_vector_stores(tmp_path):
+    from cog_pl.features.store import write_store
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 3, 8)).astype(np.float32)
+    meta = make_meta(model="m", weights_sha256=None, domain="in1k", split="train", num_classes=2, classes=["a", "b"],
+                     transform={}, level_file_sha256=None, feature="tokens1x1", tokens=3)
+    store = open_store(write_store(tmp_path / "s", x, np.array([0, 1, 0, 1]), None, meta))
+    assert store.features.shape == (4, 3, 8) and store.meta["tokens"] == 3 and store.meta["dim"] == 8
+    np.testing.assert_array_equal(store.features, x.astype(np.float16))
+    writer = StoreWriter(tmp_path / "t", 4, 8, identity=meta, tokens=3)  # an interrupted write of 3 tokens
+    bad = x.copy()
+    bad[2, 1, 5] = np.nan
+    with pytest.raises(StoreError, match=r"row 2 has NaN or inf features"):
+        writer.write(np.arange(4), bad, np.zeros(4, dtype=np.int64))
+    del writer
+    with pytest.raises(StoreError, match=r"interrupted feature store write made with different inputs: tokens=3 "
+                                         r"\(this run: 5\)"):
+        StoreWriter(tmp_path / "t", 4, 8, identity={**meta, "tokens": 5}, tokens=5, fresh=False)
+    (tmp_path / "s" / "meta.json").write_text(json.dumps({**store.meta, "tokens": 4}))
+    with pytest.raises(StoreError, match=r"meta.json says 4 x 4 x 8, features.npy is 4 x 3 x 8"):
+        open_store(tmp_path / "s")
