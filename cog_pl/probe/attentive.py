@@ -304,6 +304,7 @@ def differences(row: dict, want: dict) -> list[tuple[str, Any, Any]]:
     flat = []
     for name, have, mine in diff:
         flat.extend(_flat_diff(name, have, mine))
+    flat.sort(key=lambda d: d[0] not in ("kind", "preset", "hidden"))  # what a user chose, named first
     return flat or [("identity", row.get("identity"), want["identity"])]
 
 

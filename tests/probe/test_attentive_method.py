@@ -86,3 +86,79 @@ def test_heads_trained_in_one_pass_equal_the_same_heads_trained_one_by_one(kind)
 def test_the_methods_are_registered_with_their_labels_and_order():
     assert list_probe_methods() == ("linear", "attentive", "mlp", "knn")
     assert (method_label("attentive"), method_label("mlp")) == ("attentive probe", "MLP probe")
+
+
+PROTOCOL = replace(ProbeProtocol(), trials=4, epochs=2, batch_size=32)
+PLAN = SearchPlan(startup_trials=2, trial_batch=2)
+KEYS = {"format_version", "model", "method", "domain", "shots", "seed", "lr", "wd", "best_trial", "val_top1",
+        "val_top5", "test_top1", "test_top5", "oracle_test_top1", "trials", "train_rows", "tuning_rows", "val_rows",
+        "head", "protocol", "search", "precision", "features", "identity", "preset", "hidden", "feature", "seconds",
+        "predictions"}
+
+
+def _run(method, root, results, **kwargs):
+    return get_probe_method(method).run(root, results, model="m", domain="cog_l1", storage=None, protocol=PROTOCOL,
+                                        plan=PLAN, seeds=(22,), shots=(None, 2), device="cpu", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """An attentive and an MLP grid (all data and 2 shots) on small stores, and their rows."""
+    tmp = tmp_path_factory.mktemp("attentive")
+    root = write_features(tmp / "feats", classes=4, dim=8, per_class=20, test_per_class=5)
+    results = tmp / "rows.sqlite"
+    made = {m: _run(m, root, results, **({"hidden": 16} if m == "mlp" else {})) for m in ("attentive", "mlp")}
+    return root, results, made
+
+
+def test_a_grid_through_the_table_writes_rows_with_the_probe_keys_and_resumes(grid):
+    root, results, made = grid
+    stored = read_rows(results)
+    assert sorted((r["method"], r["shots"] or 0) for r in stored) == [
+        ("attentive", 0), ("attentive", 2), ("mlp", 0), ("mlp", 2)]
+    for row in stored:
+        assert KEYS <= set(row), KEYS - set(row)
+        assert len(row["trials"]) == PROTOCOL.trials and row["predictions"]["images"] == 20
+    attentive = {r["shots"]: r for r in stored if r["method"] == "attentive"}
+    assert attentive[None]["preset"] == "capi" and attentive[None]["head"]["preset"] == "capi"
+    assert attentive[None]["train_rows"] == 80 and attentive[2]["train_rows"] == 8
+    assert {r["hidden"] for r in stored if r["method"] == "mlp"} == {16}
+    assert _run("attentive", root, results) == []  # resumed: every row exists with the same identity
+    assert _run("mlp", root, results, hidden=16) == []
+
+
+def test_the_selection_optimism_field_is_the_best_trial_s_test_top1_recomputed_from_the_trials(grid):
+    """The oracle is the maximum over the trials' test top-1, and that trial's test top-1 is what its head, trained
+    again here alone from its recorded seeds on the tuning rows, scores on test."""
+    import numpy as np
+
+    from cog_pl.data.sampling import tuning_indices
+    from cog_pl.features.pair import open_pair
+    from cog_pl.probe.data import load_store
+
+    root, results, _ = grid
+    row = next(r for r in read_rows(results) if r["method"] == "attentive" and r["shots"] is None)
+    assert row["oracle_test_top1"] == max(t["test_top1"] for t in row["trials"])
+    pair = open_pair(root)
+    (tx, ty), (sx, sy) = load_store(pair.train), load_store(pair.test)
+    train_idx, _ = tuning_indices(ty.numpy(), 0.2, 22, None)
+    rows = torch.from_numpy(np.asarray(train_idx))
+    for trial in row["trials"]:
+        head = make_head(HeadSettings(), 8, 4, trial["init_seed"])
+        alone = _alone(head, tx[rows][:, None], ty[rows], trial["lr"], trial["wd"], epochs=PROTOCOL.epochs,
+                       batch_size=PROTOCOL.batch_size, seed=trial["perm_seed"])
+        with torch.no_grad():
+            top1 = 100.0 * float((alone(sx[:, None]).argmax(1) == sy).double().mean())
+        assert trial["test_top1"] == pytest.approx(top1, abs=1e-4), trial
+
+
+def test_a_row_of_another_preset_or_width_is_refused_before_any_work(grid):
+    root, results, _ = grid
+    with pytest.raises(ValueError, match=r"row m/attentive/cog_l1/shots=all/seed=22 was made with preset=capi.*this run "
+                                         r"has preset=vjepa.*--overwrite"):
+        get_probe_method("attentive").check(root, results, model="m", domain="cog_l1", protocol=PROTOCOL, plan=PLAN,
+                                            seeds=(22,), shots=(None, 2), preset="vjepa")
+    with pytest.raises(ValueError, match=r"was made with hidden=16.*this run has hidden=1024"):
+        _run("mlp", root, results)
+    with pytest.raises(ValueError, match="--attentive-preset 'jepa': choose from vjepa, vjepa2, capi, ep"):
+        _run("attentive", root, results, preset="jepa")
