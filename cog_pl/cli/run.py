@@ -122,6 +122,11 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...] | None, shots: li
                    help="precision of the probes' matrix products: 32-true, bf16-mixed, or auto (bf16-mixed where "
                         "the device does bf16 fast, fast mode only; else 32-true)")
     g.add_argument("--trial-batch", type=int, default=None, help="later trials trained side by side (fast mode)")
+    g.add_argument("--attentive-preset", default=None, metavar="PRESET",
+                   help="the attentive probe's pooler (--methods attentive): vjepa, vjepa2, capi or ep, named after "
+                        "their sources (default: capi); recorded in its rows")
+    g.add_argument("--mlp-hidden", type=int, default=None, metavar="WIDTH",
+                   help="the MLP probe's hidden width (--methods mlp; default: 1024); recorded in its rows")
     g.add_argument("--probe-workers", type=workers_value, default=None, metavar="N|auto",
                    help="probe each domain's grid with N worker processes on this machine (auto: one per GPU, else "
                         "one per few cores, threads split); with --launcher: N probe tasks of a job array; default: "
@@ -289,6 +294,9 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
     if finetune is not None:
         finetune = {**finetune, **given}
     kw.setdefault("variant_seeds", None if args.variant_seeds is None else tuple(args.variant_seeds))
+    heads = {"attentive": {"preset": args.attentive_preset}, "mlp": {"hidden": args.mlp_hidden}}
+    kw.setdefault("method_options", {m: {k: v for k, v in o.items() if v is not None} for m, o in heads.items()
+                                     if any(v is not None for v in o.values())})
     try:  # a refused value is named by its option
         return RunConfig(seeds=None if args.seeds is None else tuple(args.seeds),
                          shots=None if args.shots is None else tuple(args.shots), baseline=args.baseline,

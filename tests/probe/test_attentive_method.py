@@ -162,3 +162,43 @@ def test_a_row_of_another_preset_or_width_is_refused_before_any_work(grid):
         _run("mlp", root, results)
     with pytest.raises(ValueError, match="--attentive-preset 'jepa': choose from vjepa, vjepa2, capi, ep"):
         _run("attentive", root, results, preset="jepa")
+
+
+def test_cog_pl_run_methods_attentive_mlp_writes_and_resumes_their_rows(tmp_path, capsys):
+    """``cog-pl run --methods linear attentive mlp --stage probe`` on finished stores (written here): each method's
+    rows, the preset and width given on the command line recorded in them; run again, nothing is made again; a
+    changed preset is refused in one line before any probe."""
+    import hashlib
+
+    import numpy as np
+
+    from cog_pl.cli.main import main
+    from cog_pl.features.store import make_meta, write_store
+
+    weights = tmp_path / "weights.pth"
+    weights.write_bytes(b"the backbone's weights")
+    out = tmp_path / "out"
+    plain = write_features(tmp_path / "plain", classes=4, dim=8, per_class=20, test_per_class=5)
+    for split in ("train", "test"):
+        x, y = np.load(plain / split / "features.npy"), np.load(plain / split / "labels.npy")
+        write_store(out / "features" / "resnet50" / "cog_l1" / split, x, y, None, make_meta(
+            model="resnet50", weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest(), domain="cog_l1",
+            split=split, num_rows=len(y), dim=8, num_classes=4, classes=[f"c{c}" for c in range(4)], transform="t",
+            level_file_sha256="0" * 64))
+    argv = ["run", "--model", "resnet50", "--checkpoint", str(weights), "--name", "resnet50", "--in21k-root",
+            str(tmp_path), "--domains", "cog_l1", "--seeds", "22", "--shots", "all", "--trials", "2", "--epochs", "2",
+            "--probe-device", "cpu", "--probe-precision", "32-true", "--out", str(out), "--stage", "probe",
+            "--no-html", "--methods", "linear", "attentive", "mlp", "--attentive-preset", "vjepa", "--mlp-hidden", "16"]
+    assert main(argv) == 0
+    rows = {r["method"]: r for r in read_rows(out / "results.sqlite")}
+    assert set(rows) == {"linear", "attentive", "mlp"}
+    assert (rows["attentive"]["preset"], rows["mlp"]["hidden"]) == ("vjepa", 16)
+    assert rows["attentive"]["protocol"]["trials"] == 2 and len(rows["mlp"]["trials"]) == 2
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "(0 new, 3 in all)" in "".join(capsys.readouterr())
+    assert main([*argv[:-4], "--attentive-preset", "ep"]) == 2
+    err = capsys.readouterr().err
+    assert "row resnet50/attentive/cog_l1/shots=all/seed=22 was made with preset=vjepa" in err and "preset=ep" in err
+    assert main([*argv[:-4], "--attentive-preset", "jepa"]) == 2
+    assert "--attentive-preset 'jepa': choose from vjepa, vjepa2, capi, ep" in capsys.readouterr().err
