@@ -202,3 +202,72 @@ def test_cog_pl_run_methods_attentive_mlp_writes_and_resumes_their_rows(tmp_path
     assert "row resnet50/attentive/cog_l1/shots=all/seed=22 was made with preset=vjepa" in err and "preset=ep" in err
     assert main([*argv[:-4], "--attentive-preset", "jepa"]) == 2
     assert "--attentive-preset 'jepa': choose from vjepa, vjepa2, capi, ep" in capsys.readouterr().err
+
+
+KILL_SCRIPT = """
+import sys
+from dataclasses import replace
+from cog_pl.probe.methods import get_probe_method
+from cog_pl.probe.tuner import SearchPlan
+from cog_pl.protocol import ProbeProtocol
+get_probe_method("attentive").run(sys.argv[1], sys.argv[2], model="m", domain="cog_l1", storage=None,
+    protocol=replace(ProbeProtocol(), trials=4, epochs=12, batch_size=32), plan=SearchPlan(startup_trials=2,
+    trial_batch=2, stale_after=600), seeds=(22, 37), shots=(None, 2), device="cpu")
+"""
+RESUMED_KEYS = ("shots", "seed", "test_top1", "test_top5", "oracle_test_top1", "lr", "wd", "val_top1", "best_trial",
+                "trials", "identity")
+
+
+def test_a_killed_attentive_grid_resumes_to_the_uninterrupted_rows(tmp_path):
+    """A real process running an attentive grid is SIGKILLed once a row is written and another cell claimed; the
+    resume takes over the dead process's claim and ends with the rows of an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from cog_pl.results import row_key
+    from cog_pl.results.claims import claims_path
+    from cog_pl.results.identity import format_key
+
+    root = write_features(tmp_path / "feats", classes=4, dim=8, per_class=30, test_per_class=5)
+    whole, killed = tmp_path / "whole.sqlite", tmp_path / "killed.sqlite"
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(root), str(killed)], env=env,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def count():
+        import sqlite3
+        try:
+            with sqlite3.connect(claims_path(killed)) as con:
+                held = {cell for (cell,) in con.execute("SELECT cell FROM claims")}
+            made = read_rows(killed)
+            return len(made), len(held - {format_key(row_key(r)) for r in made})  # claimed cells without a row
+        except (sqlite3.Error, ValueError):
+            return 0, 0
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        rows, held = count()
+        if rows >= 1 and held >= 1:
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the grid ended before it could be killed"
+    before = len(read_rows(killed))
+    assert 1 <= before < 4
+
+    exec(compile(KILL_SCRIPT.replace("sys.argv[1], sys.argv[2]", "root, results"), "resume", "exec"),
+         {"root": root, "results": killed})
+    exec(compile(KILL_SCRIPT.replace("sys.argv[1], sys.argv[2]", "root, results"), "whole", "exec"),
+         {"root": root, "results": whole})
+
+    def rows(path):
+        return sorted((tuple(str(r[k]) for k in RESUMED_KEYS) for r in read_rows(path)))
+
+    assert len(rows(whole)) == 4 and rows(killed) == rows(whole)
+    assert count() == (4, 0)
