@@ -24,7 +24,8 @@ __all__ = ["POOLER_PRESETS", "AttentivePooler", "MLPBank", "MLPProbe", "PoolerBa
 
 @dataclass(frozen=True)
 class PoolerConfig:
-    """An attentive pooler's shape: learned queries, attention heads (None: D / 64), projections, MLP ratio (0: none)."""
+    """An attentive pooler's shape: learned queries, attention heads (None: D / 64), projections, MLP ratio (0:
+    none)."""
 
     num_queries: int = 1
     num_heads: int | None = None
@@ -76,7 +77,7 @@ class PoolerBank(nn.Module):
         return torch.einsum("nbld,nde->nble", x, getattr(self, f"{name}_w")) + getattr(self, f"{name}_b")[:, None, None]
 
     def forward(self, x: Tensor) -> Tensor:
-        b, t, d = x.shape
+        b, _, d = x.shape
         n, h = self.n, self.config.heads(d)
         mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
         z = (x - mean) / torch.sqrt(var + 1e-6)

@@ -60,8 +60,7 @@ from cog_pl.protocol import ProbeProtocol, as_record
 from cog_pl.provenance import versions
 from cog_pl.results import FORMAT_VERSION, StoredRows, append_row, get_row, row_key
 from cog_pl.results.claims import claim, heartbeat, release, renew, worker_id
-from cog_pl.results.identity import (cells_todo, digest, features_identity, format_key, remove_stale,
-                                     value_differences)
+from cog_pl.results.identity import cells_todo, digest, features_identity, format_key, remove_stale, value_differences
 from cog_pl.results.predictions import Predictions
 
 log = logging.getLogger(__name__)

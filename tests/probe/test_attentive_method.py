@@ -13,12 +13,12 @@ import pytest
 import torch
 from test_probe_fixtures import write_features
 
+from cog_pl.methods import method_label
 from cog_pl.probe.attentive import HeadSettings, make_head, train_bank
 from cog_pl.probe.methods import get_probe_method, list_probe_methods
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import read_rows
-from cog_pl.methods import method_label
 
 
 def _vjepa2_lr(step, ref_lr, start_lr, final_lr, warmup_steps, t_max):
@@ -112,7 +112,7 @@ def grid(tmp_path_factory):
 
 
 def test_a_grid_through_the_table_writes_rows_with_the_probe_keys_and_resumes(grid):
-    root, results, made = grid
+    root, results, _ = grid
     stored = read_rows(results)
     assert sorted((r["method"], r["shots"] or 0) for r in stored) == [
         ("attentive", 0), ("attentive", 2), ("mlp", 0), ("mlp", 2)]
@@ -154,8 +154,8 @@ def test_the_selection_optimism_field_is_the_best_trial_s_test_top1_recomputed_f
 
 def test_a_row_of_another_preset_or_width_is_refused_before_any_work(grid):
     root, results, _ = grid
-    with pytest.raises(ValueError, match=r"row m/attentive/cog_l1/shots=all/seed=22 was made with preset=capi.*this run "
-                                         r"has preset=vjepa.*--overwrite"):
+    with pytest.raises(ValueError, match=r"row m/attentive/cog_l1/shots=all/seed=22 was made with preset=capi.*"
+                                         r"this run has preset=vjepa.*--overwrite"):
         get_probe_method("attentive").check(root, results, model="m", domain="cog_l1", protocol=PROTOCOL, plan=PLAN,
                                             seeds=(22,), shots=(None, 2), preset="vjepa")
     with pytest.raises(ValueError, match=r"was made with hidden=16.*this run has hidden=1024"):
@@ -267,7 +267,7 @@ def test_a_killed_attentive_grid_resumes_to_the_uninterrupted_rows(tmp_path):
          {"root": root, "results": whole})
 
     def rows(path):
-        return sorted((tuple(str(r[k]) for k in RESUMED_KEYS) for r in read_rows(path)))
+        return sorted(tuple(str(r[k]) for k in RESUMED_KEYS) for r in read_rows(path))
 
     assert len(rows(whole)) == 4 and rows(killed) == rows(whole)
     assert count() == (4, 0)
