@@ -197,6 +197,11 @@ def test_cog_pl_run_methods_attentive_mlp_writes_and_resumes_their_rows(tmp_path
     capsys.readouterr()
     assert main(argv) == 0
     assert "(0 new, 3 in all)" in "".join(capsys.readouterr())
+    assert main(["report", "--results", str(out / "results.sqlite"), "--out", str(out / "report"), "--no-html"]) == 0
+    table = [line.split("|")[2].strip() for line in (out / "report" / "report.md").read_text().splitlines()
+             if line.startswith("| resnet50 |")]
+    assert [m for m in table if m in ("linear probe", "attentive probe", "MLP probe")][:3] == [
+        "linear probe", "attentive probe", "MLP probe"]  # labelled and ordered from the method table
     assert main([*argv[:-4], "--attentive-preset", "ep"]) == 2
     err = capsys.readouterr().err
     assert "row resnet50/attentive/cog_l1/shots=all/seed=22 was made with preset=vjepa" in err and "preset=ep" in err
