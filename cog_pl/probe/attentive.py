@@ -38,7 +38,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,7 +52,7 @@ from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
 from cog_pl.errors import CogError
 from cog_pl.features.pair import StorePair, open_pair
 from cog_pl.metrics import percent, topk_correct, topk_first
-from cog_pl.probe import _poolers_standin as _POOLERS  # the one import of the poolers: cog_pl.probe.poolers at merge
+from cog_pl.probe import poolers as _POOLERS  # interface I2 (helper 40b)
 from cog_pl.probe.data import load_store, sub_seed, train_labels
 from cog_pl.probe.study import ask_trials, tell_result
 from cog_pl.probe.tuner import SearchPlan, best_trial
@@ -116,7 +116,7 @@ class HeadSettings:
                                "final_lr": self.final_lr, "weight_decay": "constant"},
                   "lr_range": list(self.lr_range), "wd_range": list(self.wd_range), "normalize": False}
         if self.kind == "attentive":
-            record.update(preset=self.preset, config=asdict(_POOLERS.POOLER_PRESETS[self.preset]))
+            record.update(preset=self.preset, config=_POOLERS.POOLER_PRESETS[self.preset].to_record())
         else:
             record.update(hidden=self.hidden, batchnorm=True, input="class token")
         if self.extra:

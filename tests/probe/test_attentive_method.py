@@ -57,15 +57,17 @@ def _alone(head, x, y, lr, wd, *, epochs, batch_size, seed, warmup_fraction=0.25
     return head
 
 
-@pytest.mark.parametrize("kind", ["attentive", "mlp"])
-def test_heads_trained_in_one_pass_equal_the_same_heads_trained_one_by_one(kind):
+@pytest.mark.parametrize(("kind", "preset"), [("attentive", "capi"), ("attentive", "vjepa2"), ("attentive", "ep"),
+                                              ("mlp", "capi")])
+def test_heads_trained_in_one_pass_equal_the_same_heads_trained_one_by_one(kind, preset):
+    """Every preset's parameters (V-JEPA 2's token blocks, EP's BatchNorm statistics) and the MLP's."""
     torch.manual_seed(0)
     tokens = 3 if kind == "attentive" else 1
-    x = torch.randn(40, tokens, 16)
+    x = torch.randn(40, tokens, 64)
     y = torch.randint(0, 4, (40,))
-    settings = HeadSettings(kind=kind, hidden=8)
+    settings = HeadSettings(kind=kind, preset=preset, hidden=8)
     lrs, wds = [3e-3, 1e-2, 5e-4], [1e-3, 5e-2, 1e-4]
-    heads = [make_head(settings, 16, 4, seed) for seed in (1, 2, 3)]
+    heads = [make_head(settings, 64, 4, seed) for seed in (1, 2, 3)]
     inputs = x if kind == "attentive" else x[:, 0]
     result = train_bank(settings, [copy.deepcopy(h) for h in heads], inputs, y, lrs, wds, epochs=3, batch_size=16,
                         generator=torch.Generator().manual_seed(7), evaluate={"test": (inputs, y)}, rank_last=True)
@@ -105,7 +107,7 @@ def _run(method, root, results, **kwargs):
 def grid(tmp_path_factory):
     """An attentive and an MLP grid (all data and 2 shots) on small stores, and their rows."""
     tmp = tmp_path_factory.mktemp("attentive")
-    root = write_features(tmp / "feats", classes=4, dim=8, per_class=20, test_per_class=5)
+    root = write_features(tmp / "feats", classes=4, dim=64, per_class=20, test_per_class=5)
     results = tmp / "rows.sqlite"
     made = {m: _run(m, root, results, **({"hidden": 16} if m == "mlp" else {})) for m in ("attentive", "mlp")}
     return root, results, made
@@ -144,7 +146,7 @@ def test_the_selection_optimism_field_is_the_best_trial_s_test_top1_recomputed_f
     train_idx, _ = tuning_indices(ty.numpy(), 0.2, 22, None)
     rows = torch.from_numpy(np.asarray(train_idx))
     for trial in row["trials"]:
-        head = make_head(HeadSettings(), 8, 4, trial["init_seed"])
+        head = make_head(HeadSettings(), 64, 4, trial["init_seed"])
         alone = _alone(head, tx[rows][:, None], ty[rows], trial["lr"], trial["wd"], epochs=PROTOCOL.epochs,
                        batch_size=PROTOCOL.batch_size, seed=trial["perm_seed"])
         with torch.no_grad():
@@ -178,12 +180,12 @@ def test_cog_pl_run_methods_attentive_mlp_writes_and_resumes_their_rows(tmp_path
     weights = tmp_path / "weights.pth"
     weights.write_bytes(b"the backbone's weights")
     out = tmp_path / "out"
-    plain = write_features(tmp_path / "plain", classes=4, dim=8, per_class=20, test_per_class=5)
+    plain = write_features(tmp_path / "plain", classes=4, dim=64, per_class=20, test_per_class=5)
     for split in ("train", "test"):
         x, y = np.load(plain / split / "features.npy"), np.load(plain / split / "labels.npy")
         write_store(out / "features" / "resnet50" / "cog_l1" / split, x, y, None, make_meta(
             model="resnet50", weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest(), domain="cog_l1",
-            split=split, num_rows=len(y), dim=8, num_classes=4, classes=[f"c{c}" for c in range(4)], transform="t",
+            split=split, num_rows=len(y), dim=64, num_classes=4, classes=[f"c{c}" for c in range(4)], transform="t",
             level_file_sha256="0" * 64))
     argv = ["run", "--model", "resnet50", "--checkpoint", str(weights), "--name", "resnet50", "--in21k-root",
             str(tmp_path), "--domains", "cog_l1", "--seeds", "22", "--shots", "all", "--trials", "2", "--epochs", "2",
@@ -237,7 +239,7 @@ def test_a_killed_attentive_grid_resumes_to_the_uninterrupted_rows(tmp_path):
     from cog_pl.results.claims import claims_path
     from cog_pl.results.identity import format_key
 
-    root = write_features(tmp_path / "feats", classes=4, dim=8, per_class=30, test_per_class=5)
+    root = write_features(tmp_path / "feats", classes=4, dim=64, per_class=30, test_per_class=5)
     whole, killed = tmp_path / "whole.sqlite", tmp_path / "killed.sqlite"
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
