@@ -196,6 +196,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "in every store")
     add_checkpoint_options(p)  # how a user's file is read: as models check reads it
     add_label_options(p)
+    p.add_argument("--feature", metavar="NAME", default=None,
+                   help="a feature definition instead of the paper's feature (default): cls, cls_last4, patch_mean, "
+                        "cls_last4+patch_mean, mean_last6, or a token store's tokens2x2, tokens_full, ... "
+                        "(docs/feature_store.md); recorded in every store")
     p.add_argument("--in1k-root", help="IN-1K with train/ and val/, or its webdataset shards or HF tars")
     p.add_argument("--in21k-root", help="IN-21K: a folder or a tar per synset, or webdataset shards")
     add_source_options(p)
@@ -347,7 +351,8 @@ def _run(args: argparse.Namespace) -> int:
                        "models with its own --name")
     configs = [_config(args, extract, {} if args.finetune else None, model=model, checkpoint=given,
                        models_dir=args.models_dir, name=args.name, random_weights=args.random_weights,
-                       trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root, in21k_root=args.in21k_root,
+                       feature=args.feature, trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root,
+                       in21k_root=args.in21k_root,
                        **_checkpoint_fields(args),
                        out=args.out, domains=tuple(args.domains), benchmark=args.benchmark, check=not args.no_check,
                        overwrite=args.overwrite, seen=args.seen, stage=args.stage, storage=args.storage)

@@ -175,6 +175,7 @@ class RunConfig:
     name: str | None = None  # the label of stores, rows and report (cog_pl.models.label); None: from the weights
     random_weights: bool = False  # a network without a file initialised at random (labelled <name>@random)
     models_dir: str | None = None  # where a paper model's file is looked for without checkpoint; None: $COG_PL_MODELS
+    feature: str | None = None  # a feature definition (cog_pl.models.definitions); None: the paper's feature
 
     @property
     def label(self) -> str:
@@ -283,7 +284,24 @@ class RunConfig:
                     else ""))
         if self.finetune is not None:
             self._check_finetune()
+        self._check_feature()
         self._resolve_weights()
+
+    def _check_feature(self) -> None:
+        """Refuse an unknown feature definition, and a token definition with a method or variant that reads one
+        vector per image, before any work."""
+        if self.feature is None:
+            return
+        from cog_pl.methods import get_method, token_methods
+        from cog_pl.models.definitions import parse_feature
+
+        if not parse_feature(self.feature).tokens:
+            return
+        vectors = [m for m in self.methods if not get_method(m).tokens]
+        if vectors or self.variants:
+            raise CogError(f"--feature {self.feature}: a token definition makes token stores, which "
+                           f"{', '.join(vectors) or 'the level variants (--variants)'} cannot read; methods that take "
+                           f"token stores: {', '.join(token_methods()) or 'none registered'}")
 
     def _resolve_weights(self) -> None:
         """The weights file, decided before any work: ``checkpoint``, else a paper model's file in ``models_dir``;
@@ -551,7 +569,7 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
 
     opts = cfg.extract
     model = FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs, name=cfg.name,
-                             random_weights=cfg.random_weights)
+                             random_weights=cfg.random_weights, feature=cfg.feature)
     filter_known_warnings()
     trainer = L.Trainer(**opts.trainer_kwargs(), logger=False, enable_checkpointing=False,
                         enable_model_summary=False, enable_progress_bar=False,

@@ -36,7 +36,7 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
                           check: RunMethod | None = None, label: str = "", order: float = 100.0,
                           options: type | None = None, shares_grid: bool = False,
                           noise_predictions: bool = False,
-                          takes_rows: bool = False) -> Callable[[RunMethod], RunMethod]:
+                          takes_rows: bool = False, tokens: bool = False) -> Callable[[RunMethod], RunMethod]:
     """Decorator registering a method's run function as ``name``.
 
     Args:
@@ -53,6 +53,7 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
         noise_predictions: its IN-1K all-data row is made again for the report's label-noise check.
         takes_rows: its run and check take ``rows``, the model's rows read once by ``cog-pl run``
             (:class:`cog_pl.results.StoredRows`; :func:`cog_pl.results.identity.cells_todo` uses them).
+        tokens: it reads token stores (``[N, T, D]``); the linear probe and k-NN refuse them, naming such methods.
 
     Returns:
         The decorator; it returns the function unchanged.
@@ -79,7 +80,7 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
     def add(fn: RunMethod) -> RunMethod:
         register_method(Method(name, fn, label=label, order=order, description=description, check=check,
                                options=options, shares_grid=shares_grid, noise_predictions=noise_predictions,
-                               takes_rows=takes_rows),
+                               takes_rows=takes_rows, tokens=tokens),
                         replace=replace)
         return fn
     return add
@@ -114,7 +115,7 @@ def unregister_probe_method(name: str) -> ProbeMethod:
 
 def _check_linear(root: Any, results: Any, *, protocol: Any = None, plan: Any = None, seeds: Any = None,
                   shots: Any = None, device: Any = "cpu", **kwargs: Any) -> Any:
-    from cog_pl.features.pair import open_pair
+    from cog_pl.features.pair import open_pair, vectors_only
     from cog_pl.probe.protocol_run import grid_todo
     from cog_pl.probe.tuner import SearchPlan
     from cog_pl.protocol import ProbeProtocol
@@ -122,7 +123,8 @@ def _check_linear(root: Any, results: Any, *, protocol: Any = None, plan: Any = 
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
     seeds, shots = protocol.grid(seeds, shots)
     kwargs.pop("storage", None)
-    return grid_todo(open_pair(root), results, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
+    pair = vectors_only(open_pair(root), "linear")
+    return grid_todo(pair, results, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
                      announce=False, **kwargs)  # the run that follows says which rows it skips
 
 
