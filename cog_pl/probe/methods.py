@@ -160,6 +160,7 @@ def _check_attentive(root: Any, results: Any, **kwargs: Any) -> Any:
 
 
 @register_probe_method("attentive", check=_check_attentive, label="attentive probe", order=5, takes_rows=True,
+                       tokens=True,
                        description="attentive pooler on the store's tokens (--attentive-preset), tuned like the linear "
                                    "probe, a batch of trials trained as one bank of heads")
 def attentive(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
@@ -175,7 +176,7 @@ def _check_mlp(root: Any, results: Any, **kwargs: Any) -> Any:
     return check_head_grid(root, results, **{"kind": "mlp", **kwargs})
 
 
-@register_probe_method("mlp", check=_check_mlp, label="MLP probe", order=6, takes_rows=True,
+@register_probe_method("mlp", check=_check_mlp, label="MLP probe", order=6, takes_rows=True, tokens=True,
                        description="BatchNorm + hidden layer (--mlp-hidden) on the class token or vector, tuned like "
                                    "the linear probe, a batch of trials trained as one bank of heads")
 def mlp(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:

@@ -278,3 +278,44 @@ def test_a_killed_attentive_grid_resumes_to_the_uninterrupted_rows(tmp_path):
 
     assert len(rows(whole)) == 4 and rows(killed) == rows(whole)
     assert count() == (4, 0)
+
+
+def _token_pair(root, feature, tokens, seed=0, signal_token=2):
+    """A pair of token stores (interface I1) of 4 classes whose label is in token ``signal_token`` only: the
+    others are noise."""
+    import numpy as np
+
+    from cog_pl.features.store import StoreWriter, make_meta
+
+    rng = np.random.default_rng(seed)
+    means = rng.normal(size=(4, 64)) * 2
+    for split, n in (("train", 20), ("test", 5)):
+        y = np.repeat(np.arange(4), n)
+        x = rng.normal(size=(len(y), tokens, 64))
+        x[:, signal_token] += means[y]
+        meta = make_meta(model="m", weights_sha256=None, domain="cog_l1", split=split, num_classes=4,
+                         classes=["a", "b", "c", "d"], transform={}, level_file_sha256=None, feature=feature)
+        meta["tokens"] = tokens
+        writer = StoreWriter(root / split, len(y), 64, identity=meta, tokens=tokens)
+        writer.write(np.arange(len(y)), x.astype(np.float16), y)
+        writer.finish(meta)
+    return root
+
+
+def test_token_stores_the_attentive_probe_reads_every_token_the_mlp_the_class_token(tmp_path):
+    """On a token store the attentive probe reads the tokens and finds the class signal of token 2; the MLP probe
+    reads token 0 alone (noise here: chance); a row made on another feature definition is refused."""
+    root = _token_pair(tmp_path / "tokens", "tokens2x2", 5)
+    results = tmp_path / "rows.sqlite"
+    protocol = replace(ProbeProtocol(), trials=2, epochs=20, batch_size=32)
+    kwargs = {"model": "m", "domain": "cog_l1", "protocol": protocol, "plan": PLAN, "seeds": (22,), "shots": (None,)}
+    attentive = get_probe_method("attentive").run(root, results, **kwargs)[0]
+    mlp = get_probe_method("mlp").run(root, results, hidden=16, **kwargs)[0]
+    assert (attentive["feature"], attentive["tokens"], mlp["feature"], mlp["head"]["input"]) == (
+        "tokens2x2", 5, "tokens2x2", "class token")
+    assert attentive["test_top1"] >= 75.0 and mlp["test_top1"] <= 50.0
+    other = _token_pair(tmp_path / "other", "tokens1x1", 2, signal_token=1)
+    with pytest.raises(ValueError, match=r"row m/attentive/cog_l1/shots=all/seed=22 was made with "
+                                         r"features\.test\.feature=tokens2x2.*this run has features\.test\."
+                                         r"feature=tokens1x1"):
+        get_probe_method("attentive").run(other, results, **kwargs)
