@@ -273,6 +273,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="epochs of the second backbone, self-supervised on the seen concepts' images without labels "
                         f"and reported relative to the baseline (default {SSL_EPOCHS}; 0: the baseline alone)")
     _common(d, (22, 37), [None, 1, 4], 10, 30, ["linear", "knn"])
+    d.add_argument("--token-probes", nargs="?", const="tokens2x2", default=None, metavar="FEATURE",
+                   help="also extract the baseline's token stores of this definition (default: tokens2x2: the class "
+                        "token and a 2 x 2 grid) under the label <baseline>+FEATURE and run the attentive and MLP "
+                        "probes on them, all data, beside the linear probe in the report (default: off)")
     _finetune(d, True, "also fine-tune the backbone on each domain with the demo recipe (the packaged config "
                        "finetune/demo, about a minute on 2 CPU cores) and report the linear probe relative to "
                        "fine-tuning; default: on")
@@ -471,5 +475,5 @@ def _demo_run(args: argparse.Namespace) -> int:
                   model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),
                   in21k_root=str(assets.in21k_root), out=str(out), benchmark=str(assets.benchmark),
                   transform=assets.transform, variant_seeds=tuple(args.variant_seeds or args.seeds[:1]))
-    print(format_demo_summary(run_demo(assets, cfg)))
+    print(format_demo_summary(run_demo(assets, cfg, token_probes=args.token_probes)))
     return 0

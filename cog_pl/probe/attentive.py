@@ -397,6 +397,12 @@ def head_todo(pair: StorePair, results: str | os.PathLike, *, settings: HeadSett
     """The cells whose row is missing or (``overwrite``) made with other values, and this run's identity; a row of
     other values (another preset, width, feature definition, protocol, search), or a shot count some class cannot
     fill, is refused otherwise, before any work."""
+    if settings.kind == "attentive":  # a width the preset cannot split into its heads, refused before any work
+        dim = pair.train.features.shape[-1]
+        try:
+            _POOLERS.POOLER_PRESETS[settings.preset].heads(dim)
+        except CogError as err:
+            raise CogError(f"--attentive-preset {settings.preset} on {pair.root} ({dim} wide): {err}") from None
     want = head_identity(features_identity(pair), settings, protocol, plan)
     todo = cells_todo(results, model=model, method=settings.kind, domain=domain, seeds=seeds, shots=shots, want=want,
                       overwrite=overwrite, compare=differences, announce=announce, rows=rows)

@@ -319,3 +319,12 @@ def test_token_stores_the_attentive_probe_reads_every_token_the_mlp_the_class_to
                                          r"features\.test\.feature=tokens2x2.*this run has features\.test\."
                                          r"feature=tokens1x1"):
         get_probe_method("attentive").run(other, results, **kwargs)
+
+
+def test_a_width_the_preset_cannot_split_into_heads_is_refused_before_any_work(tmp_path):
+    root = write_features(tmp_path / "feats", classes=4, dim=96, per_class=10, test_per_class=2)
+    with pytest.raises(ValueError, match=r"--attentive-preset capi on .*feats \(96 wide\): pooler config: dim 96 does "
+                                         r"not split into 1 heads of head_dim 64"):
+        get_probe_method("attentive").check(root, tmp_path / "rows.sqlite", model="m", domain="cog_l1",
+                                            protocol=PROTOCOL, plan=PLAN, seeds=(22,), shots=(None,))
+    assert not (tmp_path / "rows.sqlite").exists()
