@@ -21,12 +21,12 @@ def test_a_token_definition_is_refused_with_methods_that_read_vectors(tmp_path):
     with pytest.raises(CogError) as err:
         _config(tmp_path, feature="tokens2x2", methods=("linear", "knn"))
     assert str(err.value) == ("--feature tokens2x2: a token definition makes token stores, which linear, knn cannot "
-                              "read; methods that take token stores: none registered")
+                              "read; methods that take token stores: attentive, mlp")
     register_method(Method("attentive_stub", tokens=True))
     try:
         assert _config(tmp_path, feature="tokens2x2", methods=("attentive_stub",)).feature == "tokens2x2"
         with pytest.raises(CogError, match=r"which the level variants \(--variants\) cannot read; methods that "
-                                           r"take token stores: attentive_stub$"):
+                                           r"take token stores: attentive, mlp, attentive_stub$"):
             _config(tmp_path, feature="tokens_full", methods=("attentive_stub",), variants=("wup",),
                     domains=("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), in21k_root=str(tmp_path))
     finally:
