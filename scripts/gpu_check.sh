@@ -10,6 +10,9 @@
 #   3. benchmarks/bench_extract.py: extraction images/s for ResNet-50 and ViT-B/16, per decode path, on JPEGs of
 #      ImageNet's size distribution (bf16 autocast, channels-last)
 #   4. one domain's whole probe protocol (5 seeds x all data and 1..128 shots) at reduced scale, --probe-workers auto
+#   5. benchmarks/bench_probe_kinds.py: a full-scale attentive and MLP cell's training step against the linear's
+#      (ViT-L width 1024, 1000 classes, batch 1024 (vjepa2: 128), 1 and 197 tokens, 10/5/1 heads per pass,
+#      bf16-mixed) and the cells projected to a level's train images -- CUDA only
 # and prints one summary table (step, status, seconds, the figure lines of its log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +66,14 @@ else
   DEV=cuda
 fi
 step probe-grid 150 "cells|speed-up|rows" $PY benchmarks/bench_probe_grid.py "${GRID[@]}" --device "$DEV"
+
+if [ "$CUDA" = 1 ] && [ "$TINY" = 0 ]; then
+  step probe-kinds 150 "^device|s/image|x linear|^(linear|mlp|vjepa|vjepa2|capi|ep) " $PY \
+    benchmarks/bench_probe_kinds.py --device cuda --precision bf16-mixed --dim 1024 --classes 1000 --batch 1024 \
+    --block-batch 128 --tokens 1 197 --presets vjepa vjepa2 capi ep --steps 5 --limit-s 10 --linear-images 262144
+else
+  skip probe-kinds "no CUDA or tiny mode"
+fi
 
 echo
 echo "GPU check ($( [ "$CUDA" = 1 ] && $PY -c 'import torch; print(torch.cuda.get_device_name())' || echo 'no CUDA: smoke run' ),"\
