@@ -288,8 +288,8 @@ class RunConfig:
         self._resolve_weights()
 
     def _check_feature(self) -> None:
-        """Refuse an unknown feature definition, and a token definition with a method or variant that reads one
-        vector per image, before any work."""
+        """Refuse an unknown feature definition, and a token definition with a method that reads one vector per
+        image, before any work."""
         if self.feature is None:
             return
         from cog_pl.methods import get_method, token_methods
@@ -298,10 +298,10 @@ class RunConfig:
         if not parse_feature(self.feature).tokens:
             return
         vectors = [m for m in self.methods if not get_method(m).tokens]
-        if vectors or self.variants:
+        if vectors:
             raise CogError(f"--feature {self.feature}: a token definition makes token stores, which "
-                           f"{', '.join(vectors) or 'the level variants (--variants)'} cannot read; methods that take "
-                           f"token stores: {', '.join(token_methods()) or 'none registered'}")
+                           f"{', '.join(vectors)} cannot read; methods that take token stores: "
+                           f"{', '.join(token_methods()) or 'none registered'}")
 
     def _resolve_weights(self) -> None:
         """The weights file, decided before any work: ``checkpoint``, else a paper model's file in ``models_dir``;

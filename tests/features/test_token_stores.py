@@ -16,7 +16,15 @@ from conftest_data import tiny  # noqa: F401 - fixture
 from cog_pl.extract.datamodule import ExtractionDataModule
 from cog_pl.extract.module import FeatureExtractor
 from cog_pl.features.pair import open_pair
-from cog_pl.features.store import StoreError, StoreWriter, is_complete, make_meta, open_store, partial_path
+from cog_pl.features.store import (
+    StoreError,
+    StoreWriter,
+    is_complete,
+    make_meta,
+    open_store,
+    partial_path,
+    write_store,
+)
 from cog_pl.methods import Method, register_method, unregister_method
 from cog_pl.models.arch.demo_cnn import DemoCNN
 from cog_pl.probe.knn_protocol import run_knn_protocol
@@ -160,6 +168,54 @@ def test_the_demo_cnn_makes_token_stores(roots, tmp_path):
     root = _extract(roots, tmp_path / "out", "tokens2x2", net=net)
     store = open_store(root / "test")
     assert store.features.shape == (9, 5, 96) and store.meta["token_layout"] == {"cls": 1, "grid": [2, 2]}
-    # the class token is the global average of the last feature map: the CNN's own feature
-    first = store.features[:, 0].astype(np.float32)
-    assert np.abs(first).sum() > 0
+    images = torch.stack([_extract.dataset[int(i)]["image"] for i in store.index])
+    with torch.no_grad():  # the class token is the global average of the last feature map: the CNN's own feature
+        own = net(images)
+    np.testing.assert_allclose(store.features[:, 0].astype(np.float32), own.half().float().numpy(), atol=2e-3)
+
+
+def test_token_stores_are_written_checked_and_reopened_like_vector_stores(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 3, 8)).astype(np.float32)
+    meta = make_meta(model="m", weights_sha256=None, domain="in1k", split="train", num_classes=2, classes=["a", "b"],
+                     transform={}, level_file_sha256=None, feature="tokens1x1", tokens=3)
+    store = open_store(write_store(tmp_path / "s", x, np.array([0, 1, 0, 1]), None, meta))
+    assert store.features.shape == (4, 3, 8) and store.meta["tokens"] == 3 and store.meta["dim"] == 8
+    np.testing.assert_array_equal(store.features, x.astype(np.float16))
+    writer = StoreWriter(tmp_path / "t", 4, 8, identity=meta, tokens=3)  # an interrupted write of 3 tokens
+    bad = x.copy()
+    bad[2, 1, 5] = np.nan
+    with pytest.raises(StoreError, match=r"row 2 has NaN or inf features"):
+        writer.write(np.arange(4), bad, np.zeros(4, dtype=np.int64))
+    del writer
+    with pytest.raises(StoreError, match=r"interrupted feature store write made with different inputs: tokens=3 "
+                                         r"\(this run: 5\)"):
+        StoreWriter(tmp_path / "t", 4, 8, identity={**meta, "tokens": 5}, tokens=5, fresh=False)
+    (tmp_path / "s" / "meta.json").write_text(json.dumps({**store.meta, "tokens": 4}))
+    with pytest.raises(StoreError, match=r"meta.json says 4 x 4 x 8, features.npy is 4 x 3 x 8"):
+        open_store(tmp_path / "s")
+
+
+def test_token_stores_regroup_into_level_variants_as_token_stores(tmp_path):
+    """A level variant of token stores (``cog-pl run --feature tokens... --variants``) is made of token stores: every
+    row's tokens moved whole, the layout inherited."""
+    from test_features_regroup import _permuted, write_level_file, write_level_stores
+
+    from cog_pl.features import regroup
+
+    root = tmp_path / "features"
+    everyone = write_level_stores(root)
+    layout = {"cls": 1, "grid": [1, 1]}
+    for path in sorted(root.glob("m/cog_l*/*")):  # the same rows as token stores: [x, 2 x] per image
+        store = open_store(path)
+        x = np.asarray(store.features, np.float32)
+        meta = {**store.meta, "feature": "tokens1x1", "tokens": 2, "token_layout": layout}
+        write_store(path, np.stack([x, 2 * x], axis=1), store.labels, store.index, meta, overwrite=True)
+    regroup.regroup_variant(root, "m", level_file=write_level_file(tmp_path / "toy.json", _permuted(everyone)))
+    for path in sorted(root.glob("m/cog_l*@toy/*")):
+        store = open_store(path)
+        x = np.asarray(store.features, np.float32)
+        assert x.shape[1:] == (2, 4) and (store.meta["tokens"], store.meta["token_layout"]) == (2, layout)
+        assert store.meta["feature"] == "tokens1x1"
+        np.testing.assert_array_equal(x[:, 1], 2 * x[:, 0])  # each row's tokens travel together
+        assert [store.meta["classes"][y] for y in store.labels] == [everyone[int(v)] for v in x[:, 0, 0]]

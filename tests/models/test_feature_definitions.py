@@ -152,3 +152,20 @@ def test_a_definition_the_network_cannot_give_is_refused(vit):
         feature_module(vit, "mean_last8", "vit")
     with pytest.raises(UnknownNameError, match="unknown feature definition 'clss'"):
         FeatureExtractor("demo_cnn", random_weights=True, feature="clss")
+
+
+def test_a_torchvision_cnn_reads_the_input_of_its_average_pool():
+    """torchvision's ResNet has no forward_features: its last feature map is what its ``avgpool`` receives, and the
+    class token its penultimate feature (the paper's)."""
+    paper = FeatureExtractor("torchvision:resnet18", random_weights=True)
+    tokens = FeatureExtractor("torchvision:resnet18", random_weights=True, feature="tokens_full", transform=64)
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(6))
+    net = paper.backbone.model
+    with torch.no_grad():
+        stem = torch.nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3,
+                                   net.layer4)
+        fmap = stem(x)  # [2, 512, 2, 2]
+        got = tokens(x)
+        torch.testing.assert_close(got[:, 0], paper(x))
+    torch.testing.assert_close(got[:, 1:], fmap.flatten(2).transpose(1, 2))
+    assert tokens.feature_shape == (5, 512) and tokens.token_layout() == {"cls": 1, "grid": [2, 2]}
