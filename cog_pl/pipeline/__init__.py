@@ -166,6 +166,7 @@ class RunConfig:
     overwrite: bool = False  # replace what earlier runs made (feature stores: extracted and regrouped again)
     seen: str | None = None  # the model's pretraining label set (named set or file): warned of where levels hold it
     methods: tuple[str, ...] = ("linear",)  # probe methods on every domain (cog_pl.probe.methods), e.g. + "knn"
+    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per method, e.g. attentive: preset
     report: bool = True  # write the report at the end (False: the caller writes one, e.g. the demo for two models)
     html: bool = True  # the report also as report.html (cog_pl.report.html)
     noise_predictions: bool = True  # the label-noise check's predictions for the report (IN-1K probe on the levels)
@@ -248,6 +249,11 @@ class RunConfig:
 
             raise UnknownNameError(f"methods: unknown probe method(s) {', '.join(unknown) or '(none given)'}; choose "
                                    f"from {', '.join(list_probe_methods())}")
+        if set(self.method_options) & {"attentive", "mlp"}:
+            from cog_pl.probe.attentive import settings_of
+
+            for name in set(self.method_options) & {"attentive", "mlp"}:
+                settings_of(name, **self.method_options[name])  # a bad preset or width is refused before any work
         for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
             bad_shots = [s for s in shots if s is not None and not (isinstance(s, int) and s > 0)]
             if bad_shots:
@@ -668,7 +674,7 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
             fn = functools.partial(fn, rows=rows)
         return fn(out / "features" / model_name / domain, results, model=model_name, domain=domain,
                   storage=cfg.study_storage, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
-                  overwrite=cfg.overwrite)
+                  overwrite=cfg.overwrite, **cfg.method_options.get(method.name, {}))
 
     # The model's rows, read once for every method's check and run pass over the domains: this process writes a
     # (method, domain)'s rows only in its run, after its check and run read them; a row another worker writes

@@ -156,7 +156,7 @@ def test_the_linear_probe_and_knn_refuse_a_token_store_naming_the_methods_that_t
             method = "knn" if run is run_knn_protocol else "linear"
             assert str(err.value) == (f"{tmp_path / 'r' / 'train'}: a token store (5 tokens per image, feature "
                                       f"'tokens2x2'); {method} reads one vector per image: the methods that take "
-                                      "token stores: attentive_stub")
+                                      "token stores: attentive, mlp, attentive_stub")
     finally:
         unregister_method("attentive_stub")
     assert not (tmp_path / "results.jsonl").exists()

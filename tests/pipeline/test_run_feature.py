@@ -21,12 +21,12 @@ def test_a_token_definition_is_refused_with_methods_that_read_vectors(tmp_path):
     with pytest.raises(CogError) as err:
         _config(tmp_path, feature="tokens2x2", methods=("linear", "knn"))
     assert str(err.value) == ("--feature tokens2x2: a token definition makes token stores, which linear, knn cannot "
-                              "read; methods that take token stores: none registered")
+                              "read; methods that take token stores: attentive, mlp")
     register_method(Method("attentive_stub", tokens=True))
     try:
         assert _config(tmp_path, feature="tokens2x2", methods=("attentive_stub",)).feature == "tokens2x2"
         with pytest.raises(CogError, match=r"which linear cannot read; methods that take token stores: "
-                                           r"attentive_stub$"):
+                                           r"attentive, mlp, attentive_stub$"):
             _config(tmp_path, feature="tokens_full", methods=("attentive_stub", "linear"))
     finally:
         unregister_method("attentive_stub")
