@@ -20,7 +20,8 @@ API_INDEX = Path(__file__).resolve().parents[1] / "docs" / "reference" / "api" /
 
 def test_every_package_is_found():
     assert len(PACKAGES) == 20
-    assert {"cog_pl.models.arch", "cog_pl.levels", "cog_pl.cli", "cog_pl.progress", "cog_pl.results"} <= set(PACKAGES)
+    assert {"cog_pl.models.arch", "cog_pl.levels", "cog_pl.cli", "cog_pl.progress", "cog_pl.results",
+            "cog_pl.zeroshot"} <= set(PACKAGES)
 
 
 @pytest.mark.parametrize("package", ["cog_pl", *PACKAGES])

@@ -125,7 +125,7 @@ def model_rows() -> list[dict[str, Any]]:
                      "normalisation": _norm(spec), "file": pub.file if pub else None, "published": _where(spec),
                      "download": "direct" if pub and pub.url else "manual",
                      "conversion": pub.conversion if pub else None,
-                     "needs_trust": spec.layout.trust})
+                     "needs_trust": spec.layout.trust, "text_tower": spec.text_tower is not None})
     return rows
 
 
@@ -172,6 +172,10 @@ def _list(args: argparse.Namespace) -> int:
     print("  " + "  ".join(h.ljust(w) for h, w in zip(heads, width)).rstrip())
     for r in others:
         print("  " + "  ".join(str(r[c]).ljust(w) for c, w in zip(cols, width)).rstrip())
+    from cog_pl.models.registry import list_text_towers
+
+    print(f"\nwith a text tower (zero-shot), read from the same weights: {', '.join(list_text_towers())}, "
+          "open_clip:<name> (a model of open_clip_torch; --checkpoint a file or a pretrained tag)")
     return 0
 
 

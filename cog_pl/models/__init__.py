@@ -7,13 +7,17 @@
   plain data).
 - :mod:`~cog_pl.models.checkpoints`: reading a published file in its layout; :mod:`~cog_pl.models.download`,
   :mod:`~cog_pl.models.files`: fetching it and finding it again; :mod:`~cog_pl.models.transform`: the input pipeline.
-- :mod:`~cog_pl.models.arch`: the paper's architectures that neither timm nor torchvision provide, the demo's CNN.
+- :mod:`~cog_pl.models.text`: :func:`build_text_tower`, the text side of a vision-language backbone (``clip``,
+  ``open_clip:<name>``) read from the same weights.
+- :mod:`~cog_pl.models.arch`: the paper's architectures that neither timm nor torchvision provide, the demo's CNN,
+  CLIP's text tower and the ``open_clip`` models.
 """
 
 from cog_pl._lazy import lazy_exports
 from cog_pl.models.registry import (
     BACKBONES,
     BackboneSpec,
+    has_text_tower,
     list_backbones,
     parse_model_name,
     register_architecture,
@@ -25,8 +29,9 @@ from cog_pl.models.zoo import EFFICIENTNET_LITE0, PAPER_MODELS  # (importing the
 
 #: What needs torch loads on first use: the table and the zoo are plain data (``cog-pl models list`` reads them
 #: without importing torch, torchvision or timm).
-_EXPORTS = {"Backbone": ".build", "build_backbone": ".build", "backbone_transform": ".transform"}
-__all__ = ["BACKBONES", "EFFICIENTNET_LITE0", "PAPER_MODELS", "Backbone", "BackboneSpec", "backbone_transform",
-           "build_backbone", "list_backbones", "parse_model_name", "register_architecture", "register_backbone",
-           "resolve_spec", "unregister_backbone"]
+_EXPORTS = {"Backbone": ".build", "build_backbone": ".build", "backbone_transform": ".transform",
+            "TextTower": ".text", "build_text_tower": ".text"}
+__all__ = ["BACKBONES", "EFFICIENTNET_LITE0", "PAPER_MODELS", "Backbone", "BackboneSpec", "TextTower",
+           "backbone_transform", "build_backbone", "build_text_tower", "has_text_tower", "list_backbones",
+           "parse_model_name", "register_architecture", "register_backbone", "resolve_spec", "unregister_backbone"]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -241,6 +241,10 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
     if own is None and label is not None:
         raise CogError(f"label={label!r} names a module passed as model=; {name!r} has its own name")
     spec = resolve_spec(name) if own is None else module_spec(own, label, image_size)
+    if own is None and parse_model_name(spec.arch)[0] == "open_clip":  # open_clip reads its own files and tags
+        if prefix is not None or key_map or in_order:
+            raise CogError(f"{name}: open_clip reads its own checkpoints; prefix, key_map and in_order do not apply")
+        return _open_clip_backbone(spec, checkpoint, trust_checkpoint)
     if prefix is not None:
         spec = replace(spec, layout=replace(spec.layout, prefix=prefix))
     weights, digest, report = "random", None, None
@@ -306,6 +310,26 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
         spec = replace(spec, builder=None)
     logger.debug("built %s (%s) with %s weights", spec.name, spec.arch, weights)
     return Backbone(model, spec, weights, digest, report is not None and report.trusted, report)
+
+
+def _open_clip_backbone(spec: BackboneSpec, checkpoint: str | Path | None, trust_checkpoint: bool) -> Backbone:
+    """``open_clip:<name>``: ``encode_image`` of the model with ``checkpoint`` (a file or a pretrained tag; random
+    weights from :data:`RANDOM_SEED` without one), the input its preprocessing config states."""
+    from cog_pl.models.arch.openclip import build_open_clip_image
+
+    model, file = build_open_clip_image(parse_model_name(spec.arch)[1], checkpoint, trust_checkpoint)
+    model.eval().requires_grad_(False)
+    cfg = model.preprocess_cfg
+    size = cfg.get("size", spec.image_size)
+    size = int(size if isinstance(size, int) else size[-1])
+    with torch.inference_mode():
+        dim = model(torch.zeros(1, 3, size, size)).shape[-1]
+    spec = replace(spec, feature_dim=int(dim), image_size=size, mean=tuple(cfg.get("mean", spec.mean)),
+                   std=tuple(cfg.get("std", spec.std)))
+    if file is None:
+        return Backbone(model, spec, "random", None)
+    logger.debug("built %s with %s (%s)", spec.arch, checkpoint, file)
+    return Backbone(model, spec, str(checkpoint), file_sha256(file), trust_checkpoint)
 
 
 _UNVERIFIED_SAID: set[str] = set()

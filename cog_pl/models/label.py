@@ -11,6 +11,8 @@ Without one:
   ``--model torchvision:resnet50 --checkpoint my_r50.pth``, or for ``--model resnet50`` with the user's own file)
   are labelled ``<name>@<checkpoint stem>``, which no paper model is called;
 - random weights (only on request, ``random_weights``) are labelled ``<name>@random``;
+- ``open_clip:<name>`` is labelled ``<name>@<pretrained tag or file stem>`` (``RN50@openai``): one architecture,
+  many published weights;
 - every other network (``timm:resnet10t``, ``efficientnet_lite0``, a registered backbone, a module of yours) keeps its
   name: it cannot be taken for a paper model. Two files under one label in one output folder are refused
   (:func:`cog_pl.results.labels.check_label_weights`), naming both.
@@ -34,7 +36,7 @@ LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]*")
 RANDOM = "random"
 #: Architectures built without weights (timm's ``pretrained=False``, torchvision's ``weights=None``, cog_pl's own):
 #: such a network needs a file, or an explicit ``random_weights``.
-_NEEDS_FILE = ("timm:", "torchvision:", "cog:")
+_NEEDS_FILE = ("timm:", "torchvision:", "cog:", "open_clip:")
 
 
 def check_label(name: str, option: str = "--name") -> str:
@@ -100,6 +102,8 @@ def model_label(model: str, checkpoint: str | os.PathLike | None = None, name: s
         return spec.name
     if spec.name in PAPER_MODELS and (spec is PAPER_MODELS[spec.name] and is_published(spec, checkpoint)):
         return spec.name
+    if spec.arch.startswith("open_clip:"):  # one architecture, many published weights: the tag or file names them
+        return f"{spec.name}@{re.sub(r'[^A-Za-z0-9._+-]', '_', Path(checkpoint).name.split('.')[0] or 'checkpoint')}"
     if spec.name in PAPER_MODELS:  # a paper model's name with other weights, or another network so called
         stem = Path(checkpoint).name.split(".")[0] or "checkpoint"
         return f"{spec.name}@{re.sub(r'[^A-Za-z0-9._+-]', '_', stem)}"

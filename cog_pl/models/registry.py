@@ -3,11 +3,12 @@
 Every name :func:`~cog_pl.models.build_backbone` builds is read by :func:`parse_model_name` (as timm's
 ``_factory.parse_model_name``): a name of :data:`BACKBONES` (no prefix), or ``<source>:<name>`` for a source that
 names architectures itself (``timm:``, ``torchvision:``, ``external:`` a registered architecture's name or a
-builder's import path ``<module>:<function>``). Each entry of :data:`BACKBONES` is a :class:`BackboneSpec` that
-carries its builder (:attr:`BackboneSpec.builder`) unless its architecture's source builds it. The paper's models,
-``efficientnet_lite0`` and the demo's CNN are entries of :mod:`cog_pl.models.zoo`, registered against this table when
-:mod:`cog_pl.models` is imported; users add theirs with :func:`register_backbone` or an installed package's
-:data:`ENTRY_POINT_GROUP` entry point. :func:`list_backbones` lists exactly the names the table resolves.
+builder's import path ``<module>:<function>``, ``open_clip:`` a model of ``open_clip_torch``). Each entry of
+:data:`BACKBONES` is a :class:`BackboneSpec` that carries its builder (:attr:`BackboneSpec.builder`) unless its
+architecture's source builds it, and its text tower where it has one (:attr:`BackboneSpec.text_tower`). The
+paper's models, ``efficientnet_lite0`` and the demo's CNN are entries of :mod:`cog_pl.models.zoo`, registered against
+this table when :mod:`cog_pl.models` is imported; users add theirs with :func:`register_backbone` or an installed
+package's :data:`ENTRY_POINT_GROUP` entry point. :func:`list_backbones` lists exactly the names the table resolves.
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ from cog_pl.registry import Registry, plugins
 if TYPE_CHECKING:
     from cog_pl.data.transforms import TransformConfig
 
-__all__ = ["BACKBONES", "ENTRY_POINT_GROUP", "IMAGENET_MEAN", "IMAGENET_STD", "SOURCES", "USER_LAYOUT",
-           "BackboneSpec", "Layout", "Published", "add_spec", "list_backbones", "load_entry_points",
-           "parse_model_name", "register_architecture", "register_backbone", "resolve_spec", "seen_of_timm_tag",
-           "unregister_backbone"]
+__all__ = ["BACKBONES", "CLIP_MEAN", "CLIP_STD", "ENTRY_POINT_GROUP", "IMAGENET_MEAN", "IMAGENET_STD",
+           "OPEN_CLIP_TEXT_TOWER", "SOURCES", "USER_LAYOUT", "BackboneSpec", "Layout", "Published", "add_spec",
+           "has_text_tower", "list_backbones", "list_text_towers", "load_entry_points", "parse_model_name",
+           "register_architecture", "register_backbone", "resolve_spec", "seen_of_timm_tag", "unregister_backbone"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+#: naver/cog configs/clip.yaml (openai/CLIP clip.py ``_transform``); also open_clip's default (``constants.py``
+#: ``OPENAI_DATASET_MEAN``/``STD``)
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,10 @@ class BackboneSpec:
     #: no arguments returning a module, or its import path ``"module:function"`` (cog_pl's own architectures, whose
     #: modules import optional packages); not part of :meth:`definition`, which the architecture's name states
     builder: Callable[[], Any] | str | None = field(default=None, compare=False, repr=False)
+    #: what builds the model's text tower from the same weights, ``"module:function"`` (called with the model name,
+    #: the weights and the trust opt-in; :func:`cog_pl.models.text.build_text_tower`), None for an image-only
+    #: backbone; not part of :meth:`definition`: the image features do not depend on it
+    text_tower: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -105,7 +114,7 @@ class BackboneSpec:
         is never resumed or reused. ``transform`` (a :class:`~cog_pl.data.transforms.TransformConfig`): the input
         pipeline that ran, whose crop is the input size stated (the spec's own ``image_size`` without one)."""
         facts = {k: v for k, v in asdict(replace(self, builder=None)).items()
-                 if k not in ("group", "paper_name", "published", "note", "seen", "builder")}
+                 if k not in ("group", "paper_name", "published", "note", "seen", "builder", "text_tower")}
         facts["layout"].pop("source")
         order, spec = "BGR" if self.bgr else "RGB", digest(facts)[:12]
         size = self.image_size if transform is None else transform.crop
@@ -130,13 +139,18 @@ def seen_of_timm_tag(name: str) -> str | None:
 
 
 #: The sources a model name may be prefixed with: each names architectures itself, so their names need no entry.
-SOURCES = ("timm", "torchvision", "external")
+#: ``open_clip:<name>``: a model of the PyPI package ``open_clip_torch`` (``open_clip.list_models()``), its weights a
+#: file or a pretrained tag given as the checkpoint; its image features are ``encode_image``'s, and it has a text tower.
+SOURCES = ("timm", "torchvision", "external", "open_clip")
+#: The text tower of every ``open_clip:<name>`` (:attr:`BackboneSpec.text_tower`).
+OPEN_CLIP_TEXT_TOWER = "cog_pl.models.arch.openclip:build_open_clip_text_tower"
 
 
 def parse_model_name(name: str) -> tuple[str, str]:
     """``(source, name)`` of a model name: ``("", name)`` for a name of the table, ``(source, rest)`` for
     ``<source>:<rest>`` with a source of :data:`SOURCES` (``external:<module>:<function>`` gives
-    ``("external", "<module>:<function>")``). The one place a model name is taken apart.
+    ``("external", "<module>:<function>")``, ``open_clip:ViT-B-32`` ``("open_clip", "ViT-B-32")``). The one place a
+    model name is taken apart.
 
     Example:
         >>> parse_model_name("timm:resnet10t"), parse_model_name("resnet50")
@@ -260,6 +274,18 @@ def list_backbones(group: str | None = None) -> list[str]:
     return [n for n in BACKBONES.names() if group is None or BACKBONES.get(n).group == group]
 
 
+def has_text_tower(name: str) -> bool:
+    """Whether the backbone ``name`` carries a text tower (:func:`cog_pl.models.text.build_text_tower` builds it)."""
+    return resolve_spec(name).text_tower is not None
+
+
+def list_text_towers() -> list[str]:
+    """The names of :data:`BACKBONES` with a text tower (``clip``...), in registration order; every
+    ``open_clip:<name>`` has one too."""
+    load_entry_points()
+    return [n for n in BACKBONES.names() if BACKBONES.get(n).text_tower is not None]
+
+
 def _entry(name: str) -> BackboneSpec | None:
     """The entry ``name`` spells (``-`` and case do not matter), installed packages' entry points loaded if needed."""
     for attempt in range(2):
@@ -276,8 +302,8 @@ def resolve_spec(name: str) -> BackboneSpec:
 
     Args:
         name: a name of :data:`BACKBONES` (a paper model, ``efficientnet_lite0``, a registered backbone; ``-`` and
-            case do not matter), or ``timm:<name>`` / ``torchvision:<name>`` / ``external:<name>`` for any other
-            (``external:<name>`` of a registered architecture is its entry).
+            case do not matter), or ``timm:<name>`` / ``torchvision:<name>`` / ``external:<name>`` /
+            ``open_clip:<name>`` for any other (``external:<name>`` of a registered architecture is its entry).
 
     Returns:
         The :class:`BackboneSpec`; for a prefixed name, one whose feature size is measured when it is built.
@@ -292,10 +318,14 @@ def resolve_spec(name: str) -> BackboneSpec:
     source, rest = parse_model_name(name)
     if source == "external" and ":" not in rest and (entry := _entry(rest)) is not None and entry.arch == name:
         return entry  # a registered architecture, named by its architecture
+    if source == "open_clip":
+        return BackboneSpec(rest, name, feature_dim=-1, mean=CLIP_MEAN, std=CLIP_STD, layout=USER_LAYOUT,
+                            group="user", seen=None, feature="output", text_tower=OPEN_CLIP_TEXT_TOWER)
     if source:
         return BackboneSpec(name.rsplit(":", 1)[1], name, feature_dim=-1, layout=USER_LAYOUT, group="user",
                             external=source == "external", seen=seen_of_timm_tag(name) if source == "timm" else None)
     entry = _entry(name)
     if entry is None:
-        raise BACKBONES.unknown(name, "or timm:<name> / torchvision:<name> / external:<module>:<function>")
+        raise BACKBONES.unknown(name, "or timm:<name> / torchvision:<name> / external:<module>:<function> / "
+                                     "open_clip:<name>")
     return entry

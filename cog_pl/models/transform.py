@@ -4,6 +4,8 @@
   protocol's resize interpolation (docs/protocol.md);
 - ``timm:<name>``: timm's resolved eval config (crop, crop fraction, interpolation, mean, std), read from the built
   model when there is one, else from the name's pretrained config (offline);
+- ``open_clip:<name>``: the size, mean and std of the model's preprocessing config, which the built spec carries
+  (OpenAI's CLIP mean and std, open_clip's default, for the name alone), with the protocol's interpolation;
 - ``torchvision:<name>`` and ``external:<name>``: the protocol default (S = 224, bicubic, ImageNet mean and std).
 
 :func:`resolve_transform` also accepts ``"protocol"``, an image size, a dict of :class:`TransformConfig` fields (as a
@@ -30,6 +32,9 @@ def backbone_transform(model: str | BackboneSpec, module: nn.Module | None = Non
     spec = resolve_spec(model) if isinstance(model, str) else model
     base = protocol_transform(protocol)
     if spec.group != "user" and not spec.external:  # (a builder's network states no input of its own)
+        return dataclasses.replace(base, crop=spec.image_size, resize=spec.image_size, mean=tuple(spec.mean),
+                                   std=tuple(spec.std))
+    if spec.arch.startswith("open_clip:"):  # the built spec states its preprocessing (open_clip's config)
         return dataclasses.replace(base, crop=spec.image_size, resize=spec.image_size, mean=tuple(spec.mean),
                                    std=tuple(spec.std))
     if spec.arch.startswith("timm:"):

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from cog_pl.models.registry import (
     BACKBONES,
+    CLIP_MEAN,
+    CLIP_STD,
     ENTRY_POINT_GROUP,
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -47,9 +49,6 @@ __all__ = ["BACKBONES", "DEMO_MODELS", "EFFICIENTNET_LITE0", "ENTRY_POINT_GROUP"
            "PAPER_MODELS", "USER_LAYOUT", "BackboneSpec", "Layout", "Published", "add_spec", "load_entry_points",
            "resolve_spec", "seen_of_timm_tag"]
 
-#: naver/cog configs/clip.yaml (openai/CLIP clip.py ``_transform``)
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 NO_NORM_MEAN = (0.0, 0.0, 0.0)
 NO_NORM_STD = (1.0, 1.0, 1.0)
 
@@ -240,7 +239,8 @@ PAPER_MODELS: dict[str, BackboneSpec] = {s.name: s for s in (
                  published=Published("RN50.pt", "https://openaipublic.azureedge.net/clip/models/afeb0e10f9e5a86da6080"
                                      "e35cf09123aca3b358a0c3e3b6c78a7b63bc04b6762/RN50.pt",
                                      sha256_prefix="afeb0e10f9e5a86da6080e35cf09123aca3b358a0c3e3b6c78a7b63bc04b6762"),
-                 note="the attention-pooled image embedding (encode_image)"),
+                 note="the attention-pooled image embedding (encode_image)",
+                 text_tower=_ARCH + "clip_text:build_clip_text_tower"),
     _r50("mopro", "MoPro", "web-data",
          Layout(("state_dict",), "module.encoder_q.", ("classifier.", "fc1.", "fc2."),
                 source="salesforce/MoPro train.py: {'epoch','arch','state_dict','optimizer'}"),

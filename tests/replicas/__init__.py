@@ -24,3 +24,5 @@ class Replica:
     feature_dim: int
     #: the file cannot be read with ``torch.load(weights_only=True)`` (TorchScript, dill): needs the opt-in
     needs_trust: bool = False
+    #: a vision-language model's file: token ids (N, L) -> its text tower's embeddings (N, E), None for others
+    text_reference: Callable[[torch.Tensor], torch.Tensor] | None = None

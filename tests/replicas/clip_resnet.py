@@ -64,8 +64,14 @@ def _plausible_norms(model: torch.nn.Module, gen: torch.Generator) -> None:
             bn.num_batches_tracked.fill_(int(torch.randint(1, 10**6, (), generator=gen)))
 
 
-def publish_clip(path: str | Path, seed: int = 0) -> Replica:
-    """Write ``RN50.pt`` with random weights at ``path``; the reference is CLIP's ``encode_image`` in float32."""
+def publish_clip(path: str | Path, seed: int = 0,
+                 methods: tuple[str, ...] = ("forward", "encode_image", "encode_text")) -> Replica:
+    """Write ``RN50.pt`` with random weights at ``path``; the reference is CLIP's ``encode_image`` in float32, the
+    text reference its ``encode_text`` (token ids (N, 77) -> (N, 1024)).
+
+    ``methods``: the methods traced into the archive (``clip.load`` needs all three; its state dict, every tensor of
+    both towers, is the same whichever are traced). ``("encode_text",)`` skips the fp16 image forwards, which take
+    most of the time on a CPU, for the tests that read the text tower only."""
     code = clip_model_code()
     torch.manual_seed(seed)
     model = code.CLIP(**RN50).eval()
@@ -81,13 +87,18 @@ def publish_clip(path: str | Path, seed: int = 0) -> Replica:
 
     image = torch.randn(1, 3, RN50["image_resolution"], RN50["image_resolution"]).half()
     text = torch.randint(0, RN50["vocab_size"], (1, RN50["context_length"]))
+    inputs = {"forward": (image, text), "encode_image": (image,), "encode_text": (text,)}
     with torch.no_grad():
-        traced = torch.jit.trace_module(
-            model, {"forward": (image, text), "encode_image": (image,), "encode_text": (text,)}, check_trace=False)
+        traced = torch.jit.trace_module(model, {m: inputs[m] for m in methods}, check_trace=False)
     torch.jit.save(traced, str(path))
 
     def reference(images: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return reference_model.encode_image(images.float())
 
-    return Replica(reference, image_size=RN50["image_resolution"], feature_dim=RN50["embed_dim"], needs_trust=True)
+    def text_reference(tokens: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return reference_model.encode_text(tokens)
+
+    return Replica(reference, image_size=RN50["image_resolution"], feature_dim=RN50["embed_dim"], needs_trust=True,
+                   text_reference=text_reference)
