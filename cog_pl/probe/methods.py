@@ -7,10 +7,11 @@ appends one result row per cell to the results file and returns the rows it wrot
     run(root, results, *, model, domain, storage, protocol=None, plan=None, seeds=None, shots=None,
         device="cpu", overwrite=False) -> list[dict]
 
-Built-in: ``linear``, the tuned linear probe (:func:`cog_pl.probe.protocol_run.run_protocol`), and ``knn``, the
+Built-in: ``linear``, the tuned linear probe (:func:`cog_pl.probe.protocol_run.run_protocol`), ``knn``, the
 weighted k-NN classifier (:func:`cog_pl.probe.knn_protocol.run_knn_protocol`; arguments it has no use for, such as
 ``storage``, are ignored), and ``zeroshot``, a vision-language model's text classifier on the test features
-(:func:`cog_pl.probe.zeroshot.run_zeroshot`). A new method registers itself with :func:`register_probe_method`; its name is the
+(:func:`cog_pl.probe.zeroshot.run_zeroshot`). A new method registers itself with :func:`register_probe_method`; its
+name is the
 ``method`` of its rows, which the results store takes as it takes any identifier, and its ``label`` and ``order``
 place its rows in the report. A method's ``check`` (optional, the same arguments) refuses, before any work, rows an
 earlier run made with other values, so ``cog-pl run`` checks every method's grid before the first probe. This module
