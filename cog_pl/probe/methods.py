@@ -158,8 +158,8 @@ def _check_zeroshot(root: Any, results: Any, **kwargs: Any) -> Any:
 
 
 @register_probe_method("zeroshot", check=_check_zeroshot, label="zero-shot", order=3, takes_rows=True,
-                       description="a vision-language model's text classifier of the concepts' names and prompts on "
-                                   "the test features (--zeroshot-names, --zeroshot-templates); one row per domain")
+                       description="a vision-language model's text classifier of the concepts' names and prompts "
+                                   "(--zeroshot-names, --zeroshot-templates); one row per domain")
 def zeroshot(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """The zero-shot row of a domain (:func:`~cog_pl.probe.zeroshot.run_zeroshot`)."""
     from cog_pl.probe.zeroshot import run_zeroshot

@@ -159,6 +159,16 @@ def test_run_methods_linear_zeroshot(tiny, wnids, tmp_path):
     assert sorted((r["method"], r["domain"]) for r in read_rows(out / "results.sqlite")) == [
         ("linear", "cog_l1"), ("linear", "cog_l2"), ("zeroshot", "cog_l1"), ("zeroshot", "cog_l2")]
     assert _probe(cfg, out, "m") == 0  # resumed
+    from cog_pl.report.tables import summarize
+    from cog_pl.report.zeroshot import zeroshot_markdown
+
+    stored = read_rows(out / "results.sqlite")
+    section = zeroshot_markdown(summarize(stored), stored)
+    top1 = {(r["method"], r["domain"]): r["test_top1"] for r in stored}
+    assert f"| m | zero-shot | {top1['zeroshot', 'cog_l1']:.2f} | {top1['zeroshot', 'cog_l2']:.2f} |" in section
+    ratio = 100 * top1["zeroshot", "cog_l1"] / top1["linear", "cog_l1"]
+    assert f"| m | ratio (%) | {ratio:.1f} |" in section
+    assert "| m | L1, L2 | lemma | openai7 (7 templates, sha256 " in section
     with pytest.raises(CogError, match="zero-shot needs a text tower and resnet50 has none"):
         config("--methods", "zeroshot").__class__(model="resnet50", in1k_root=None, in21k_root=str(tmp_path),
                                                   domains=("cog_l1",), methods=("zeroshot",), random_weights=True)
