@@ -105,8 +105,8 @@ def zeroshot_markdown(cells: Sequence[Cell], rows: Sequence[Mapping[str, Any]],
     lines = ["", "## Zero-shot beside the linear probe: test top-1 (%) on all data", "",
              f"{label[:1].upper()}{label[1:]}: the model's text classifier of each concept's names and prompts "
              "(below) on the test features the linear probe reads, no training image (one row per domain, nothing "
-             "drawn at random); ratio: zero-shot top-1 / linear-probe top-1 (%), how much of what is linearly separable the text side "
-             "can name.", "",
+             "drawn at random); ratio: zero-shot top-1 / linear-probe top-1 (%), how much of what is linearly "
+             "separable the text side can name.", "",
              "| model | | " + " | ".join(domain_label(d) for d in domains) + " |", "|---" * (len(domains) + 2) + "|"]
     for model in sorted({m for m, _ in ratios}):
         got = [ratios.get((model, d)) for d in domains]
