@@ -10,6 +10,8 @@
 #   3. benchmarks/bench_extract.py: extraction images/s for ResNet-50 and ViT-B/16, per decode path, on JPEGs of
 #      ImageNet's size distribution (bf16 autocast, channels-last)
 #   4. one domain's whole probe protocol (5 seeds x all data and 1..128 shots) at reduced scale, --probe-workers auto
+#   5. benchmarks/bench_zeroshot.py: the zero-shot text classifier of 1,000 concepts x 80 templates by CLIP RN50's
+#      text tower (float32 and bf16 autocast) and the zero-shot evaluation's images/s
 # and prints one summary table (step, status, seconds, the figure lines of its log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +65,13 @@ else
   DEV=cuda
 fi
 step probe-grid 150 "cells|speed-up|rows" $PY benchmarks/bench_probe_grid.py "${GRID[@]}" --device "$DEV"
+
+if [ "$CUDA" = 1 ]; then
+  step zeroshot-fp32 120 "classifier|evaluation" $PY benchmarks/bench_zeroshot.py --device cuda --precision 32-true
+  step zeroshot-bf16 120 "classifier|evaluation" $PY benchmarks/bench_zeroshot.py --device cuda --precision bf16-mixed
+else
+  step zeroshot-cpu 120 "classifier|evaluation" $PY benchmarks/bench_zeroshot.py --device cpu --concepts 1
+fi
 
 echo
 echo "GPU check ($( [ "$CUDA" = 1 ] && $PY -c 'import torch; print(torch.cuda.get_device_name())' || echo 'no CUDA: smoke run' ),"\
