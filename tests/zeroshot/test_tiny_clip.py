@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from cog_pl.features.store import make_meta, write_store
 from cog_pl.models.registry import BackboneSpec, register_backbone, unregister_backbone
 from cog_pl.probe.zeroshot import run_zeroshot
 from cog_pl.results import read_rows
+from cog_pl.zeroshot import names
 from cog_pl.zeroshot.names import ClassName, NameScheme, hypernym_path, register_name_scheme
 
 pytestmark = pytest.mark.slow  # the demo's ontology and images (~30 s) and the training (~20-50 s on 2 cores)
@@ -79,13 +79,14 @@ def _load(paths) -> torch.Tensor:
 
 
 @pytest.fixture
-def tiny_clip(tmp_path, monkeypatch):
+def tiny_clip():
     register_name_scheme(NameScheme(SCHEME, lambda wnids: [_name(w) for w in wnids], "test: lemma + all ancestors",
                                     "this test"), replace=True)
     register_backbone(MODEL, BackboneSpec(MODEL, MODEL, EMBED, image_size=32, group="user", seen=None,
                                           text_tower=f"{__name__}:build_text"), replace=True)
     yield
     unregister_backbone(MODEL)
+    names._SCHEMES.remove(SCHEME)  # (the scheme registry has no public removal)
 
 
 def test_a_tiny_clip_names_the_seen_concepts_and_less_and_less_the_far_levels(tiny_clip, tmp_path):
