@@ -48,6 +48,9 @@ from cog_pl.results import FORMAT_VERSION, StoredRows, append_row, read_stored, 
 from cog_pl.results.identity import cells_todo, digest, features_identity, format_key, remove_stale
 from cog_pl.results.predictions import Predictions
 
+__all__ = ["DEFAULT_NAMES", "DEFAULT_TEMPLATES", "METHOD", "ZeroShotOptions", "check_zeroshot_grid", "classifier_path",
+           "require_text_tower", "run_zeroshot", "text_tower", "tower_model"]
+
 log = logging.getLogger(__name__)
 METHOD = "zeroshot"
 #: The defaults of ``--zeroshot-names`` and ``--zeroshot-templates``: WordNet's first lemma (every domain has one;

@@ -18,6 +18,8 @@ from cog_pl.protocol import LEVEL_OF_DOMAIN
 from cog_pl.report.tables import Cell, domain_label, domains_of
 from cog_pl.results import DEFAULT_METHOD, method_of
 
+__all__ = ["ZEROSHOT", "concept_curves", "zeroshot_markdown", "zeroshot_ratios"]
+
 #: The method of zero-shot rows (:data:`cog_pl.probe.zeroshot.METHOD`; the report reads rows, not the probe layer).
 ZEROSHOT = "zeroshot"
 #: Polysemous names shown per domain; the rest counted.
