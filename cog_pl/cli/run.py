@@ -111,8 +111,9 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...] | None, shots: li
                    help="make the IN-1K probe of the first seed again from its row and keep its predictions on each "
                         "level's test images, for the report's label-noise table (default: on; one final IN-1K "
                         "probe)")
-    z = p.add_argument_group("zero-shot", "--methods zeroshot: a vision-language model's text classifier of the "
-                                          "concepts (recorded in every zero-shot row)")
+    z = p.add_argument_group("zero-shot", "--methods zeroshot (and linear_text_init, whose heads start from it): a "
+                                          "vision-language model's text classifier of the concepts (recorded in "
+                                          "their rows)")
     z.add_argument("--zeroshot-names", default=None, metavar="SCHEME",
                    help="how concepts are named: lemma, lemmas, lemma_gloss, lemma_hypernym, or openai (IN-1K only) "
                         "(default: lemma)")
@@ -319,11 +320,11 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
                if any(v is not None for v in o.values())}
     zeroshot = {k: v for k, v in (("names", args.zeroshot_names), ("templates", args.zeroshot_templates))
                 if v is not None}
-    if zeroshot and "zeroshot" not in args.methods:
-        raise CogError("--zeroshot-names/--zeroshot-templates: set for a run without zero-shot; add zeroshot to "
-                       "--methods")
-    if "zeroshot" in args.methods:
-        options["zeroshot"] = zeroshot
+    text = [m for m in ("zeroshot", "linear_text_init") if m in args.methods]  # the methods of a text classifier
+    if zeroshot and not text:
+        raise CogError("--zeroshot-names/--zeroshot-templates: set for a run without zero-shot; add zeroshot (or "
+                       "linear_text_init) to --methods")
+    options.update({m: dict(zeroshot) for m in text})
     kw.setdefault("method_options", options)
     try:  # a refused value is named by its option
         return RunConfig(seeds=None if args.seeds is None else tuple(args.seeds),

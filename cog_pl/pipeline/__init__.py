@@ -317,6 +317,12 @@ class RunConfig:
 
             options = ZeroShotOptions(**self.method_options.get("zeroshot", {}))
             require_text_tower(options.backbone or self.model)
+        if "linear_text_init" in self.methods:  # the linear probe started from the text classifier
+            from cog_pl.probe.text_init import require_text_tower as require_text_init
+            from cog_pl.probe.zeroshot import ZeroShotOptions
+
+            options = ZeroShotOptions(**self.method_options.get("linear_text_init", {}))
+            require_text_init(options.backbone or self.model)
 
     def _resolve_weights(self) -> None:
         """The weights file, decided before any work: ``checkpoint``, else a paper model's file in ``models_dir``;

@@ -27,7 +27,17 @@ from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_store
 from cog_pl.probe.multihead import predict_heads
 from cog_pl.probe.storage import opened
 from cog_pl.probe.study import open_study
-from cog_pl.probe.tuner import RESULT_ATTR, TEST_TOP1, SearchPlan, best_trial, oracle_trial, run_search, train_probe
+from cog_pl.probe.tuner import (
+    RESULT_ATTR,
+    TEST_TOP1,
+    HeadStart,
+    SearchPlan,
+    best_trial,
+    oracle_trial,
+    run_search,
+    search_record,
+    train_probe,
+)
 from cog_pl.protocol import ProbeProtocol, as_record, check_grid
 from cog_pl.provenance import versions
 from cog_pl.results import FORMAT_VERSION
@@ -117,7 +127,7 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
           model: str = "model",
           domain: str = "domain", protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
           device: str | torch.device = "cpu", name: str | None = None,
-          flush_denormal: bool = True) -> dict[str, Any]:
+          flush_denormal: bool = True, head_start: HeadStart | None = None) -> dict[str, Any]:
     """Tune, retrain and test one probe; returns its result row. Test data never enters tuning or sampling: each
     trial's head is also evaluated on test after it is trained, which the search never reads: the row's
     ``oracle_test_top1`` is the best trial's (what selecting on test would have reported; ``oracle_trial``: that
@@ -126,7 +136,9 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
 
     The caller is the study's one writer (it holds the cell's claim, :mod:`cog_pl.probe.cells`): an unfinished
     study of the cell is started over (:func:`cog_pl.probe.study.open_study`). ``storage``: a path or URL (opened
-    here and closed when tuning ends) or a storage object (left open)."""
+    here and closed when tuning ends) or a storage object (left open). ``head_start``: every head (trials and the final
+    probe) starts from it instead of a random draw (:class:`~cog_pl.probe.tuner.HeadStart`); the row is then of its
+    method, with its record as ``init`` and in the search record (so in the identity and the study's name)."""
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
     check_grid([seed], [shots])
     flushed = set_flush_denormal(flush_denormal)
@@ -135,12 +147,12 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     tuning = ProbeData(splits.train_x[train_idx], splits.train_y[train_idx], splits.train_x[val_idx],
                        splits.train_y[val_idx], splits.num_classes).to(device)
     precision = plan.precision_on(device)
-    want = wanted(splits.features, protocol, plan.as_record(), precision)
+    want = wanted(splits.features, protocol, search_record(plan, head_start), precision)
     name = name or identity_study_name(model, domain, shots, seed, want)
     test = (splits.test_x.to(device), splits.test_y.to(device))  # each trial's head also tested: the oracle
     with opened(storage) as study_storage:
         study = open_study(study_storage, name, protocol.trials)
-        run_search(study, tuning, protocol, plan, seed, test=test)
+        run_search(study, tuning, protocol, plan, seed, test=test, head_start=head_start)
         best, oracle = best_trial(study), oracle_trial(study)
     del tuning, test
     tuned = time.perf_counter()
@@ -149,13 +161,15 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     final = ProbeData(x, y, splits.test_x, splits.test_y, splits.num_classes).to(device)  # all data: no copy
     lr, wd = best.params["lr"], best.params["wd"]
     result = train_probe(final, [lr], [wd], protocol=protocol, seeds=[sub_seed(seed, 20)],
-                         perm_seed=sub_seed(seed, 21), precision=precision, on_divergence=plan.on_divergence)
+                         perm_seed=sub_seed(seed, 21), precision=precision, on_divergence=plan.on_divergence,
+                         head_start=head_start)
     rolled_back = plan.on_divergence == "rollback" and result.diverged_epoch[0] == 0  # scored 0: no state
     ranked = predict_heads(result.weight, result.bias, final.eval_x, scored=[not rolled_back])[0]
     end = time.perf_counter()
     log.info("%s: lr %.4g wd %.3g -> test top-1 %.2f", name, lr, wd, float(result.top1[0]))
     return {
-        "format_version": FORMAT_VERSION, "model": model, "method": METHOD, "domain": domain, "shots": shots,
+        "format_version": FORMAT_VERSION, "model": model, "method": METHOD if head_start is None else head_start.method,
+        "domain": domain, "shots": shots,
         "seed": seed,
         "lr": lr, "wd": wd, "best_trial": best.number, "val_top1": best.value,
         "val_top5": best.user_attrs.get(RESULT_ATTR, {}).get("val_top5"), "test_top1": float(result.top1[0]),
@@ -163,11 +177,11 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
         "selected_test_top1": best.user_attrs.get(RESULT_ATTR, {}).get(TEST_TOP1),
         "oracle_test_top1": oracle and oracle[1], "oracle_trial": oracle and oracle[0],
         "train_rows": len(final_idx), "tuning_rows": len(train_idx), "val_rows": len(val_idx),
-        "mode": plan.mode, "precision": precision, "search": plan.as_record(), "protocol": as_record(protocol),
+        "mode": plan.mode, "precision": precision, "search": want["search"], "protocol": as_record(protocol),
         "features": want["features"], "identity": want["identity"], "study": name, "worker": worker_id(),
         "flush_denormal": flushed, "device": str(device), "seconds": round(end - start, 3),
         "tune_seconds": round(tuned - start, 3), "final_seconds": round(end - tuned, 3), "versions": versions(),
-        "predictions": final_predictions(splits, ranked),
+        "predictions": final_predictions(splits, ranked), **({} if head_start is None else {"init": head_start.record}),
     }
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from optuna.storages import BaseStorage
 
 from cog_pl.probe.cell import METHOD, Splits, probe
-from cog_pl.probe.tuner import SearchPlan
+from cog_pl.probe.tuner import HeadStart, SearchPlan, search_record
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import append_row, get_row
 from cog_pl.results.claims import claim, heartbeat, release, renew
@@ -50,6 +50,7 @@ class CellMaker:
     device: str
     index: int = 0
     allow_class_mismatch: bool = False
+    head_start: HeadStart | None = None  # the heads' start (:func:`cog_pl.probe.cell.probe`); None: random, ``linear``
 
     @functools.cached_property
     def splits(self) -> Splits:  # loaded where the maker runs: in this process or in a worker's
@@ -57,11 +58,12 @@ class CellMaker:
 
     @functools.cached_property
     def want(self) -> dict[str, Any]:  # the identity of this run's rows
-        return wanted(self.splits.features, self.protocol, self.plan.as_record(), self.plan.precision_on(self.device))
+        return wanted(self.splits.features, self.protocol, search_record(self.plan, self.head_start),
+                      self.plan.precision_on(self.device))
 
     def __call__(self, cell: tuple[int | None, int], delay: float = 0.0) -> tuple[str, int, dict[str, Any] | None]:
         time.sleep(delay)  # a cell another worker held: asked again a second later
-        key = (self.model, METHOD, self.domain, *cell)
+        key = (self.model, METHOD if self.head_start is None else self.head_start.method, self.domain, *cell)
         held = claim(self.results, format_key(key), self.plan.stale_after)
         if held is None:
             return "held", self.index, None
@@ -72,7 +74,8 @@ class CellMaker:
             with heartbeat(held, self.plan.renew_every):
                 try:
                     row = probe(self.splits, shots=cell[0], seed=cell[1], storage=self.storage, model=self.model,
-                                domain=self.domain, protocol=self.protocol, plan=self.plan, device=self.device)
+                                domain=self.domain, protocol=self.protocol, plan=self.plan, device=self.device,
+                                head_start=self.head_start)
                 except Exception:
                     if renew(held):  # a failure of its own, not of a study the new holder started over
                         raise

@@ -9,7 +9,8 @@ appends one result row per cell to the results file and returns the rows it wrot
 
 Built-in: ``linear``, the tuned linear probe (:func:`cog_pl.probe.protocol_run.run_protocol`), ``knn``, the
 weighted k-NN classifier (:func:`cog_pl.probe.knn_protocol.run_knn_protocol`; arguments it has no use for, such as
-``storage``, are ignored), ``attentive`` and ``mlp``, the attentive and MLP probes
+``storage``, are ignored), ``linear_text_init``, the linear probe started from the zero-shot text classifier
+(:func:`cog_pl.probe.text_init.run_text_init`), ``attentive`` and ``mlp``, the attentive and MLP probes
 (:func:`cog_pl.probe.attentive.run_head_protocol`), and ``zeroshot``, a vision-language model's text classifier on
 the test features (:func:`cog_pl.probe.zeroshot.run_zeroshot`). A new method registers itself with
 :func:`register_probe_method`; its name is the ``method`` of its rows, which the results store takes as it takes any
@@ -46,8 +47,8 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
         replace: replace a method already registered as ``name``.
         check: its grid check (the run function's arguments), which refuses rows of other values before any work.
         label: its name in the report's tables (default: ``name``).
-        order: its place in the report (lower first; the built-ins: linear 0, zero-shot 3, attentive 5, MLP 6,
-            fine-tuning 10, k-NN 20).
+        order: its place in the report (lower first; the built-ins: linear 0, text-initialised linear 1, zero-shot 3,
+            attentive 5, MLP 6, fine-tuning 10, k-NN 20).
         options: the type of its options, if any.
         shares_grid: worker processes share its grid through the claims file (the run takes ``workers`` and
             ``wait``), as the linear probe's.
@@ -104,7 +105,7 @@ def list_probe_methods() -> tuple[str, ...]:
 
     Example:
         >>> list_probe_methods()
-        ('linear', 'zeroshot', 'attentive', 'mlp', 'knn')
+        ('linear', 'linear_text_init', 'zeroshot', 'attentive', 'mlp', 'knn')
     """
     return list_methods(probe=True)
 
@@ -137,6 +138,23 @@ def linear(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
     from cog_pl.probe.protocol_run import run_protocol
 
     return run_protocol(root, results, **kwargs)
+
+
+def _check_linear_text_init(root: Any, results: Any, **kwargs: Any) -> Any:
+    from cog_pl.probe.text_init import check_text_init_grid
+
+    return check_text_init_grid(root, results, **kwargs)
+
+
+@register_probe_method("linear_text_init", check=_check_linear_text_init, label="linear probe (text-initialised)",
+                       order=1, shares_grid=True, takes_rows=True,
+                       description="the linear probe with every head starting from the zero-shot text classifier "
+                                   "(ELEVATER's INIT_HEAD_WITH_TEXT_ENCODER; --zeroshot-names, --zeroshot-templates)")
+def linear_text_init(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """The text-initialised linear probe of every (seed, shots) cell (:func:`~cog_pl.probe.text_init.run_text_init`)."""
+    from cog_pl.probe.text_init import run_text_init
+
+    return run_text_init(root, results, **kwargs)
 
 
 def _check_knn(root: Any, results: Any, **kwargs: Any) -> Any:

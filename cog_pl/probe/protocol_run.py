@@ -26,7 +26,7 @@ from cog_pl.probe.cell import METHOD, Splits, final_predictions, probe, set_flus
 from cog_pl.probe.cells import CellMaker, InProcess, make_cells
 from cog_pl.probe.data import train_labels
 from cog_pl.probe.storage import opened
-from cog_pl.probe.tuner import SearchPlan
+from cog_pl.probe.tuner import HeadStart, SearchPlan, search_record
 from cog_pl.probe.workers import grid_slots, make_cell, worker_pool
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import StoredRows
@@ -41,13 +41,15 @@ log = logging.getLogger(__name__)
 def grid_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, protocol: ProbeProtocol,
               plan: SearchPlan, seeds: tuple[int, ...], shots: tuple[int | None, ...], device: str | torch.device,
               overwrite: bool = False, announce: bool = True,
-              rows: StoredRows | None = None) -> list[tuple[int | None, int]]:
+              rows: StoredRows | None = None, head_start: HeadStart | None = None) -> list[tuple[int | None, int]]:
     """The (shots, seed) cells of the grid whose row is missing or, with ``overwrite``, made with another identity
     (:func:`~cog_pl.results.identity.cells_todo`, ``rows``: the rows read once by the caller, if any); a row of another
     identity, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is refused
-    otherwise, before any work."""
-    want = wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device))
-    todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
+    otherwise, before any work. ``head_start``: the heads' start (its method's rows,
+    :func:`~cog_pl.probe.cell.probe`)."""
+    want = wanted(features_identity(pair), protocol, search_record(plan, head_start), plan.precision_on(device))
+    method = METHOD if head_start is None else head_start.method
+    todo = cells_todo(results, model=model, method=method, domain=domain, seeds=seeds, shots=shots, want=want,
                       overwrite=overwrite, announce=announce, rows=rows)  # the results file first: named before all
     check_shots(train_labels(pair), protocol.val_fraction, shots)
     return todo
@@ -59,7 +61,8 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
                  seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                  device: str | torch.device = "cpu", overwrite: bool = False, allow_class_mismatch: bool = False,
                  wait: bool = True, workers: int | str | None = None, threads: int = 0,
-                 progress: Callable[[str], None] | None = None, rows: StoredRows | None = None) -> list[dict[str, Any]]:
+                 progress: Callable[[str], None] | None = None, rows: StoredRows | None = None,
+                 head_start: HeadStart | None = None) -> list[dict[str, Any]]:
     """Every (shots, seed) cell of a domain (All and each N of the protocol by default), rows appended as they end;
     returns the rows this run wrote, one ``progress`` line each (default: the log). ``model`` and ``domain`` default
     to the stores'; ``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s.
@@ -70,22 +73,24 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     results file: each cell is claimed (:mod:`cog_pl.probe.cells`) and the rows equal a one-worker run's. A run
     returns when every row is written, waiting for cells others hold; ``wait=False`` leaves those to them.
     ``rows``: the stored rows a caller read once (:func:`cog_pl.results.read_stored`), where it runs many grids; a
-    cell whose row another worker wrote since is found so when it is claimed."""
+    cell whose row another worker wrote since is found so when it is claimed. ``head_start``: every head starts from it
+    (:class:`~cog_pl.probe.tuner.HeadStart`), the rows are its method's."""
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
     seeds, shots = protocol.grid(seeds, shots)
     pair = vectors_only(open_pair(root, allow_class_mismatch=allow_class_mismatch), "linear")
     model, domain = pair.names(model, domain)
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
-                     shots=shots, device=device, overwrite=overwrite, rows=rows)
+                     shots=shots, device=device, overwrite=overwrite, rows=rows, head_start=head_start)
     if todo:  # a claims file that cannot hold claims is named before any work
         check_claims_file(results)
     if overwrite:  # the rows of other settings this grid would not make again
-        remove_stale(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots,
-                     want=wanted(features_identity(pair), protocol, plan.as_record(), plan.precision_on(device)))
+        want = wanted(features_identity(pair), protocol, search_record(plan, head_start), plan.precision_on(device))
+        remove_stale(results, model=model, method=METHOD if head_start is None else head_start.method, domain=domain,
+                     seeds=seeds, shots=shots, want=want)
     slots = [] if workers is None or not todo else grid_slots(workers, pair, protocol, len(todo), device, threads)
     loop = {"wait_held": wait, "show": progress or log.info, "workers": max(1, len(slots))}
     cells = functools.partial(CellMaker, results=results, model=model, domain=domain, protocol=protocol, plan=plan,
-                              device=str(device), allow_class_mismatch=allow_class_mismatch)
+                              device=str(device), allow_class_mismatch=allow_class_mismatch, head_start=head_start)
     if len(slots) > 1:
         if not isinstance(storage, (str, os.PathLike)):
             raise WrongTypeError(f"worker processes open the storage themselves: pass its path or URL, not {storage!r}")

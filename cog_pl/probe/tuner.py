@@ -98,21 +98,52 @@ class SearchPlan:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class HeadStart:
+    """Where every head of a probe starts instead of ``nn.Linear``'s random draw: ``weight`` ``(C, D)`` and ``bias``
+    ``(C,)`` (e.g. a text classifier, :mod:`cog_pl.probe.text_init`), the ``method`` its rows are written as, and
+    the ``record`` of the start that goes into their identity (as the search record's ``init``)."""
+
+    weight: Tensor
+    bias: Tensor
+    method: str
+    record: dict
+
+
+def search_record(plan: SearchPlan, head_start: HeadStart | None = None) -> dict:
+    """The search record of a probe's rows and studies: the plan's, with the heads' start (``init``) if not random."""
+    return plan.as_record() if head_start is None else {**plan.as_record(), "init": head_start.record}
+
+
 def train_probe(
     data: ProbeData, lrs: list[float], wds: list[float], *, protocol: ProbeProtocol, seeds: list[int],
     perm_seed: int, eval_every_epoch: bool = False, on_epoch_end=None, precision: str = "32-true",
-    on_divergence: str = "rollback",
+    on_divergence: str = "rollback", head_start: HeadStart | None = None,
 ) -> HeadsResult:
-    """Train one head per (lr, wd), head ``i`` initialised from ``seeds[i]``, batches from ``perm_seed``."""
+    """Train one head per (lr, wd), head ``i`` initialised from ``seeds[i]``, batches from ``perm_seed``; with
+    ``head_start``, every head starts from its weight and bias instead (the seeds then draw nothing)."""
     dim = data.train_x.shape[1]
-    inits = [init_heads(dim, data.num_classes, 1, torch.Generator().manual_seed(s)) for s in seeds]
-    init = (torch.cat([w for w, _ in inits], dim=1), torch.cat([b for _, b in inits], dim=0))
+    if head_start is None:
+        inits = [init_heads(dim, data.num_classes, 1, torch.Generator().manual_seed(s)) for s in seeds]
+        init = (torch.cat([w for w, _ in inits], dim=1), torch.cat([b for _, b in inits], dim=0))
+    else:
+        init = start_heads(head_start, dim, data.num_classes, len(lrs))
     return train_heads(
         data.train_x, data.train_y, lrs, wds, num_classes=data.num_classes, epochs=protocol.epochs,
         batch_size=protocol.batch_size, momentum=protocol.momentum,
         generator=torch.Generator().manual_seed(perm_seed), init=init, eval_x=data.eval_x, eval_y=data.eval_y,
         eval_every_epoch=eval_every_epoch, on_epoch_end=on_epoch_end, precision=precision, on_divergence=on_divergence,
     )
+
+
+def start_heads(start: HeadStart, dim: int, classes: int, k: int) -> tuple[Tensor, Tensor]:
+    """``k`` heads' initial (weight ``(D, K, C)``, bias ``(K, C)``), each a float32 copy of ``start``'s."""
+    if tuple(start.weight.shape) != (classes, dim) or tuple(start.bias.shape) != (classes,):
+        raise CogError(f"the heads' start ({start.record.get('from', '?')}) has weight {tuple(start.weight.shape)} "
+                       f"and bias {tuple(start.bias.shape)}; the probe needs ({classes}, {dim}) and ({classes},): "
+                       "its embedding or classes differ from the features'")
+    weight = start.weight.detach().float().cpu().T.reshape(dim, 1, classes).expand(dim, k, classes).contiguous()
+    return weight, start.bias.detach().float().cpu().reshape(1, classes).expand(k, classes).contiguous()
 
 
 def search_space(protocol: ProbeProtocol) -> dict[str, FloatDistribution]:
@@ -129,10 +160,11 @@ def test_scores(result: HeadsResult, test: tuple[Tensor, Tensor], on_divergence:
 
 
 def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protocol: ProbeProtocol,
-              plan: SearchPlan, seed: int, test: tuple[Tensor, Tensor] | None = None) -> None:
+              plan: SearchPlan, seed: int, test: tuple[Tensor, Tensor] | None = None,
+              head_start: HeadStart | None = None) -> None:
     """Train a batch of asked trials side by side and tell their results. ``test``: the test features and labels
     (on the heads' device), on which every trained head is also evaluated after training (:data:`TEST_TOP1`); the
-    search never reads it."""
+    search never reads it. ``head_start``: the heads' start (:func:`train_probe`)."""
     precision = plan.precision_on(data.train_x.device)
     start = time.perf_counter()
     try:
@@ -140,6 +172,7 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
             data, [t.params["lr"] for t in trials], [t.params["wd"] for t in trials], protocol=protocol,
             seeds=[sub_seed(seed, 10, t.number) for t in trials], perm_seed=sub_seed(seed, 11, trials[0].number),
             eval_every_epoch=plan.mode == "exact", precision=precision, on_divergence=plan.on_divergence,
+            head_start=head_start,
         )
         tested = None if test is None else test_scores(result, test, plan.on_divergence)
     except BaseException as err:
@@ -159,13 +192,14 @@ def run_batch(study: optuna.Study, trials: list[Trial], data: ProbeData, protoco
 
 
 def run_search(study: optuna.Study, data: ProbeData, protocol: ProbeProtocol, plan: SearchPlan, seed: int,
-               test: tuple[Tensor, Tensor] | None = None) -> None:
-    """Tune the study, its one writer, until it holds ``protocol.trials`` finished trials (``test``: as
+               test: tuple[Tensor, Tensor] | None = None, head_start: HeadStart | None = None) -> None:
+    """Tune the study, its one writer, until it holds ``protocol.trials`` finished trials (``test``, ``head_start``: as
     :func:`run_batch`'s)."""
     space = search_space(protocol)
     while (complete := len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))) < protocol.trials:
         n = min(plan.batch_size(complete), protocol.trials - complete)
-        run_batch(study, ask_trials(study, n, space, seed, plan.startup_trials), data, protocol, plan, seed, test)
+        run_batch(study, ask_trials(study, n, space, seed, plan.startup_trials), data, protocol, plan, seed, test,
+                  head_start)
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial:

@@ -70,8 +70,11 @@ def features_identity(pair) -> dict[str, dict[str, Any]]:
 
 
 def _values(features: Any, protocol: dict, search: dict | None, precision: Any) -> dict[str, Any]:
-    return {"features": features, "protocol": protocol,
-            "search": {**{k: (search or {}).get(k) for k in SEARCH_KEYS}, "precision": precision}}
+    values = {"features": features, "protocol": protocol,
+              "search": {**{k: (search or {}).get(k) for k in SEARCH_KEYS}, "precision": precision}}
+    if (search or {}).get("init") is not None:  # heads started otherwise than at random (cog_pl.probe.tuner.HeadStart)
+        values["search"]["init"] = search["init"]
+    return values
 
 
 def wanted(features: dict | None, protocol: ProbeProtocol, search: dict[str, Any], precision: str) -> dict:

@@ -79,7 +79,7 @@ def wnids():
 
 
 def test_zeroshot_is_registered_after_the_linear_probe():
-    assert list_probe_methods()[:2] == ("linear", "zeroshot")
+    assert list_probe_methods()[:3] == ("linear", "linear_text_init", "zeroshot")  # the text-initialised probe 2nd
     assert get_probe_method("zeroshot").title == "zero-shot"
 
 
