@@ -171,6 +171,10 @@ def test_run_methods_linear_linear_text_init_zeroshot(tiny, wnids, text, tmp_pat
     # the classifier encoded once per domain, by the zero-shot method or the probe, then read from its cache
     assert len(list((out / "results.zeroshot" / "m" / "cog_l1").glob("*.npy"))) == 1
     assert _probe(cfg, out, "m") == 0  # resumed
+    from cog_pl.report.tables import methods_markdown, summarize
+
+    section = methods_markdown(summarize(rows))  # the report sets the method apart, by its label, after the linear
+    assert section.index("| linear probe |") < section.index("| linear probe (text-initialised) |"), section
     # rows of other templates are refused before any work
     with pytest.raises(CogError, match=r"row m/linear_text_init/cog_l1/shots=all/seed=22 was made with .*openai7"):
         _probe(config("--methods", "linear_text_init"), out, "m")
