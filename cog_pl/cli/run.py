@@ -245,6 +245,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
                              "report the probes relative to it; default: off")
     ft.add_argument("--finetune-epochs", type=int, default=None, help="fine-tuning epochs")
+    p.add_argument("--attentive-images", nargs="?", const="vjepa", default=None, metavar="PRESET",
+                   help="also train an attentive probe (a pooler preset: vjepa, vjepa2, capi, ep; alone: vjepa) on "
+                        "each domain's augmented images, the frozen backbone run every batch as V-JEPA's protocol "
+                        "does, tuned like the linear probe on the run's seeds and shots (method attentive_images, "
+                        "docs/probes.md); default: off")
     _variants(p, [], "default: none", "default: --seeds")
     add_launcher_options(p, "the stages as SLURM jobs (docs/cluster.md): check, one extraction per model on --nodes "
                             "x --gpus-per-node (DDP), the probes as an array of --probe-workers tasks sharing "
@@ -301,6 +306,8 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
                          noise_predictions=args.noise_predictions,
                          variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
                          extract=extract, probe=probe, finetune=finetune, methods=tuple(dict.fromkeys(args.methods)),
+                         attentive_images=(None if getattr(args, "attentive_images", None) is None
+                                           else {"preset": args.attentive_images}),
                          finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds), **kw)
     except CogError as err:
         from cog_pl.cli.probe import option_error
@@ -399,6 +406,8 @@ def _launch(args: argparse.Namespace, configs: list[RunConfig], cluster: Cluster
 
     tasks, storage = array_tasks(args.probe_workers, args.storage, args.out, "probe tasks")
     check_cluster_extraction(args, cluster)
+    if getattr(args, "attentive_images", None) is not None:  # not a job of the graph yet (issue 40: for the lead)
+        raise CogError("--attentive-images: not run under --launcher yet; run it with cog-pl run without --launcher")
     if args.finetune_devices not in (None, 1):
         raise CogError(f"--finetune-devices {args.finetune_devices}: under --launcher the fine-tuning job runs "
                        "one task on one GPU; drop --finetune-devices")

@@ -94,7 +94,7 @@ def test_rows_written_skipped_and_refused(onto, tmp_path):
 
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=10, test_per_concept=3,
                       image_size=16, onto=onto)
-    results = str(tmp_path / "r.sqlite")
+    results = str(tmp_path / "results.sqlite")
     kw = {"in21k_root": str(tmp_path / "d" / "in21k"), "benchmark": str(bench),
           "transform": TransformConfig(crop=16, resize=16), "epochs": 1, "batch_size": 8, "trials": 3,
           "startup_trials": 2, "trial_batch": 1, "seeds": (22,), "shots": (None, 2), "cache_images": True,
@@ -120,3 +120,31 @@ def test_rows_written_skipped_and_refused(onto, tmp_path):
                                          r".*preset=ep, this run has .*preset=capi; pass --overwrite"):
         attentive_images_domains("external:demo_cnn", None, results, ["cog_l1"], preset="capi", **kw)
     assert read_rows(results) == stored
+    # cog-pl run's stage passes the run's seeds, shots and trials: the same rows, skipped
+    from cog_pl.pipeline import ProbeOptions, RunConfig, _attentive_images
+
+    own = {k: kw[k] for k in ("epochs", "batch_size", "startup_trials", "cache_images", "accelerator")}
+    cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=kw["in21k_root"], domains=("cog_l1",),
+                    benchmark=kw["benchmark"], seeds=(22,), shots=(None, 2), random_weights=True, out=str(tmp_path),
+                    probe=ProbeOptions(trials=3, trial_batch=1), attentive_images={"preset": "ep", **own})
+    assert _attentive_images(cfg, tmp_path, kw["transform"]) == 0
+    assert read_rows(results) == stored
+
+
+def test_run_option_chooses_the_method_and_refuses_a_bad_preset(tmp_path):
+    """``cog-pl run --attentive-images [PRESET]`` sets the RunConfig's ``attentive_images``, checked before any
+    work."""
+    from cog_pl.cli.main import build_parser
+    from cog_pl.cli.run import _config
+    from cog_pl.pipeline import ExtractOptions, RunConfig
+
+    kw = {"model": "resnet50", "in1k_root": None, "in21k_root": str(tmp_path), "domains": ("cog_l1",),
+          "random_weights": True}
+    for flag, want in ((["--attentive-images"], {"preset": "vjepa"}), (["--attentive-images", "capi"],
+                                                                      {"preset": "capi"}), ([], None)):
+        args = build_parser().parse_args(["run", "--model", "resnet50", *flag])
+        assert _config(args, ExtractOptions(), None, **kw).attentive_images == want
+    with pytest.raises(ValueError, match=r"--attentive-images 'nope': choose a preset from vjepa, vjepa2, capi, ep"):
+        RunConfig(**kw, attentive_images={"preset": "nope"})
+    with pytest.raises(ValueError, match=r"attentive_images: unknown option\(s\) seed;"):  # the run sets it
+        RunConfig(**kw, attentive_images={"seed": 3})
