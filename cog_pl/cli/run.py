@@ -54,7 +54,7 @@ def methods_listing() -> str:
     probes, others = list_methods(probe=True), list_methods(probe=False)
     text = ["probe methods (--methods METHOD ...), in report order:", *lines(probes)]
     if others:
-        text += ["other methods (their own options: --finetune):", *lines(others)]
+        text += ["other methods (their own options: --finetune, --attentive-images):", *lines(others)]
     return "\n".join(text)
 
 
