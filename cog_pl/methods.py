@@ -25,7 +25,7 @@ from cog_pl.errors import CogError, UnknownNameError
 from cog_pl.registry import Registry, did_you_mean, plugins
 
 __all__ = ["ENTRY_POINT_GROUP", "Method", "get_method", "is_probe", "list_methods", "method_label", "method_sort_key",
-           "register_method", "sort_methods", "unknown_method", "unregister_method"]
+           "register_method", "sort_methods", "token_methods", "unknown_method", "unregister_method"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,8 @@ class Method:
         noise_predictions: its IN-1K all-data row is the one the label-noise check makes again on the levels.
         takes_rows: its run and check take ``rows``, the model's rows that ``cog-pl run`` reads once and hands to
             every domain's check and run (:class:`cog_pl.results.StoredRows`), instead of reading the results file.
+        tokens: it reads token stores (``[N, T, D]`` features: a token definition, :mod:`cog_pl.models.definitions`);
+            the methods that do not (the linear probe, k-NN) refuse them, naming those that do.
     """
 
     name: str
@@ -74,6 +76,7 @@ class Method:
     shares_grid: bool = False
     noise_predictions: bool = False
     takes_rows: bool = False
+    tokens: bool = False
 
     @property
     def title(self) -> str:
@@ -133,6 +136,11 @@ def list_methods(*, probe: bool | None = None) -> tuple[str, ...]:
     _load()
     names = [n for n in _METHODS if probe is None or _METHODS.get(n).probe == probe]
     return tuple(sort_methods(names))
+
+
+def token_methods() -> tuple[str, ...]:
+    """The registered methods that read token stores (:attr:`Method.tokens`), in report order."""
+    return tuple(n for n in list_methods() if _METHODS.get(n).tokens)
 
 
 def method_sort_key(name: str) -> tuple[int, float, int, str]:

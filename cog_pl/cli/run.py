@@ -122,6 +122,11 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...] | None, shots: li
                    help="precision of the probes' matrix products: 32-true, bf16-mixed, or auto (bf16-mixed where "
                         "the device does bf16 fast, fast mode only; else 32-true)")
     g.add_argument("--trial-batch", type=int, default=None, help="later trials trained side by side (fast mode)")
+    g.add_argument("--attentive-preset", default=None, metavar="PRESET",
+                   help="the attentive probe's pooler (--methods attentive): vjepa, vjepa2, capi or ep, named after "
+                        "their sources (default: capi); recorded in its rows")
+    g.add_argument("--mlp-hidden", type=int, default=None, metavar="WIDTH",
+                   help="the MLP probe's hidden width (--methods mlp; default: 1024); recorded in its rows")
     g.add_argument("--probe-workers", type=workers_value, default=None, metavar="N|auto",
                    help="probe each domain's grid with N worker processes on this machine (auto: one per GPU, else "
                         "one per few cores, threads split); with --launcher: N probe tasks of a job array; default: "
@@ -191,6 +196,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "in every store")
     add_checkpoint_options(p)  # how a user's file is read: as models check reads it
     add_label_options(p)
+    p.add_argument("--feature", metavar="NAME", default=None,
+                   help="a feature definition instead of the paper's feature (default): cls, cls_last4, patch_mean, "
+                        "cls_last4+patch_mean, mean_last6, or a token store's tokens2x2, tokens_full, ... "
+                        "(docs/feature_store.md); recorded in every store")
     p.add_argument("--in1k-root", help="IN-1K with train/ and val/, or its webdataset shards or HF tars")
     p.add_argument("--in21k-root", help="IN-21K: a folder or a tar per synset, or webdataset shards")
     p.add_argument("--data", metavar="DIR", help=DATA_HELP)
@@ -274,6 +283,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="epochs of the second backbone, self-supervised on the seen concepts' images without labels "
                         f"and reported relative to the baseline (default {SSL_EPOCHS}; 0: the baseline alone)")
     _common(d, (22, 37), [None, 1, 4], 10, 30, ["linear", "knn"])
+    d.add_argument("--token-probes", nargs="?", const="tokens2x2", default=None, metavar="FEATURE",
+                   help="also extract the baseline's token stores of this definition (default: tokens2x2: the class "
+                        "token and a 2 x 2 grid) under the label <baseline>+FEATURE and run the attentive and MLP "
+                        "probes on them, all data, beside the linear probe in the report (default: off)")
     _finetune(d, True, "also fine-tune the backbone on each domain with the demo recipe (the packaged config "
                        "finetune/demo, about a minute on 2 CPU cores) and report the linear probe relative to "
                        "fine-tuning; default: on")
@@ -299,6 +312,9 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
     if finetune is not None:
         finetune = {**finetune, **given}
     kw.setdefault("variant_seeds", None if args.variant_seeds is None else tuple(args.variant_seeds))
+    heads = {"attentive": {"preset": args.attentive_preset}, "mlp": {"hidden": args.mlp_hidden}}
+    kw.setdefault("method_options", {m: {k: v for k, v in o.items() if v is not None} for m, o in heads.items()
+                                     if any(v is not None for v in o.values())})
     try:  # a refused value is named by its option
         return RunConfig(seeds=None if args.seeds is None else tuple(args.seeds),
                          shots=None if args.shots is None else tuple(args.shots), baseline=args.baseline,
@@ -371,7 +387,8 @@ def _run(args: argparse.Namespace) -> int:
                        "models with its own --name")
     configs = [_config(args, extract, {} if args.finetune else None, model=model, checkpoint=given,
                        models_dir=args.models_dir, name=args.name, random_weights=args.random_weights,
-                       trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root, in21k_root=args.in21k_root,
+                       feature=args.feature, trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root,
+                       in21k_root=args.in21k_root,
                        **_checkpoint_fields(args),
                        out=args.out, domains=tuple(args.domains), benchmark=args.benchmark, check=not args.no_check,
                        overwrite=args.overwrite, seen=args.seen, stage=args.stage, storage=args.storage,
@@ -493,5 +510,5 @@ def _demo_run(args: argparse.Namespace) -> int:
                   model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),
                   in21k_root=str(assets.in21k_root), out=str(out), benchmark=str(assets.benchmark),
                   transform=assets.transform, variant_seeds=tuple(args.variant_seeds or args.seeds[:1]))
-    print(format_demo_summary(run_demo(assets, cfg)))
+    print(format_demo_summary(run_demo(assets, cfg, token_probes=args.token_probes)))
     return 0

@@ -11,6 +11,7 @@ from cog_pl.data.transforms import TransformConfig, protocol_transform
 from cog_pl.extract.writer import FeatureStoreWriter
 from cog_pl.features.store import make_meta
 from cog_pl.models import build_backbone
+from cog_pl.models.features import token_layout, with_feature
 from cog_pl.models.files import EXTRACT_OPTIONS, resolve_checkpoint
 from cog_pl.models.label import check_label, model_label
 from cog_pl.models.module import BackboneModule
@@ -48,6 +49,10 @@ class FeatureExtractor(BackboneModule):
         transform: the input pipeline (anything :func:`~cog_pl.models.transform.resolve_transform` takes: an image
             size, a dict, a :class:`~cog_pl.data.transforms.TransformConfig`); default: the model's own (the
             protocol's 224 px for a module of yours). The :class:`ExtractionDataModule` takes it from here.
+        feature: a feature definition by name (:mod:`cog_pl.models.definitions`: ``cls``, ``cls_last4``,
+            ``patch_mean``, ``cls_last4+patch_mean``, ``mean_last6``, ``tokens2x2``, ``tokens_full``, ...) instead of
+            the paper's feature (None, the default); recorded in every store (``feature``, ``definition``). A token
+            definition makes token stores (``[N, T, D]``, meta ``tokens`` and ``token_layout``).
 
     Mixed precision comes from the Trainer (``precision="bf16-mixed"`` or ``"16-mixed"``). ``trainer.predict``
     returns nothing: the features go into the stores (:class:`FeatureStoreWriter`), not into memory.
@@ -64,7 +69,7 @@ class FeatureExtractor(BackboneModule):
     def __init__(self, model: str | nn.Module = "resnet50", checkpoint: str | None = None, prefix: str | None = None,
                  key_map: dict[str, str] | None = None, in_order: bool = False, channels_last: bool = False,
                  write_stores: bool = True, trust_checkpoint: bool = False, name: str | None = None,
-                 transform: Any = None, random_weights: bool = False) -> None:
+                 transform: Any = None, random_weights: bool = False, feature: str | None = None) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=[] if isinstance(model, str) else ["model"])
         self._transform = None if transform is None else resolve_transform(transform)
@@ -74,9 +79,12 @@ class FeatureExtractor(BackboneModule):
         if isinstance(model, str):  # a refused model fails here, before a Trainer or a store exists
             checkpoint = resolve_checkpoint(model, checkpoint, random_weights, options=EXTRACT_OPTIONS)
             self._label = model_label(model, checkpoint, name, random_weights)
-        self.set_backbone(build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint,
-                                         label=None if isinstance(model, str) else name, image_size=size,
-                                         random_weights=random_weights), channels_last)
+        backbone = build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint,
+                                  label=None if isinstance(model, str) else name, image_size=size,
+                                  random_weights=random_weights)
+        if feature is not None:
+            backbone = with_feature(backbone, feature, (self._transform or backbone.transform_config).crop)
+        self.set_backbone(backbone, channels_last)
         if not isinstance(model, str):
             self._label = self.backbone.spec.name
             self.hparams["model"] = self.backbone.spec.arch  # what the module was, for the checkpoint's record
@@ -96,11 +104,22 @@ class FeatureExtractor(BackboneModule):
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> dict:
         images = batch["image"]
-        features = self(images).float() if len(images) else images.new_zeros(0, self.feature_dim)
+        features = self(images).float() if len(images) else images.new_zeros(0, *self.feature_shape)
         out = {"features": features, "label": batch["label"], "index": batch["index"]}
         if "skipped" in batch:  # unreadable images (on_error="skip"): the writer records their rows as missing
             out["skipped"] = batch["skipped"]
         return out
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        """One image's features: ``(D,)``, or ``(T, D)`` for a token definition (at the extractor's input size)."""
+        layout = self.token_layout()
+        return (self.feature_dim,) if layout is None else (_count(layout), self.feature_dim)
+
+    def token_layout(self, transform: TransformConfig | None = None) -> dict[str, Any] | None:
+        """A token definition's ``{"cls": 1, "grid": [h, w]}`` at ``transform``'s crop (default: the extractor's);
+        None for a vector feature."""
+        return token_layout(self.backbone.model, (transform or self.transform_config).crop)
 
     def on_predict_start(self) -> None:
         self.net.eval()
@@ -116,7 +135,9 @@ class FeatureExtractor(BackboneModule):
         this extractor's."""
         spec = self.backbone.spec
         transform = transform or self._datamodule_transform() or self.transform_config
-        return make_meta(model=self.model_name, arch=spec.arch, feature=spec.feature,
+        layout = self.token_layout(transform)
+        tokens = {} if layout is None else {"tokens": _count(layout), "token_layout": layout}
+        return make_meta(**tokens, model=self.model_name, arch=spec.arch, feature=spec.feature,
                          definition=spec.definition(transform), weights=self.backbone.weights,
                          weights_sha256=self.backbone.weights_sha256, trusted_checkpoint=self.backbone.trusted,
                          transform=transform.as_record(),
@@ -130,3 +151,8 @@ class FeatureExtractor(BackboneModule):
         except ValueError:  # an ExtractionDataModule of transform "auto" that has nothing to take it from yet
             return None
         return found if isinstance(found, TransformConfig) else None
+
+
+def _count(layout: dict[str, Any]) -> int:
+    """T of a token layout: the class token and the grid's cells."""
+    return int(layout["cls"]) + int(layout["grid"][0]) * int(layout["grid"][1])

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from cog_pl.features.plan import Action, Policy, StorePlan, needs_rows, plan_store, store_identity
+from cog_pl.features.plan import Action, Policy, StorePlan, needs_rows, plan_store, refuse_mixed, store_identity
 from cog_pl.features.store import StoreWriter, tidy
 
 if TYPE_CHECKING:
@@ -115,11 +115,11 @@ class ExtractionPlan:
 
     @staticmethod
     def writer(target: ExtractionTarget, dim: int, first: bool = True) -> StoreWriter:
-        """The store writer of ``target``; ``first``: the process that creates the files (under ``overwrite`` it
-        discards an interrupted write; later ranks open what it made)."""
+        """The store writer of ``target`` (a token store's when its meta has ``tokens``); ``first``: the process that
+        creates the files (under ``overwrite`` it discards an interrupted write; later ranks open what it made)."""
         plan = target.store
         return StoreWriter(plan.path, target.rows, dim, overwrite=plan.overwrite, fresh=plan.overwrite and first,
-                           identity=dict(plan.want), dtype=plan.want["dtype"])
+                           identity=dict(plan.want), dtype=plan.want["dtype"], tokens=plan.want.get("tokens"))
 
 
 def plan_extraction(data: StoreSource, model_meta: Mapping[str, Any]) -> ExtractionPlan:
@@ -127,6 +127,9 @@ def plan_extraction(data: StoreSource, model_meta: Mapping[str, Any]) -> Extract
     :meth:`~cog_pl.extract.module.FeatureExtractor.store_meta`): a finished store kept by the policy is checked on
     the data meta that needs no image (``ExtractionDataModule._finished_meta``), any other needs its images."""
     policy = Policy(data.overwrite, data.on_error, data.max_skipped)
+    paths = tuple(data.store_path(d, s) for d in data.domains for s in data.splits)
+    if paths:  # one label, one kind of store (token or vector)
+        refuse_mixed(paths[0].parent.parent, model_meta, paths if data.overwrite else ())
     stores = []
     for domain in data.domains:
         images = data.image_module(domain, need_root=False)

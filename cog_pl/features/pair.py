@@ -25,12 +25,14 @@ import numpy as np
 from cog_pl.errors import NotFoundError, StoreError
 from cog_pl.features.store import FeatureStore, open_store
 from cog_pl.io import printable
+from cog_pl.methods import token_methods
 from cog_pl.protocol import SPLITS
 
 log = logging.getLogger(__name__)
 
 #: Meta keys the two stores of a pair must agree on (compared where both record them).
-PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "transform", "num_classes", "classes")
+PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "transform", "num_classes", "classes",
+               "feature")
 #: The option that lets a pair of plain stores with other class counts be probed (named in the refusal).
 MISMATCH_HINT = "pass --allow-class-mismatch (FeatureDataModule: allow_class_mismatch=True) to probe them anyway"
 
@@ -55,6 +57,11 @@ class StorePair:
     def plain(self) -> bool:
         """True when neither store has a meta.json (nothing about their origin can be verified)."""
         return self.train.plain and self.test.plain
+
+    @property
+    def tokens(self) -> int | None:
+        """T of a pair of token stores (``[N, T, D]``), None for vector stores."""
+        return self.train.tokens
 
     @property
     def classes(self) -> tuple[str, ...] | None:
@@ -115,8 +122,13 @@ def open_pair(root: str | os.PathLike, expect: dict[str, Any] | None = None,
 
 def _check_together(train: FeatureStore, test: FeatureStore, root: Path) -> int:
     """Refuse a train and a test store that cannot be probed together: other feature widths, or metadata of another
-    model, weights, domain, level file, transform or class list; returns the width."""
-    train_dim, test_dim = train.features.shape[1], test.features.shape[1]
+    model, weights, domain, level file, transform, class list or feature definition (a token store and a vector
+    store, say); returns the width."""
+    train_dim, test_dim = train.features.shape[-1], test.features.shape[-1]
+    if train.tokens != test.tokens:
+        said = [f"{s.tokens} tokens per image" if s.tokens else "one vector per image" for s in (train, test)]
+        raise StoreError(f"{root}: the train store holds {said[0]} (feature {train.meta.get('feature')!r}), the "
+                         f"test store {said[1]} (feature {test.meta.get('feature')!r}): one definition per pair")
     if train_dim != test_dim:
         raise StoreError(f"{root}: train features have {train_dim} dimensions, test features {test_dim}")
     if train.plain or test.plain:
@@ -159,3 +171,14 @@ def _check_classes(train: FeatureStore, test: FeatureStore, root: Path, allow: b
     if len(unseen):
         log.warning("%s: %d test row(s) have labels the train split never has (%s): no probe can predict them, so "
                     "each counts as an error", root, rows, shown)
+
+
+def vectors_only(pair: StorePair, method: str) -> StorePair:
+    """``pair``, refused in one line when it holds token stores (``[N, T, D]``) and ``method`` reads one vector per
+    image (the linear probe, k-NN): the line names the store and the methods registered as taking token stores."""
+    if pair.tokens is None:
+        return pair
+    takers = ", ".join(token_methods()) or "none registered"
+    raise StoreError(f"{pair.train.path}: a token store ({pair.tokens} tokens per image, feature "
+                     f"{pair.train.meta.get('feature')!r}); {method} reads one vector per image: the methods that take "
+                     f"token stores: {takers}")

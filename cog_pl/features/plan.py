@@ -88,6 +88,30 @@ def store_identity(model_meta: Mapping[str, Any], data_meta: Mapping[str, Any], 
     return {**model_meta, **data_meta, "dtype": dtype, "decode": decode}
 
 
+def refuse_mixed(model_root: str | os.PathLike, want: Mapping[str, Any], replaced: tuple[Path, ...] = ()) -> None:
+    """Refuse to make stores of ``want``'s feature definition under ``model_root`` (``<features>/<label>``) when a
+    store there (finished, or an interrupted write) holds another definition and one of the two is a token
+    definition (``tokens`` recorded): one label, one kind of store. ``replaced``: the stores this run overwrites."""
+    root, mine = Path(model_root), want.get("tokens") is not None
+    records = [(f.parent, f) for f in root.glob("*/*/meta.json")]
+    records += [(f.parent.parent / f.parent.name[1:-len(".partial")], f)
+                for f in root.glob("*/.*.partial/identity.json")]
+    for store, file in sorted(records):
+        if store in replaced:
+            continue
+        try:
+            have = json.loads(file.read_text())
+        except (OSError, ValueError):
+            continue  # a damaged store is refused when it is planned
+        theirs = have.get("tokens") is not None
+        if "feature" in have and theirs != mine and have["feature"] != want.get("feature"):
+            kind = {True: "token store", False: "vector store"}
+            raise StoreError(f"{store}: a {kind[theirs]} (feature {have['feature']!r}) where this run makes "
+                             f"{kind[mine]}s (feature {want.get('feature')!r}): token and vector definitions are "
+                             "never mixed under one label; give this run another --name (cog-pl extract: "
+                             "--model.name)")
+
+
 def needs_rows(path: str | os.PathLike, policy: Policy) -> bool:
     """Whether planning the store at ``path`` needs its rows (the images listed): False only for a finished store
     the policy keeps, which is checked on the meta that needs no image."""

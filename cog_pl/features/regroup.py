@@ -52,9 +52,9 @@ VARIANTS_DIR = "variants"
 #: others describe one source store (its domain, classes, level file, split, origin: ``source``, ``benchmark``) and
 #: are recorded per source store under ``regrouped_from``, or not at all.
 _INHERITED = ("model", "arch", "feature", "definition", "trusted_checkpoint", "weights", "weights_sha256", "transform",
-              "precision", "versions")
+              "precision", "versions", "tokens", "token_layout")
 #: Keys every source store must agree on: the features of one model, read one way.
-_SAME_MODEL = ("model", "weights_sha256", "dim", "transform")
+_SAME_MODEL = ("model", "weights_sha256", "dim", "transform", "feature", "tokens")
 
 
 @dataclass(frozen=True)
@@ -263,4 +263,6 @@ def _write(out: Path, parts: list, meta: dict[str, Any], overwrite: bool, chunk:
 
     n = sum(len(rows) for _, _, rows, _ in parts)
     dtype = "float32" if any(p[1].features.dtype == np.float32 for p in parts) else "float16"  # the sources'
-    return write_chunks(out, n, int(parts[0][1].features.shape[1]), chunks(), meta, overwrite, dtype)
+    shape = parts[0][1].features.shape  # [N, D], or a token store's [N, T, D]
+    return write_chunks(out, n, int(shape[-1]), chunks(), meta, overwrite, dtype,
+                        int(shape[1]) if len(shape) == 3 else None)

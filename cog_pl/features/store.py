@@ -2,13 +2,15 @@
 
 One directory per (model, domain, split), e.g. ``<root>/<model>/<domain>/<split>/``::
 
-    features.npy   float16 (float32 when asked: ``dtype``), N x D, memory-mappable
+    features.npy   float16 (float32 when asked: ``dtype``), N x D, memory-mappable; a *token store* N x T x D
     labels.npy     int64, N
     index.npy      int64, N: the dataset row each feature row came from
     meta.json      {"format": "cog-pl-features", "version": 1, "model", "weights_sha256", "domain", "split",
                     "num_rows", "dim", "dtype", "num_classes", "classes", "transform", "level_file_sha256",
                     "versions", "created", ...}
 
+A token store (a token definition, :mod:`cog_pl.models.definitions`) holds T tokens per row, its meta ``tokens``
+(T) and ``token_layout`` (``{"cls": 1, "grid": [h, w]}``: the class token, then the grid cells row-major).
 A store is complete if and only if ``meta.json`` exists: it is written last, inside a temporary sibling directory
 (``.<name>.partial/``, which also holds ``written.npy``, the rows done, and ``identity.json``, what makes them) that
 is renamed into place, so an unfinished store never looks finished. The :data:`IDENTITY_KEYS` of its meta (or of a
@@ -56,7 +58,7 @@ CHECKED_KEYS = ("model", "weights_sha256", "domain", "split", "level_file_sha256
 #: datamodule, and the features' dtype); :func:`check_identity` compares them before a store is skipped or resumed.
 IDENTITY_KEYS = ("model", "arch", "feature", "definition", "trusted_checkpoint", "weights_sha256", "precision",
                  "transform", "dtype", "domain", "split", "classes", "level_file_sha256", "split_sha256", "benchmark",
-                 "decode")
+                 "decode", "tokens")
 #: The value of an identity key a store made before the key existed holds (it was made the one way there was).
 IDENTITY_DEFAULTS = {"dtype": "float16", "decode": "pil", "trusted_checkpoint": False}
 #: Files of a write in progress; a kill after the rename may leave them in a finished store, where they are ignored.
@@ -79,6 +81,11 @@ class FeatureStore:
     @property
     def plain(self) -> bool:
         return self.meta.get("format") != STORE_FORMAT
+
+    @property
+    def tokens(self) -> int | None:
+        """T of a token store (``[N, T, D]`` features), None for a vector store (``[N, D]``)."""
+        return int(self.features.shape[1]) if self.features.ndim == 3 else None
 
     @property
     def num_classes(self) -> int:
@@ -225,8 +232,10 @@ def open_store(path: str | os.PathLike, expect: dict[str, Any] | None = None) ->
 
 def _validate(path: Path, features: np.ndarray, labels: np.ndarray, index: np.ndarray, meta: dict) -> int:
     """Refuse a store whose arrays or meta are inconsistent; returns its largest label (-1 when it has none)."""
-    if features.ndim != 2 or not np.issubdtype(features.dtype, np.floating):
-        raise StoreError(f"{path}: features.npy is {features.dtype} {features.shape}, expected a float N x D array")
+    ndim = 3 if meta.get("format") == STORE_FORMAT and meta.get("tokens") is not None else 2
+    if features.ndim != ndim or not np.issubdtype(features.dtype, np.floating):
+        raise StoreError(f"{path}: features.npy is {features.dtype} {features.shape}, expected a float "
+                         f"{'N x T x D' if ndim == 3 else 'N x D'} array")
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
         raise StoreError(f"{path}: labels.npy is {labels.dtype} {labels.shape}, expected an integer vector")
     if not len(features) == len(labels) == len(index):
@@ -237,9 +246,10 @@ def _validate(path: Path, features: np.ndarray, labels: np.ndarray, index: np.nd
         if low < 0:
             raise StoreError(f"{path / 'labels.npy'}: negative labels (classes are numbered from 0)")
         return high
-    if (meta["num_rows"], meta["dim"]) != features.shape:
-        raise StoreError(f"{path}: meta.json says {meta['num_rows']} x {meta['dim']}, features.npy is "
-                         f"{features.shape[0]} x {features.shape[1]}")
+    said = (meta["num_rows"], meta["tokens"], meta["dim"]) if ndim == 3 else (meta["num_rows"], meta["dim"])
+    if said != features.shape:
+        raise StoreError(f"{path}: meta.json says {' x '.join(map(str, said))}, features.npy is "
+                         f"{' x '.join(map(str, features.shape))}")
     classes = meta.get("classes")
     if classes is not None and len(classes) != meta["num_classes"]:
         raise StoreError(f"{path / 'meta.json'}: num_classes is {meta['num_classes']} but classes lists "
@@ -281,12 +291,14 @@ class StoreWriter:
 
     ``identity`` (a meta, of which :data:`IDENTITY_KEYS` count, and ``dtype``) is recorded in the temporary directory
     when it is created: resuming a write made with another identity, or finishing with a meta of another, is refused.
+    ``tokens``: T of a token store, whose features are ``[num_rows, tokens, dim]``.
     The files' space is reserved at once (``posix_fallocate``), so a full disk fails here, naming the bytes needed,
     instead of killing a later write through the memory map with SIGBUS.
     """
 
     def __init__(self, path: str | os.PathLike, num_rows: int, dim: int, overwrite: bool = False,
-                 fresh: bool = False, identity: dict[str, Any] | None = None, dtype: str = "float16") -> None:
+                 fresh: bool = False, identity: dict[str, Any] | None = None, dtype: str = "float16",
+                 tokens: int | None = None) -> None:
         self.path = Path(path)
         if self.path.exists() and not overwrite:
             raise StoreError(f"{self.path} already exists; pass overwrite=True to replace it")
@@ -299,25 +311,26 @@ class StoreWriter:
         else:
             _refuse_mismatch(self.tmp, _partial_identity(self.tmp), self.identity, "interrupted feature store write")
         created = not self.tmp.exists()
-        arrays = {}
+        arrays, shape = {}, (num_rows, dim) if tokens is None else (num_rows, int(tokens), dim)
         try:
             self.tmp.mkdir(parents=True, exist_ok=True)
             if not (self.tmp / "identity.json").exists():
                 write_json(self.tmp / "identity.json", self.identity)  # before any row: a partial never lacks it
-            for name, kind, shape in (("features", dtype, (num_rows, dim)), ("labels", np.int64, (num_rows,)),
-                                      ("index", np.int64, (num_rows,)), ("written", np.bool_, (num_rows,))):
+            for name, kind, rows in (("features", dtype, shape), ("labels", np.int64, (num_rows,)),
+                                     ("index", np.int64, (num_rows,)), ("written", np.bool_, (num_rows,))):
                 file = self.tmp / f"{name}.npy"
-                arrays[name] = np.lib.format.open_memmap(file, "r+" if file.exists() else "w+", kind, shape)
+                arrays[name] = np.lib.format.open_memmap(file, "r+" if file.exists() else "w+", kind, rows)
         except OSError as err:
             if err.errno not in DISK_FULL:
                 raise
             arrays.clear()
             if created:
                 shutil.rmtree(self.tmp, ignore_errors=True)
-            raise disk_full(self.path, num_rows * (dim * np.dtype(dtype).itemsize + 17), err) from err
+            width = dim * (tokens or 1) * np.dtype(dtype).itemsize
+            raise disk_full(self.path, num_rows * (width + 17), err) from err
         self.features, self.labels, self.index, self.written = arrays.values()
-        if self.features.shape != (num_rows, dim) or self.written.shape != (num_rows,):
-            raise StoreError(f"{self.tmp} holds a {self.features.shape} write in progress, not {(num_rows, dim)}")
+        if self.features.shape != shape or self.written.shape != (num_rows,):
+            raise StoreError(f"{self.tmp} holds a {self.features.shape} write in progress, not {shape}")
         self.overwrite = overwrite
         self._reserve(created)
 
@@ -388,8 +401,10 @@ class StoreWriter:
         missing = np.flatnonzero(~np.asarray(self.written))
         if len(missing):
             raise StoreError(f"{self.path}: {len(missing)} row(s) never written, e.g. row {missing[0]}")
-        n, d = self.features.shape
+        n, d = self.features.shape[0], self.features.shape[-1]
         meta = {**meta, "num_rows": int(n), "dim": int(d), "dtype": str(self.features.dtype)}
+        if self.features.ndim == 3:  # a token store
+            meta["tokens"] = int(self.features.shape[1])
         skipped = missing_records(self.tmp)  # rows whose image was unreadable (cog_pl.features.missing)
         if skipped:
             meta["missing"] = skipped
@@ -454,12 +469,12 @@ Chunk = tuple[np.ndarray, np.ndarray, np.ndarray | None]
 
 
 def write_chunks(path: str | os.PathLike, num_rows: int, dim: int, chunks: Iterable[Chunk], meta: dict[str, Any],
-                 overwrite: bool = False, dtype: str = "float16") -> Path:
+                 overwrite: bool = False, dtype: str = "float16", tokens: int | None = None) -> Path:
     """Write a complete store of ``num_rows`` rows from consecutive ``chunks``, atomically (temporary directory +
-    rename). Every row is written, so a stale write in progress at ``path`` (a killed earlier one) is discarded;
-    on any error the temporary directory is removed."""
+    rename); ``tokens``: T of a token store (chunks of ``n x T x D``). Every row is written, so a stale write in
+    progress at ``path`` (a killed earlier one) is discarded; on any error the temporary directory is removed."""
     try:
-        writer = StoreWriter(path, num_rows, dim, overwrite, fresh=True, identity=meta, dtype=dtype)
+        writer = StoreWriter(path, num_rows, dim, overwrite, fresh=True, identity=meta, dtype=dtype, tokens=tokens)
         start = 0
         for features, labels, index in chunks:
             if start + len(labels) > num_rows:
@@ -475,16 +490,17 @@ def write_chunks(path: str | os.PathLike, num_rows: int, dim: int, chunks: Itera
 def write_store(path: str | os.PathLike, features: np.ndarray, labels: np.ndarray, index: np.ndarray | None,
                 meta: dict[str, Any], overwrite: bool = False, chunk: int = 65536, dtype: str = "float16") -> Path:
     """Write a complete store atomically (temporary directory + rename); ``meta`` as for :func:`make_meta`;
-    ``dtype`` of the features, float16 or float32."""
+    ``dtype`` of the features, float16 or float32; ``features`` ``N x D``, or ``N x T x D`` for a token store."""
     features, labels = np.asarray(features), np.asarray(labels)
-    if features.ndim != 2 or len(features) != len(labels):
+    if features.ndim not in (2, 3) or len(features) != len(labels):
         raise StoreError(f"{path}: features {features.shape} and labels {labels.shape} do not match")
     if index is not None and len(index) != len(labels):
         raise StoreError(f"{path}: index has {len(index)} rows, labels {len(labels)}")
     index = None if index is None else np.asarray(index)
     chunks = ((features[a:a + chunk], labels[a:a + chunk], None if index is None else index[a:a + chunk])
               for a in range(0, len(labels), chunk))
-    return write_chunks(path, len(labels), features.shape[1], chunks, meta, overwrite, dtype)
+    tokens = features.shape[1] if features.ndim == 3 else None
+    return write_chunks(path, len(labels), features.shape[-1], chunks, meta, overwrite, dtype, tokens)
 
 
 def check_finite(store: FeatureStore, chunk: int = 1 << 16) -> None:
@@ -492,7 +508,8 @@ def check_finite(store: FeatureStore, chunk: int = 1 << 16) -> None:
     the number of such rows and the first; reads the features in chunks of ``chunk`` rows."""
     bad, first = 0, None
     for start in range(0, len(store), chunk):
-        rows = np.flatnonzero(~np.isfinite(np.asarray(store.features[start:start + chunk])).all(axis=1))
+        block = np.asarray(store.features[start:start + chunk])
+        rows = np.flatnonzero(~np.isfinite(block.reshape(len(block), -1)).all(axis=1))
         if len(rows) and first is None:
             first = start + int(rows[0])
         bad += len(rows)

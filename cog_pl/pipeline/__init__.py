@@ -169,6 +169,7 @@ class RunConfig:
     overwrite: bool = False  # replace what earlier runs made (feature stores: extracted and regrouped again)
     seen: str | None = None  # the model's pretraining label set (named set or file): warned of where levels hold it
     methods: tuple[str, ...] = ("linear",)  # probe methods on every domain (cog_pl.probe.methods), e.g. + "knn"
+    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per method, e.g. attentive: preset
     report: bool = True  # write the report at the end (False: the caller writes one, e.g. the demo for two models)
     html: bool = True  # the report also as report.html (cog_pl.report.html)
     noise_predictions: bool = True  # the label-noise check's predictions for the report (IN-1K probe on the levels)
@@ -177,6 +178,7 @@ class RunConfig:
     name: str | None = None  # the label of stores, rows and report (cog_pl.models.label); None: from the weights
     random_weights: bool = False  # a network without a file initialised at random (labelled <name>@random)
     models_dir: str | None = None  # where a paper model's file is looked for without checkpoint; None: $COG_PL_MODELS
+    feature: str | None = None  # a feature definition (cog_pl.models.definitions); None: the paper's feature
 
     @property
     def label(self) -> str:
@@ -250,6 +252,11 @@ class RunConfig:
 
             raise UnknownNameError(f"methods: unknown probe method(s) {', '.join(unknown) or '(none given)'}; choose "
                                    f"from {', '.join(list_probe_methods())}")
+        if set(self.method_options) & {"attentive", "mlp"}:
+            from cog_pl.probe.attentive import settings_of
+
+            for name in set(self.method_options) & {"attentive", "mlp"}:
+                settings_of(name, **self.method_options[name])  # a bad preset or width is refused before any work
         for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
             bad_shots = [s for s in shots if s is not None and not (isinstance(s, int) and s > 0)]
             if bad_shots:
@@ -282,7 +289,24 @@ class RunConfig:
             self._check_finetune()
         if self.attentive_images is not None:
             self._check_attentive_images()
+        self._check_feature()
         self._resolve_weights()
+
+    def _check_feature(self) -> None:
+        """Refuse an unknown feature definition, and a token definition with a method that reads one vector per
+        image, before any work."""
+        if self.feature is None:
+            return
+        from cog_pl.methods import get_method, token_methods
+        from cog_pl.models.definitions import parse_feature
+
+        if not parse_feature(self.feature).tokens:
+            return
+        vectors = [m for m in self.methods if not get_method(m).tokens]
+        if vectors:
+            raise CogError(f"--feature {self.feature}: a token definition makes token stores, which "
+                           f"{', '.join(vectors)} cannot read; methods that take token stores: "
+                           f"{', '.join(token_methods()) or 'none registered'}")
 
     def _resolve_weights(self) -> None:
         """The weights file, decided before any work: ``checkpoint``, else a paper model's file in ``models_dir``;
@@ -573,7 +597,7 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
 
     opts = cfg.extract
     model = FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs, name=cfg.name,
-                             random_weights=cfg.random_weights)
+                             random_weights=cfg.random_weights, feature=cfg.feature)
     filter_known_warnings()
     trainer = L.Trainer(**opts.trainer_kwargs(), logger=False, enable_checkpointing=False,
                         enable_model_summary=False, enable_progress_bar=False,
@@ -674,7 +698,7 @@ def _probe(cfg: RunConfig, out: Path, model_name: str) -> int:
             fn = functools.partial(fn, rows=rows)
         return fn(out / "features" / model_name / domain, results, model=model_name, domain=domain,
                   storage=cfg.study_storage, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
-                  overwrite=cfg.overwrite)
+                  overwrite=cfg.overwrite, **cfg.method_options.get(method.name, {}))
 
     # The model's rows, read once for every method's check and run pass over the domains: this process writes a
     # (method, domain)'s rows only in its run, after its check and run read them; a row another worker writes

@@ -9,6 +9,8 @@
 - ``claims`` / ``cells`` / ``workers``: who makes which cell (claims beside the results), a cell made (claim, tune,
   write, release) and the one grid loop over an executor, how many worker processes a machine runs and their pool.
 - ``cell`` / ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
+- ``attentive``: the attentive and MLP probes (methods ``attentive`` and ``mlp``), tuned like the linear probe, a
+  batch of trials trained as one bank of heads.
 - ``module`` / ``callback``: the Lightning shell (``LinearProbe``, the Optuna trial callback;
   its LightningCLI is :mod:`cog_pl.cli.probe_lightning`).
 """

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device, resolve_precision
-from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.features.pair import StorePair, open_pair, vectors_only
 from cog_pl.probe.data import l2_normalize, load_store, train_labels
 from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
 from cog_pl.protocol import ProbeProtocol
@@ -257,7 +257,7 @@ def run_knn_protocol(root: str | os.PathLike | StorePair, results: str | os.Path
     seeds, shots = protocol.grid(seeds, shots)
     device = resolve_device(device)
     precision = resolve_knn_precision(precision or getattr(plan, "precision", None), device)
-    pair = root if isinstance(root, StorePair) else open_pair(root)
+    pair = vectors_only(root if isinstance(root, StorePair) else open_pair(root), METHOD)
     model, domain = pair.names(model, domain)
     want = knn_identity(features_identity(pair), settings, protocol, precision)
     todo = knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,
@@ -291,7 +291,7 @@ def check_knn_grid(root: str | os.PathLike, results: str | os.PathLike, *, model
     protocol, settings = protocol or ProbeProtocol(), KNNSettings()
     seeds, shots = protocol.grid(seeds, shots)
     precision = resolve_knn_precision(getattr(plan, "precision", None), resolve_device(device))
-    pair = open_pair(root)
+    pair = vectors_only(open_pair(root), METHOD)
     model, domain = pair.names(model, domain)
     want = knn_identity(features_identity(pair), settings, protocol, precision)
     return knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,

@@ -7,13 +7,14 @@ appends one result row per cell to the results file and returns the rows it wrot
     run(root, results, *, model, domain, storage, protocol=None, plan=None, seeds=None, shots=None,
         device="cpu", overwrite=False) -> list[dict]
 
-Built-in: ``linear``, the tuned linear probe (:func:`cog_pl.probe.protocol_run.run_protocol`), and ``knn``, the
+Built-in: ``linear``, the tuned linear probe (:func:`cog_pl.probe.protocol_run.run_protocol`), ``knn``, the
 weighted k-NN classifier (:func:`cog_pl.probe.knn_protocol.run_knn_protocol`; arguments it has no use for, such as
-``storage``, are ignored). A new method registers itself with :func:`register_probe_method`; its name is the
-``method`` of its rows, which the results store takes as it takes any identifier, and its ``label`` and ``order``
-place its rows in the report. A method's ``check`` (optional, the same arguments) refuses, before any work, rows an
-earlier run made with other values, so ``cog-pl run`` checks every method's grid before the first probe. This module
-imports nothing heavy: a method's own modules load when it runs.
+``storage``, are ignored), and ``attentive`` and ``mlp``, the attentive and MLP probes
+(:func:`cog_pl.probe.attentive.run_head_protocol`). A new method registers itself with :func:`register_probe_method`;
+its name is the ``method`` of its rows, which the results store takes as it takes any identifier, and its ``label``
+and ``order`` place its rows in the report. A method's ``check`` (optional, the same arguments) refuses, before any
+work, rows an earlier run made with other values, so ``cog-pl run`` checks every method's grid before the first probe.
+This module imports nothing heavy: a method's own modules load when it runs.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
                           check: RunMethod | None = None, label: str = "", order: float = 100.0,
                           options: type | None = None, shares_grid: bool = False,
                           noise_predictions: bool = False,
-                          takes_rows: bool = False) -> Callable[[RunMethod], RunMethod]:
+                          takes_rows: bool = False, tokens: bool = False) -> Callable[[RunMethod], RunMethod]:
     """Decorator registering a method's run function as ``name``.
 
     Args:
@@ -44,13 +45,15 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
         replace: replace a method already registered as ``name``.
         check: its grid check (the run function's arguments), which refuses rows of other values before any work.
         label: its name in the report's tables (default: ``name``).
-        order: its place in the report (lower first; the built-ins: linear 0, fine-tuning 10, k-NN 20).
+        order: its place in the report (lower first; the built-ins: linear 0, attentive 5, MLP 6, fine-tuning 10,
+            k-NN 20).
         options: the type of its options, if any.
         shares_grid: worker processes share its grid through the claims file (the run takes ``workers`` and
             ``wait``), as the linear probe's.
         noise_predictions: its IN-1K all-data row is made again for the report's label-noise check.
         takes_rows: its run and check take ``rows``, the model's rows read once by ``cog-pl run``
             (:class:`cog_pl.results.StoredRows`; :func:`cog_pl.results.identity.cells_todo` uses them).
+        tokens: it reads token stores (``[N, T, D]``); the linear probe and k-NN refuse them, naming such methods.
 
     Returns:
         The decorator; it returns the function unchanged.
@@ -77,7 +80,7 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
     def add(fn: RunMethod) -> RunMethod:
         register_method(Method(name, fn, label=label, order=order, description=description, check=check,
                                options=options, shares_grid=shares_grid, noise_predictions=noise_predictions,
-                               takes_rows=takes_rows),
+                               takes_rows=takes_rows, tokens=tokens),
                         replace=replace)
         return fn
     return add
@@ -100,7 +103,7 @@ def list_probe_methods() -> tuple[str, ...]:
 
     Example:
         >>> list_probe_methods()
-        ('linear', 'knn')
+        ('linear', 'attentive', 'mlp', 'knn')
     """
     return list_methods(probe=True)
 
@@ -112,7 +115,7 @@ def unregister_probe_method(name: str) -> ProbeMethod:
 
 def _check_linear(root: Any, results: Any, *, protocol: Any = None, plan: Any = None, seeds: Any = None,
                   shots: Any = None, device: Any = "cpu", **kwargs: Any) -> Any:
-    from cog_pl.features.pair import open_pair
+    from cog_pl.features.pair import open_pair, vectors_only
     from cog_pl.probe.protocol_run import grid_todo
     from cog_pl.probe.tuner import SearchPlan
     from cog_pl.protocol import ProbeProtocol
@@ -120,7 +123,8 @@ def _check_linear(root: Any, results: Any, *, protocol: Any = None, plan: Any = 
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
     seeds, shots = protocol.grid(seeds, shots)
     kwargs.pop("storage", None)
-    return grid_todo(open_pair(root), results, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
+    pair = vectors_only(open_pair(root), "linear")
+    return grid_todo(pair, results, protocol=protocol, plan=plan, seeds=seeds, shots=shots, device=device,
                      announce=False, **kwargs)  # the run that follows says which rows it skips
 
 
@@ -147,3 +151,36 @@ def knn(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
     from cog_pl.probe.knn_protocol import run_knn_protocol
 
     return run_knn_protocol(root, results, **kwargs)
+
+
+def _check_attentive(root: Any, results: Any, **kwargs: Any) -> Any:
+    from cog_pl.probe.attentive import check_head_grid
+
+    return check_head_grid(root, results, **{"kind": "attentive", **kwargs})
+
+
+@register_probe_method("attentive", check=_check_attentive, label="attentive probe", order=5, takes_rows=True,
+                       tokens=True,
+                       description="attentive pooler on the store's tokens (--attentive-preset), tuned like the linear "
+                                   "probe, a batch of trials trained as one bank of heads")
+def attentive(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """The attentive probe of every (seed, shots) cell (:func:`~cog_pl.probe.attentive.run_head_protocol`)."""
+    from cog_pl.probe.attentive import run_head_protocol
+
+    return run_head_protocol(root, results, **{"kind": "attentive", **kwargs})
+
+
+def _check_mlp(root: Any, results: Any, **kwargs: Any) -> Any:
+    from cog_pl.probe.attentive import check_head_grid
+
+    return check_head_grid(root, results, **{"kind": "mlp", **kwargs})
+
+
+@register_probe_method("mlp", check=_check_mlp, label="MLP probe", order=6, takes_rows=True, tokens=True,
+                       description="BatchNorm + hidden layer (--mlp-hidden) on the class token or vector, tuned like "
+                                   "the linear probe, a batch of trials trained as one bank of heads")
+def mlp(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """The MLP probe of every (seed, shots) cell (:func:`~cog_pl.probe.attentive.run_head_protocol`)."""
+    from cog_pl.probe.attentive import run_head_protocol
+
+    return run_head_protocol(root, results, **{"kind": "mlp", **kwargs})

@@ -21,7 +21,7 @@ from optuna.storages import BaseStorage
 
 from cog_pl.data.sampling import check_shots
 from cog_pl.errors import WrongTypeError
-from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.features.pair import StorePair, open_pair, vectors_only
 from cog_pl.probe.cell import METHOD, Splits, final_predictions, probe, set_flush_denormal, splits_device, study_name
 from cog_pl.probe.cells import CellMaker, InProcess, make_cells
 from cog_pl.probe.data import train_labels
@@ -73,7 +73,7 @@ def run_protocol(root: str | os.PathLike, results: str | os.PathLike, *, model: 
     cell whose row another worker wrote since is found so when it is claimed."""
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
     seeds, shots = protocol.grid(seeds, shots)
-    pair = open_pair(root, allow_class_mismatch=allow_class_mismatch)
+    pair = vectors_only(open_pair(root, allow_class_mismatch=allow_class_mismatch), "linear")
     model, domain = pair.names(model, domain)
     todo = grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
                      shots=shots, device=device, overwrite=overwrite, rows=rows)

@@ -162,10 +162,11 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
 
 
 #: The fields of a row holding the values its identity digests (the linear probe's ``protocol``, ``search``,
-#: ``precision`` and ``features``; the k-NN's ``knn``; fine-tuning's ``finetune``): the values named when two rows'
-#: protocols differ. A row of a method that keeps its values elsewhere is told apart by its ``identity`` alone.
-IDENTITY_FIELDS = ("protocol", "search", "precision", "features", "knn", "finetune")
-_NAMED_BY_LEAF = ("protocol.", "search.", "knn.", "finetune.")  # named by their last part: trials, mode, ks, epochs
+#: ``precision`` and ``features``; the k-NN's ``knn``; fine-tuning's ``finetune``; the attentive and MLP probes'
+#: ``head``): the values named when two rows' protocols differ. A row of a method that keeps its values elsewhere is
+#: told apart by its ``identity`` alone.
+IDENTITY_FIELDS = ("protocol", "search", "precision", "features", "knn", "finetune", "head")
+_NAMED_BY_LEAF = ("protocol.", "search.", "knn.", "finetune.", "head.")  # by their last part: trials, mode, ks, preset
 
 
 def protocol_key(row: dict[str, Any]) -> str | None:

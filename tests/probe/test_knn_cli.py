@@ -97,7 +97,8 @@ def test_run_methods_linear_knn_writes_rows_of_both_methods_on_every_domain(tmp_
     with pytest.raises(ValueError, match="row m/linear/cog_l1/shots=all/seed=22 was made with precision=32-true"):
         _probe(other, out, "m")  # refused before any probe: no k-NN row replaced either
     assert read_rows(out / "results.sqlite") == rows
-    with pytest.raises(ValueError, match="methods: unknown probe method.s. svm; choose from linear, knn"):
+    with pytest.raises(ValueError,
+                       match="methods: unknown probe method.s. svm; choose from linear, attentive, mlp, knn"):
         _config(tmp_path, ["linear", "svm"])
     with pytest.raises(ValueError):
         RunConfig(model="m", in1k_root=None, in21k_root=str(tmp_path), domains=("cog_l1",), methods=())

@@ -23,7 +23,7 @@ from cog_pl.results.predictions import Predictions
 
 SEEDS = (22, 37)
 N, IMAGES = 8, 6  # concepts per domain, test images per concept
-#: The methods the issue names, as helper 40c registers them (shared interface I4): name, label, order.
+#: The attentive and MLP methods as registered (cog_pl.probe.methods): name, label, order.
 NAMED = (("attentive", "attentive probe", 5), ("mlp", "MLP probe", 6))
 
 
