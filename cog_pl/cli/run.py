@@ -257,8 +257,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attentive-images", nargs="?", const="vjepa", default=None, metavar="PRESET",
                    help="also train an attentive probe (a pooler preset: vjepa, vjepa2, capi, ep; alone: vjepa) on "
                         "each domain's augmented images, the frozen backbone run every batch as V-JEPA's protocol "
-                        "does, tuned like the linear probe on the run's seeds and shots (method attentive_images, "
-                        "docs/probes.md); default: off")
+                        "does, tuned like the linear probe on the run's seeds and shots, its heads reading --feature's "
+                        "tokens (method attentive_images, docs/probes.md); default: off")
     _variants(p, [], "default: none", "default: --seeds")
     add_launcher_options(p, "the stages as SLURM jobs (docs/cluster.md): check, one extraction per model on --nodes "
                             "x --gpus-per-node (DDP), the probes as an array of --probe-workers tasks sharing "

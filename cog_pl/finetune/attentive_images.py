@@ -6,7 +6,8 @@ The stored-feature ``attentive`` method reads each image's tokens once; V-JEPA's
 evaluations run the frozen backbone on every augmented batch of every epoch instead. This method does the latter:
 a :class:`AttentiveImagesProbe` (a LightningModule) holds the frozen backbone (eval mode, no gradient: its
 BatchNorm statistics never move) and a :class:`~cog_pl.models.poolers.PoolerBank` of ``n`` heads, one per (lr, wd)
-trial: each batch is augmented, the backbone runs once, and all ``n`` heads train on its tokens in the same pass.
+trial: each batch is augmented, the backbone runs once, and all ``n`` heads train on its tokens (a token feature
+definition's, :func:`cog_pl.models.features.with_feature`, or the backbone's vector as one token) in the same pass.
 
 Augmentation (:data:`AUGMENTATION`, recorded in every row): both publishers train on timm's
 ``create_transform(is_training=True, auto_augment="original", interpolation="bicubic", re_prob=0.25,
@@ -34,8 +35,9 @@ trial's head is also tested, and the row records ``selected_test_top1`` (the sel
 ``oracle_test_top1`` (the best trial's: what selecting on test would have reported).
 
 Rows: ``method`` ``attentive_images``, ``features: "on-the-fly"``, ``augmentation`` (:data:`AUGMENTATION`),
-``preset`` and the ``head`` record; their identity (``attentive_images`` of the row, digest ``identity``) holds
-every setting, so a rerun skips the rows that exist and refuses, in one line, a row made with other settings.
+``preset``, ``feature`` (the definition of the tokens) and the ``head`` record; their identity
+(``attentive_images`` of the row, digest ``identity``) holds every setting, so a rerun skips the rows that exist and
+refuses, in one line, a row made with other settings.
 """
 
 from __future__ import annotations
@@ -180,10 +182,8 @@ class AttentiveImagesProbe(BackboneModule):
 
     @torch.no_grad()
     def tokens(self, images: torch.Tensor) -> torch.Tensor:
-        """The frozen backbone's tokens ``[B, T, D]`` of a batch.
-
-        TODO(lead, issue 40 merge): read the tokens through the model's feature definition (40a's registry, e.g.
-        ``tokens2x2``) once it is merged; until then the backbone's own output is one token (T = 1)."""
+        """The frozen backbone's tokens ``[B, T, D]`` of a batch: a token definition's (a backbone made by
+        :func:`cog_pl.models.features.with_feature`), or a vector ``[B, D]`` read as one token."""
         out = self.features(images)
         return out[:, None, :] if out.dim() == 2 else out
 
@@ -289,15 +289,16 @@ def run_cell(backbone: Backbone, num_classes: int, train_data, test_data, *, pre
 
 # -- a model's domains, rows resumable -------------------------------------------------------------------------------
 
-def identity(model: str, checkpoint: str | None, *, preset: str, epochs: int, batch_size: int, trials: int,
-             startup_trials: int, trial_batch: int, val_fraction: float, transform: Any, precision: str,
-             benchmark: str | None) -> dict[str, Any]:
+def identity(model: str, checkpoint: str | None, *, feature: str | None, preset: str, epochs: int,
+             batch_size: int, trials: int, startup_trials: int, trial_batch: int, val_fraction: float,
+             transform: Any, precision: str, benchmark: str | None) -> dict[str, Any]:
     """What a row's numbers depend on (``attentive_images`` of the row) and its digest (``identity``)."""
     from cog_pl.finetune.compare import _plain
     from cog_pl.io import file_sha256
 
     values = {"model": model, "checkpoint_sha256": file_sha256(checkpoint) if checkpoint else None,
-              "preset": preset, "config": POOLER_PRESETS[preset].to_record(), "features": "on-the-fly",
+              "feature": feature, "preset": preset, "config": POOLER_PRESETS[preset].to_record(),
+              "features": "on-the-fly",
               "augmentation": AUGMENTATION, "optimizer": "AdamW",
               "schedule": {"start_lr": START_LR, "final_lr": FINAL_LR, "warmup_fraction": WARMUP_FRACTION,
                            "weight_decay": "constant"},
@@ -320,6 +321,7 @@ def _differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, A
 def attentive_images_domains(model: str, checkpoint: str | None, results: str, domains: Sequence[str], *,
                              in1k_root: str | None = None, in21k_root: str | None = None,
                              benchmark: str | None = None, transform: Any = None, preset: str = DEFAULT_PRESET,
+                             feature: str | None = None,
                              seeds: Sequence[int] = (22,), shots: Sequence[int | None] = (None,), epochs: int = 20,
                              batch_size: int = 128, trials: int = 30, startup_trials: int = 10, trial_batch: int = 5,
                              val_fraction: float = 0.2, precision: str = "32-true", accelerator: str = "auto",
@@ -329,17 +331,24 @@ def attentive_images_domains(model: str, checkpoint: str | None, results: str, d
     with the same settings are skipped, rows made with others refused in one line before any training
     (``overwrite``: made again). Defaults: V-JEPA 2's 20 epochs, the linear probe's 30 trials (10 random startup
     trials, then batches of 5) and 20 % held-out split. ``transform``, ``cache_images``, ``num_workers``,
-    ``precision``, ``accelerator``, ``label``: as :func:`~cog_pl.finetune.compare.finetune_domains`'s."""
+    ``precision``, ``accelerator``, ``label``: as :func:`~cog_pl.finetune.compare.finetune_domains`'s.
+    ``feature``: the tokens the heads read, a feature definition (:mod:`cog_pl.models.definitions`, e.g.
+    ``tokens2x2``: the class token and a 2x2 grid of pooled patch tokens); None: the backbone's own output, one
+    token."""
     from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
     from cog_pl.models import backbone_transform, build_backbone, resolve_spec
+    from cog_pl.models.definitions import parse_feature
+    from cog_pl.models.features import with_feature
 
     if preset not in POOLER_PRESETS:
         raise CogError(f"--attentive-images {preset!r}: choose a preset from {', '.join(POOLER_PRESETS)}")
+    if feature is not None:
+        parse_feature(feature)  # an unknown name is refused before any work
     transform = backbone_transform(model) if transform is None else transform
     trainer_kw = trainer_options(accelerator, 1, precision)
     name = label or resolve_spec(model).name
-    want = identity(name, checkpoint, preset=preset, epochs=epochs, batch_size=batch_size, trials=trials,
-                    startup_trials=startup_trials, trial_batch=trial_batch, val_fraction=val_fraction,
+    want = identity(name, checkpoint, feature=feature, preset=preset, epochs=epochs, batch_size=batch_size,
+                    trials=trials, startup_trials=startup_trials, trial_batch=trial_batch, val_fraction=val_fraction,
                     transform=transform, precision=trainer_kw["precision"], benchmark=benchmark)
     existing = {row_key(r): r for r in read_rows(results, model=name, method=METHOD)}
     todo = []
@@ -355,6 +364,8 @@ def attentive_images_domains(model: str, checkpoint: str | None, results: str, d
                 else:
                     todo.append((domain, seed, n))
     backbone = build_backbone(model, checkpoint) if todo else None
+    if backbone is not None and feature is not None:
+        backbone = with_feature(backbone, feature, getattr(transform, "crop", None))
     rows: list[dict[str, Any]] = []
     for domain in dict.fromkeys(d for d, _, _ in todo):
         common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers,
@@ -372,7 +383,7 @@ def attentive_images_domains(model: str, checkpoint: str | None, results: str, d
                             epochs=epochs, batch_size=batch_size, trials=trials, startup_trials=startup_trials,
                             trial_batch=trial_batch, val_fraction=val_fraction, trainer_kw=trainer_kw)
             row = {"model": name, "domain": dm.domain, "shots": n, "seed": seed, "method": METHOD, **cell,
-                   "preset": preset, "features": "on-the-fly", "augmentation": AUGMENTATION,
+                   "preset": preset, "feature": feature, "features": "on-the-fly", "augmentation": AUGMENTATION,
                    "head": {"kind": "attentive", "preset": preset, "config": POOLER_PRESETS[preset].to_record()},
                    "checkpoint": checkpoint, "accelerator": trainer_kw["accelerator"],
                    "seconds": round(time.perf_counter() - start, 2), "versions": versions(), **want}

@@ -764,11 +764,12 @@ def _finetune(cfg: RunConfig, out: Path, transform: Any) -> int:
 
 def _attentive_images(cfg: RunConfig, out: Path, transform: Any) -> int:
     """The attentive probe trained on every domain's augmented images (method ``attentive_images``), on the run's
-    seeds and shots with the probe protocol's trials, rows that exist skipped; returns the rows written."""
+    seeds and shots with the probe protocol's trials, its heads reading the run's ``feature`` (a token definition's
+    tokens), rows that exist skipped; returns the rows written."""
     from cog_pl.methods import get_method
 
     run = get_method("attentive_images").run  # its entry of the method table
-    options = {"trials": cfg.protocol.trials, **(cfg.attentive_images or {})}
+    options = {"trials": cfg.protocol.trials, "feature": cfg.feature, **(cfg.attentive_images or {})}
     if cfg.probe.trial_batch is not None:
         options.setdefault("trial_batch", cfg.probe.trial_batch)
     rows = run(cfg.model, cfg.checkpoint, str(out / "results.sqlite"), cfg.domains, in1k_root=cfg.in1k_root,

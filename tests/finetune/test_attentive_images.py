@@ -63,13 +63,15 @@ class _Images(torch.utils.data.Dataset):
 
 def test_heads_trained_in_one_pass_equal_heads_trained_one_by_one():
     from cog_pl.models import build_backbone
+    from cog_pl.models.features import with_feature
 
-    backbone = build_backbone("external:demo_cnn")
+    backbone = with_feature(build_backbone("external:demo_cnn"), "tokens2x2", 16)  # the class token and 2x2 cells
     kw = {"epochs": 2, "batch_size": 8, "seed": 5, "trainer_kw": {"accelerator": "cpu", "devices": 1,
                                                                   "precision": "32-true"}}
     lrs, wds, seeds = [1e-2, 2e-3, 5e-3], [1e-1, 1e-4, 1e-2], [11, 12, 13]
     rows = np.arange(24)
     _, net = fit_bank(backbone, 3, "ep", lrs, wds, seeds, _Images(), rows, **kw)
+    assert net.tokens(torch.zeros(2, 3, 16, 16)).shape == (2, 5, 96)
     frozen = {k: v.clone() for k, v in backbone.model.state_dict().items()}
     for i in range(3):
         _, one = fit_bank(backbone, 3, "ep", lrs[i:i + 1], wds[i:i + 1], seeds[i:i + 1], _Images(), rows, **kw)
@@ -98,7 +100,7 @@ def test_rows_written_skipped_and_refused(onto, tmp_path):
     kw = {"in21k_root": str(tmp_path / "d" / "in21k"), "benchmark": str(bench),
           "transform": TransformConfig(crop=16, resize=16), "epochs": 1, "batch_size": 8, "trials": 3,
           "startup_trials": 2, "trial_batch": 1, "seeds": (22,), "shots": (None, 2), "cache_images": True,
-          "accelerator": "cpu"}
+          "accelerator": "cpu", "feature": "tokens2x2"}
     run = get_method("attentive_images").run  # through the method table, as cog-pl run calls it
     rows = run("external:demo_cnn", None, results, ["cog_l1"], preset="ep", **kw)
     assert [(r["method"], r["domain"], r["shots"], r["seed"]) for r in rows] == [
@@ -107,6 +109,7 @@ def test_rows_written_skipped_and_refused(onto, tmp_path):
     assert method_label("attentive_images") == "attentive probe (images, augmented)"
     for row in read_rows(results):
         assert row["features"] == "on-the-fly" and row["preset"] == "ep" and row["augmentation"] == AUGMENTATION
+        assert row["feature"] == "tokens2x2" and row["attentive_images"]["feature"] == "tokens2x2"
         assert row["augmentation"]["RandomResizedCrop"]["scale"] == [0.08, 1.0]
         assert len(row["trials"]) == 3 and 0 <= row["test_top1"] <= 100
         tests = [t["test_top1"] for t in row["trials"]]
@@ -123,9 +126,11 @@ def test_rows_written_skipped_and_refused(onto, tmp_path):
     # cog-pl run's stage passes the run's seeds, shots and trials: the same rows, skipped
     from cog_pl.pipeline import ProbeOptions, RunConfig, _attentive_images
 
-    own = {k: kw[k] for k in ("epochs", "batch_size", "startup_trials", "cache_images", "accelerator")}
+    own = {k: kw[k] for k in ("epochs", "batch_size", "startup_trials", "cache_images", "accelerator")}  # feature:
+    # the run's --feature
     cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=kw["in21k_root"], domains=("cog_l1",),
                     benchmark=kw["benchmark"], seeds=(22,), shots=(None, 2), random_weights=True, out=str(tmp_path),
+                    feature="tokens2x2", methods=("attentive",),
                     probe=ProbeOptions(trials=3, trial_batch=1), attentive_images={"preset": "ep", **own})
     assert _attentive_images(cfg, tmp_path, kw["transform"]) == 0
     assert read_rows(results) == stored
@@ -148,3 +153,22 @@ def test_run_option_chooses_the_method_and_refuses_a_bad_preset(tmp_path):
         RunConfig(**kw, attentive_images={"preset": "nope"})
     with pytest.raises(ValueError, match=r"attentive_images: unknown option\(s\) seed;"):  # the run sets it
         RunConfig(**kw, attentive_images={"seed": 3})
+
+
+def test_augmentation_is_the_publishers_crop_and_flip():
+    """The recorded crop and flip are those of the transform V-JEPA and V-JEPA 2 train their image probes with:
+    timm's create_transform as jepa evals/image_classification_frozen/eval.py l.394-403 calls it."""
+    from timm.data import create_transform
+
+    from cog_pl.finetune.attentive_images import AUGMENTATION
+
+    published = create_transform(input_size=224, is_training=True, auto_augment="original", interpolation="bicubic",
+                                 re_prob=0.25, re_mode="pixel", re_count=1, mean=(0.485, 0.456, 0.406),
+                                 std=(0.229, 0.224, 0.225))
+    crop, flip = published.transforms[0], published.transforms[1]
+    assert type(crop).__name__ == "RandomResizedCropAndInterpolation" and type(flip).__name__ == "RandomHorizontalFlip"
+    rrc = AUGMENTATION["RandomResizedCrop"]
+    assert list(crop.scale) == rrc["scale"] and list(crop.ratio) == pytest.approx(rrc["ratio"])
+    assert rrc["interpolation"] == "bicubic" and flip.p == AUGMENTATION["RandomHorizontalFlip"]["p"]
+    names = [type(t).__name__ for t in published.transforms]
+    assert "AutoAugment" in names and "RandomErasing" in names  # what the rows record as published, not applied
