@@ -321,7 +321,7 @@ def _differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, A
 def attentive_images_domains(model: str, checkpoint: str | None, results: str, domains: Sequence[str], *,
                              in1k_root: str | None = None, in21k_root: str | None = None,
                              benchmark: str | None = None, transform: Any = None, preset: str = DEFAULT_PRESET,
-                             feature: str | None = None,
+                             feature: str | None = None, reading: dict[str, Any] | None = None,
                              seeds: Sequence[int] = (22,), shots: Sequence[int | None] = (None,), epochs: int = 20,
                              batch_size: int = 128, trials: int = 30, startup_trials: int = 10, trial_batch: int = 5,
                              val_fraction: float = 0.2, precision: str = "32-true", accelerator: str = "auto",
@@ -334,7 +334,8 @@ def attentive_images_domains(model: str, checkpoint: str | None, results: str, d
     ``precision``, ``accelerator``, ``label``: as :func:`~cog_pl.finetune.compare.finetune_domains`'s.
     ``feature``: the tokens the heads read, a feature definition (:mod:`cog_pl.models.definitions`, e.g.
     ``tokens2x2``: the class token and a 2x2 grid of pooled patch tokens); None: the backbone's own output, one
-    token."""
+    token. ``reading``: how the checkpoint is read, :func:`~cog_pl.models.build_backbone`'s keywords (``prefix``,
+    ``key_map``, ``in_order``, ``trust_checkpoint``, ``random_weights``), as the extraction read it."""
     from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
     from cog_pl.models import backbone_transform, build_backbone, resolve_spec
     from cog_pl.models.definitions import parse_feature
@@ -363,7 +364,7 @@ def attentive_images_domains(model: str, checkpoint: str | None, results: str, d
                     logger.info("skip %s %s on %s (seed %s, shots %s): row exists", METHOD, name, domain, seed, n)
                 else:
                     todo.append((domain, seed, n))
-    backbone = build_backbone(model, checkpoint) if todo else None
+    backbone = build_backbone(model, checkpoint, **(reading or {})) if todo else None
     if backbone is not None and feature is not None:
         backbone = with_feature(backbone, feature, getattr(transform, "crop", None))
     rows: list[dict[str, Any]] = []

@@ -769,7 +769,9 @@ def _attentive_images(cfg: RunConfig, out: Path, transform: Any) -> int:
     from cog_pl.methods import get_method
 
     run = get_method("attentive_images").run  # its entry of the method table
-    options = {"trials": cfg.protocol.trials, "feature": cfg.feature, **(cfg.attentive_images or {})}
+    reading = {k: v for k, v in {**cfg.checkpoint_kwargs, "random_weights": cfg.random_weights}.items() if v}
+    options = {"trials": cfg.protocol.trials, "feature": cfg.feature, "reading": reading or None,
+               **(cfg.attentive_images or {})}
     if cfg.probe.trial_batch is not None:
         options.setdefault("trial_batch", cfg.probe.trial_batch)
     rows = run(cfg.model, cfg.checkpoint, str(out / "results.sqlite"), cfg.domains, in1k_root=cfg.in1k_root,
