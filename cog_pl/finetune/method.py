@@ -24,7 +24,7 @@ def finetune(model: str, checkpoint: str | None, results: str, domains: Any, **o
     return compare.finetune_domains(model, checkpoint, results, domains, **options)
 
 
-register_method(Method(METHOD, finetune, label="fine-tuned", order=10, probe=False,
+register_method(Method(METHOD, finetune, label="fine-tuned", order=10, probe=False, frozen=False,
                        description="the backbone fine-tuned on each domain's images (chosen by --finetune)"))
 
 
