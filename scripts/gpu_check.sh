@@ -13,6 +13,8 @@
 #   5. benchmarks/bench_probe_kinds.py: a full-scale attentive and MLP cell's training step against the linear's
 #      (ViT-L width 1024, 1000 classes, batch 1024 (vjepa2: 128), 1 and 197 tokens, 10/5/1 heads per pass,
 #      bf16-mixed) and the cells projected to a level's train images -- CUDA only
+#   6. benchmarks/bench_zeroshot.py: the zero-shot text classifier of 1,000 concepts x 80 templates by CLIP RN50's
+#      text tower (float32 and bf16 autocast) and the zero-shot evaluation's images/s
 # and prints one summary table (step, status, seconds, the figure lines of its log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +75,12 @@ if [ "$CUDA" = 1 ] && [ "$TINY" = 0 ]; then
     --block-batch 128 --tokens 1 197 --presets vjepa vjepa2 capi ep --steps 5 --limit-s 10 --linear-images 262144
 else
   skip probe-kinds "no CUDA or tiny mode"
+fi
+if [ "$CUDA" = 1 ]; then
+  step zeroshot-fp32 120 "classifier|evaluation" $PY benchmarks/bench_zeroshot.py --device cuda --precision 32-true
+  step zeroshot-bf16 120 "classifier|evaluation" $PY benchmarks/bench_zeroshot.py --device cuda --precision bf16-mixed
+else
+  step zeroshot-cpu 120 "classifier|evaluation" $PY benchmarks/bench_zeroshot.py --device cpu --concepts 1
 fi
 
 echo

@@ -111,6 +111,13 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...] | None, shots: li
                    help="make the IN-1K probe of the first seed again from its row and keep its predictions on each "
                         "level's test images, for the report's label-noise table (default: on; one final IN-1K "
                         "probe)")
+    z = p.add_argument_group("zero-shot", "--methods zeroshot: a vision-language model's text classifier of the "
+                                          "concepts (recorded in every zero-shot row)")
+    z.add_argument("--zeroshot-names", default=None, metavar="SCHEME",
+                   help="how concepts are named: lemma, lemmas, lemma_gloss, lemma_hypernym, or openai (IN-1K only) "
+                        "(default: lemma)")
+    z.add_argument("--zeroshot-templates", default=None, metavar="SET|FILE[#KEY]",
+                   help="the prompt templates: openai80, openai7, or a CLIP_benchmark JSON file (default: openai80)")
     g = p.add_argument_group("probes", "the tuned linear probes' search and where it runs (recorded in every row)")
     g.add_argument("--trials", type=int, default=trials,
                    help=f"Optuna trials per probe ({default(trials, lambda n: n.trials)})")
@@ -313,8 +320,16 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
         finetune = {**finetune, **given}
     kw.setdefault("variant_seeds", None if args.variant_seeds is None else tuple(args.variant_seeds))
     heads = {"attentive": {"preset": args.attentive_preset}, "mlp": {"hidden": args.mlp_hidden}}
-    kw.setdefault("method_options", {m: {k: v for k, v in o.items() if v is not None} for m, o in heads.items()
-                                     if any(v is not None for v in o.values())})
+    options = {m: {k: v for k, v in o.items() if v is not None} for m, o in heads.items()
+               if any(v is not None for v in o.values())}
+    zeroshot = {k: v for k, v in (("names", args.zeroshot_names), ("templates", args.zeroshot_templates))
+                if v is not None}
+    if zeroshot and "zeroshot" not in args.methods:
+        raise CogError("--zeroshot-names/--zeroshot-templates: set for a run without zero-shot; add zeroshot to "
+                       "--methods")
+    if "zeroshot" in args.methods:
+        options["zeroshot"] = zeroshot
+    kw.setdefault("method_options", options)
     try:  # a refused value is named by its option
         return RunConfig(seeds=None if args.seeds is None else tuple(args.seeds),
                          shots=None if args.shots is None else tuple(args.shots), baseline=args.baseline,
@@ -499,6 +514,11 @@ def _demo_run(args: argparse.Namespace) -> int:
     from cog_pl.demo.summary import format_demo_summary
     from cog_pl.pipeline import ExtractOptions
 
+    given = (("attentive", "preset", args.attentive_preset), ("mlp", "hidden", args.mlp_hidden))
+    heads = {m: {k: v} for m, k, v in given if v is not None}
+    if heads and args.token_probes is None:
+        raise CogError("--attentive-preset/--mlp-hidden: set for a demo without the token probes; add --token-probes")
+    args.attentive_preset = args.mlp_hidden = None  # the token probes' options, not the baseline's (linear, k-NN)
     out = Path(args.out)
     logging.getLogger("cog_pl.demo").info("preparing the demo benchmark and backbones under %s (made once, then "
                                           "reused)", out / "data")
@@ -510,5 +530,5 @@ def _demo_run(args: argparse.Namespace) -> int:
                   model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),
                   in21k_root=str(assets.in21k_root), out=str(out), benchmark=str(assets.benchmark),
                   transform=assets.transform, variant_seeds=tuple(args.variant_seeds or args.seeds[:1]))
-    print(format_demo_summary(run_demo(assets, cfg, token_probes=args.token_probes)))
+    print(format_demo_summary(run_demo(assets, cfg, token_probes=args.token_probes, token_options=heads)))
     return 0

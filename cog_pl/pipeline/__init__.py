@@ -169,7 +169,9 @@ class RunConfig:
     overwrite: bool = False  # replace what earlier runs made (feature stores: extracted and regrouped again)
     seen: str | None = None  # the model's pretraining label set (named set or file): warned of where levels hold it
     methods: tuple[str, ...] = ("linear",)  # probe methods on every domain (cog_pl.probe.methods), e.g. + "knn"
-    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per method, e.g. attentive: preset
+    # a probe method's own options, by method name, handed to its run and check: {"attentive": {"preset": "capi"},
+    # "zeroshot": {"names": "lemma", "templates": "openai80"}} (cog_pl.probe.zeroshot.ZeroShotOptions)
+    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     report: bool = True  # write the report at the end (False: the caller writes one, e.g. the demo for two models)
     html: bool = True  # the report also as report.html (cog_pl.report.html)
     noise_predictions: bool = True  # the label-noise check's predictions for the report (IN-1K probe on the levels)
@@ -257,6 +259,7 @@ class RunConfig:
 
             for name in set(self.method_options) & {"attentive", "mlp"}:
                 settings_of(name, **self.method_options[name])  # a bad preset or width is refused before any work
+        self._check_method_options()
         for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
             bad_shots = [s for s in shots if s is not None and not (isinstance(s, int) and s > 0)]
             if bad_shots:
@@ -307,6 +310,18 @@ class RunConfig:
             raise CogError(f"--feature {self.feature}: a token definition makes token stores, which "
                            f"{', '.join(vectors)} cannot read; methods that take token stores: "
                            f"{', '.join(token_methods()) or 'none registered'}")
+
+    def _check_method_options(self) -> None:
+        """Refuse options of a method not run, and zero-shot's bad names, templates or a model without a text tower,
+        before any work."""
+        idle = [m for m in self.method_options if m not in self.methods]
+        if idle:
+            raise CogError(f"options of {', '.join(idle)} given for a run without it: add it to --methods")
+        if "zeroshot" in self.methods:
+            from cog_pl.probe.zeroshot import ZeroShotOptions, require_text_tower
+
+            options = ZeroShotOptions(**self.method_options.get("zeroshot", {}))
+            require_text_tower(options.backbone or self.model)
 
     def _resolve_weights(self) -> None:
         """The weights file, decided before any work: ``checkpoint``, else a paper model's file in ``models_dir``;

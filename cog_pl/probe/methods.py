@@ -9,12 +9,13 @@ appends one result row per cell to the results file and returns the rows it wrot
 
 Built-in: ``linear``, the tuned linear probe (:func:`cog_pl.probe.protocol_run.run_protocol`), ``knn``, the
 weighted k-NN classifier (:func:`cog_pl.probe.knn_protocol.run_knn_protocol`; arguments it has no use for, such as
-``storage``, are ignored), and ``attentive`` and ``mlp``, the attentive and MLP probes
-(:func:`cog_pl.probe.attentive.run_head_protocol`). A new method registers itself with :func:`register_probe_method`;
-its name is the ``method`` of its rows, which the results store takes as it takes any identifier, and its ``label``
-and ``order`` place its rows in the report. A method's ``check`` (optional, the same arguments) refuses, before any
-work, rows an earlier run made with other values, so ``cog-pl run`` checks every method's grid before the first probe.
-This module imports nothing heavy: a method's own modules load when it runs.
+``storage``, are ignored), ``attentive`` and ``mlp``, the attentive and MLP probes
+(:func:`cog_pl.probe.attentive.run_head_protocol`), and ``zeroshot``, a vision-language model's text classifier on
+the test features (:func:`cog_pl.probe.zeroshot.run_zeroshot`). A new method registers itself with
+:func:`register_probe_method`; its name is the ``method`` of its rows, which the results store takes as it takes any
+identifier, and its ``label`` and ``order`` place its rows in the report. A method's ``check`` (optional, the same
+arguments) refuses, before any work, rows an earlier run made with other values, so ``cog-pl run`` checks every
+method's grid before the first probe. This module imports nothing heavy: a method's own modules load when it runs.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def register_probe_method(name: str, *, description: str = "", replace: bool = F
         replace: replace a method already registered as ``name``.
         check: its grid check (the run function's arguments), which refuses rows of other values before any work.
         label: its name in the report's tables (default: ``name``).
-        order: its place in the report (lower first; the built-ins: linear 0, attentive 5, MLP 6, fine-tuning 10,
-            k-NN 20).
+        order: its place in the report (lower first; the built-ins: linear 0, zero-shot 3, attentive 5, MLP 6,
+            fine-tuning 10, k-NN 20).
         options: the type of its options, if any.
         shares_grid: worker processes share its grid through the claims file (the run takes ``workers`` and
             ``wait``), as the linear probe's.
@@ -103,7 +104,7 @@ def list_probe_methods() -> tuple[str, ...]:
 
     Example:
         >>> list_probe_methods()
-        ('linear', 'attentive', 'mlp', 'knn')
+        ('linear', 'zeroshot', 'attentive', 'mlp', 'knn')
     """
     return list_methods(probe=True)
 
@@ -184,3 +185,19 @@ def mlp(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
     from cog_pl.probe.attentive import run_head_protocol
 
     return run_head_protocol(root, results, **{"kind": "mlp", **kwargs})
+
+
+def _check_zeroshot(root: Any, results: Any, **kwargs: Any) -> Any:
+    from cog_pl.probe.zeroshot import check_zeroshot_grid
+
+    return check_zeroshot_grid(root, results, **kwargs)
+
+
+@register_probe_method("zeroshot", check=_check_zeroshot, label="zero-shot", order=3, takes_rows=True,
+                       description="a vision-language model's text classifier of the concepts' names and prompts "
+                                   "(--zeroshot-names, --zeroshot-templates); one row per domain")
+def zeroshot(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """The zero-shot row of a domain (:func:`~cog_pl.probe.zeroshot.run_zeroshot`)."""
+    from cog_pl.probe.zeroshot import run_zeroshot
+
+    return run_zeroshot(root, results, **kwargs)

@@ -34,6 +34,7 @@ from cog_pl.report.probes import optimism_markdown
 from cog_pl.report.protocols import split_protocols, stale_markdown
 from cog_pl.report.tables import csv_table, official_cells, probe_cells, report_markdown, summarize
 from cog_pl.report.variants import variant_lines, variants_markdown
+from cog_pl.report.zeroshot import zeroshot_markdown
 from cog_pl.results import read_info, read_rows, row_times
 
 logger = logging.getLogger(__name__)
@@ -126,7 +127,9 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     files = {"markdown": out / "report.md", "csv": out / "results.csv", "domains": out / "domains.png"}
     markdown = (report_markdown(cells, baseline, variants_markdown(variants) if variants else "",
                                 summary_columns(concepts), relative_intervals(concepts), concepts_markdown(concepts),
-                                optimism_markdown(cells))
+                                optimism_markdown(cells) + zeroshot_markdown(
+                                    cells, rows, concepts.scores, concepts.info.similarity if concepts.info else None,
+                                    concepts.info.measure if concepts.info else "similarity", seed))
                 + (skipped_markdown(features, models) + trusted_markdown(features, models)
                    if features is not None else "") + stale_markdown(stale, rows)
                 + models_markdown(rows, features))

@@ -1,5 +1,6 @@
 """Zero-shot classification of the levels by a vision-language model's text side.
 
+- :mod:`~cog_pl.zeroshot.text`: :class:`TextTower`, :func:`build_text_tower` (the towers: :mod:`cog_pl.models.text`).
 - :mod:`~cog_pl.zeroshot.names`: class name schemes (a :class:`~cog_pl.registry.Registry`): ``lemma``, ``lemmas``,
   ``lemma_gloss``, ``lemma_hypernym``, ``openai``; polysemy within a domain (:func:`shared_names`).
 - :mod:`~cog_pl.zeroshot.prompts`: template sets (a registry): ``openai80``, ``openai7``, a CLIP_benchmark file.

@@ -98,7 +98,7 @@ def test_run_methods_linear_knn_writes_rows_of_both_methods_on_every_domain(tmp_
         _probe(other, out, "m")  # refused before any probe: no k-NN row replaced either
     assert read_rows(out / "results.sqlite") == rows
     with pytest.raises(ValueError,
-                       match="methods: unknown probe method.s. svm; choose from linear, attentive, mlp, knn"):
+                       match="methods: unknown probe method.s. svm; choose from linear, zeroshot, attentive, mlp, knn"):
         _config(tmp_path, ["linear", "svm"])
     with pytest.raises(ValueError):
         RunConfig(model="m", in1k_root=None, in21k_root=str(tmp_path), domains=("cog_l1",), methods=())

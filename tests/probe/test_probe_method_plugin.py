@@ -96,10 +96,10 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
     listed = _cog_pl(site, "run", "--methods")
     assert listed.returncode == 0, listed.stderr
     names = [line.split()[0] for line in listed.stdout.splitlines() if line.startswith("  ")]
-    assert names == ["linear", "attentive", "mlp", "knn", "ncm", "finetune"], listed.stdout  # by order: the probes,
-    # then fine-tuning
+    # by order: the probes, then fine-tuning
+    assert names == ["linear", "zeroshot", "attentive", "mlp", "knn", "ncm", "finetune"], listed.stdout
     assert "  ncm        nearest class mean: cosine to each class's mean train feature" in listed.stdout
-    assert "linear, attentive, mlp, knn, ncm" in " ".join(_cog_pl(site, "run", "--help").stdout.split())
+    assert "linear, zeroshot, attentive, mlp, knn, ncm" in " ".join(_cog_pl(site, "run", "--help").stdout.split())
 
     domains = ("cog_l1", "cog_l2")
     _stores(out, "resnet50", domains)

@@ -16,8 +16,8 @@ from cog_pl.results import append_row, read_rows
 
 
 def test_the_table_lists_the_built_in_method_and_refuses_unknown_names():
-    assert list_probe_methods() == ("linear", "attentive", "mlp", "knn")
-    with pytest.raises(ValueError, match="unknown probe method 'svm'; known: linear, attentive, mlp, knn"):
+    assert list_probe_methods() == ("linear", "zeroshot", "attentive", "mlp", "knn")
+    with pytest.raises(ValueError, match="unknown probe method 'svm'; known: linear, zeroshot, attentive, mlp, knn"):
         get_probe_method("svm")
     with pytest.raises(ValueError, match="probe method 'linear' is already registered"):
         register_probe_method("linear")(lambda root, results, **kw: [])
@@ -54,7 +54,7 @@ def knn():
 
 def test_a_registered_method_is_found_by_name_and_writes_its_rows(knn, tmp_path):
     root = write_features(tmp_path / "feats", classes=4, dim=8, per_class=20, test_per_class=5)
-    assert list_probe_methods() == ("linear", "attentive", "mlp", "knn")
+    assert list_probe_methods() == ("linear", "zeroshot", "attentive", "mlp", "knn")
     method = get_probe_method("knn")
     rows = method.run(root, tmp_path / "rows.sqlite", model="m", domain="cog_l1", seeds=(22,))
     stored = read_rows(tmp_path / "rows.sqlite")

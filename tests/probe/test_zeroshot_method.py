@@ -1,0 +1,178 @@
+"""The ``zeroshot`` probe method: a tiny open_clip model of random weights, saved as a file, through the whole path
+(its stores' meta -> the text tower read from the same file -> the concepts' names and prompts -> the classifier ->
+a row with predictions), ``cog-pl run --methods linear zeroshot``, resuming, and the refusals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from cog_pl import resources
+from cog_pl.errors import CogError
+from cog_pl.features.store import make_meta, write_store
+from cog_pl.probe.methods import get_probe_method, list_probe_methods
+from cog_pl.results import read_rows
+from cog_pl.results.predictions import read_row_predictions
+
+open_clip = pytest.importorskip("open_clip", reason="zero-shot needs open_clip_torch (the vlm extra)")
+
+#: A tiny open_clip model in open_clip's config format (the keys of open_clip's model_configs/ViT-B-32.json).
+TINY = {"embed_dim": 32, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
+NAME = "cog-pl-zs-tiny"
+#: OpenAI's 7 selected templates (open_clip zero_shot_metadata.py SIMPLE_IMAGENET_TEMPLATES), written out here.
+SEVEN = ["itap of a {c}.", "a bad photo of the {c}.", "a origami {c}.", "a photo of the large {c}.",
+         "a {c} in a video game.", "art of the {c}.", "a photo of the small {c}."]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("open_clip")
+    (folder / f"{NAME}.json").write_text(json.dumps(TINY))
+    open_clip.add_model_config(folder / f"{NAME}.json")
+    torch.manual_seed(5)
+    model = open_clip.create_model(NAME).eval()
+    path = folder / "tiny.pt"
+    torch.save(model.state_dict(), path)
+    return path, model
+
+
+def reference_classifier(model, names: list[str], templates: list[str]) -> torch.Tensor:
+    """CLIP_benchmark's construction (clip_benchmark/metrics/zeroshot_classification.py zero_shot_classifier):
+    per class, the templates' embeddings normalised, averaged, renormalised; columns are classes."""
+    tokenizer = open_clip.get_tokenizer(NAME)
+    cols = []
+    with torch.no_grad():
+        for name in names:
+            emb = model.encode_text(tokenizer([t.format(c=name) for t in templates])).float()
+            emb = emb / emb.norm(dim=-1, keepdim=True)
+            mean = emb.mean(dim=0)
+            cols.append(mean / mean.norm())
+    return torch.stack(cols, dim=1)
+
+
+def write_pair(root, weights, wnids, features_of, *, arch=f"open_clip:{NAME}", per_class=(4, 3), seed=0):
+    """A train/test store pair of ``wnids`` whose features are ``features_of(labels, rng)``, made by ``arch`` with
+    ``weights`` as the extractor records them."""
+    rng = np.random.default_rng(seed)
+    for split, n in zip(("train", "test"), per_class):
+        y = np.repeat(np.arange(len(wnids)), n)
+        x = features_of(y, rng)
+        meta = make_meta(model="m", arch=arch, weights=str(weights), weights_sha256="w", trusted_checkpoint=False,
+                         precision="32-true", domain=root.name, split=split, num_rows=len(y), dim=x.shape[1],
+                         num_classes=len(wnids), classes=list(wnids), transform={"size": 32},
+                         level_file_sha256=None)
+        write_store(root / split, x, y, np.arange(len(y)) + 100 * (split == "test"), meta)
+    return root
+
+
+def _lemma(wnid: str) -> str:
+    return resources.concept_name(wnid).split(", ")[0]
+
+
+@pytest.fixture(scope="module")
+def wnids():
+    return list(resources.in1k_wnids()[:4])
+
+
+def test_zeroshot_is_registered_after_the_linear_probe():
+    assert list_probe_methods()[:2] == ("linear", "zeroshot")
+    assert get_probe_method("zeroshot").title == "zero-shot"
+
+
+def test_zeroshot_row_of_an_open_clip_model_read_from_its_file(tiny, wnids, tmp_path):
+    path, model = tiny
+    ref = reference_classifier(model, [_lemma(w) for w in wnids], SEVEN)
+    # each test image lies on its concept's text embedding, nudged: a right classifier gets them all
+    root = write_pair(tmp_path / "feats" / "cog_l1", path, wnids,
+                      lambda y, rng: ref.T.numpy()[y] + 0.01 * rng.normal(size=(len(y), ref.shape[0])))
+    results = tmp_path / "r.sqlite"
+    method = get_probe_method("zeroshot")
+    rows = method.run(root, results, model="m", domain="cog_l1", seeds=(22, 37), shots=(None, 2),
+                      names="lemma", templates="openai7")
+    assert len(rows) == 1
+    row = read_rows(results)[0]
+    assert (row["method"], row["shots"], row["seed"], row["seed_is_key"]) == ("zeroshot", None, 22, True)
+    assert row["test_top1"] == 100.0 and row["test_rows"] == 12
+    assert row["zeroshot"]["names"] == "lemma" and row["zeroshot"]["templates"] == "openai7"
+    assert row["text_tower"]["model"] == f"open_clip:{NAME}" and row["text_tower"]["weights"] == str(path)
+    preds = read_row_predictions(results, row)
+    assert preds.classes == tuple(wnids) and list(preds.image) == list(range(100, 112))
+    assert (preds.top5[:, 0] == preds.label).all()
+    # the classifier is cached: what it holds is the reference's
+    cached = list((tmp_path / "r.zeroshot" / "m" / "cog_l1").glob("*.npy"))
+    assert len(cached) == 1 and np.allclose(np.load(cached[0]), ref.numpy(), atol=1e-5)
+
+    # resumed: the row of the same identity is skipped
+    assert method.run(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemma",
+                      templates="openai7") == []
+    # other names or templates: refused in one line, nothing replaced
+    with pytest.raises(CogError, match=r"^\S*r.sqlite: row m/zeroshot/cog_l1/shots=all/seed=22 was made with names "
+                                       r"'lemma', not the study's names 'lemmas'.*\(or --overwrite\)$"):
+        method.run(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemmas", templates="openai7")
+    with pytest.raises(CogError, match="was made with templates 'openai7', templates_sha256"):
+        method.check(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemma", templates="openai80")
+    assert read_rows(results) == [row]
+    # --overwrite: made again with the new names, the classifier encoded again (a new cache entry)
+    again = method.run(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemmas", templates="openai7",
+                       overwrite=True)
+    assert len(again) == 1 and [r["zeroshot"]["names"] for r in read_rows(results)] == ["lemmas"]
+    assert not again[0]["classifier"]["cached"]
+
+
+def test_zeroshot_refuses_a_model_without_a_text_tower(tmp_path, wnids):
+    root = write_pair(tmp_path / "cog_l1", "r50.pth", wnids, lambda y, rng: rng.normal(size=(len(y), 8)),
+                      arch="resnet50")
+    with pytest.raises(CogError, match=r"^zero-shot needs a text tower and the features of m \(architecture "
+                                       r"resnet50\) have none; the models with one: clip.*open_clip:<name>$"):
+        get_probe_method("zeroshot").run(root, tmp_path / "r.sqlite", seeds=(0,))
+
+
+def test_run_methods_linear_zeroshot(tiny, wnids, tmp_path):
+    from cog_pl.cli.main import build_parser
+    from cog_pl.cli.run import _config
+    from cog_pl.pipeline import ExtractOptions, _probe
+
+    path, model = tiny
+
+    def config(*extra):
+        args = build_parser().parse_args(["run", "--model", f"open_clip:{NAME}", "--checkpoint", str(path),
+                                          "--in21k-root", str(tmp_path), "--domains", "cog_l1", "cog_l2",
+                                          "--seeds", "22", "--shots", "all", "--trials", "2", "--epochs", "2",
+                                          "--probe-device", "cpu", "--probe-precision", "32-true",
+                                          "--out", str(tmp_path / "out"), *extra])
+        return _config(args, ExtractOptions(), None, model=args.model[0], checkpoint=str(path), in1k_root=None,
+                       in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains), benchmark=None,
+                       check=False, overwrite=False)
+
+    cfg = config("--methods", "linear", "zeroshot", "--zeroshot-templates", "openai7")
+    assert cfg.methods == ("linear", "zeroshot") and cfg.method_options == {"zeroshot": {"templates": "openai7"}}
+    out = tmp_path / "out"
+    ref = reference_classifier(model, [_lemma(w) for w in wnids], SEVEN)
+    for i, domain in enumerate(cfg.domains):
+        write_pair(out / "features" / "m" / domain, path, wnids, lambda y, rng: ref.T.numpy()[y] + 0.3 * rng.normal(
+            size=(len(y), ref.shape[0])), per_class=(12, 4), seed=i)
+    assert _probe(cfg, out, "m") == 2 * 2  # methods x domains
+    assert sorted((r["method"], r["domain"]) for r in read_rows(out / "results.sqlite")) == [
+        ("linear", "cog_l1"), ("linear", "cog_l2"), ("zeroshot", "cog_l1"), ("zeroshot", "cog_l2")]
+    assert _probe(cfg, out, "m") == 0  # resumed
+    from cog_pl.report.tables import summarize
+    from cog_pl.report.zeroshot import zeroshot_markdown
+
+    stored = read_rows(out / "results.sqlite")
+    section = zeroshot_markdown(summarize(stored), stored)
+    top1 = {(r["method"], r["domain"]): r["test_top1"] for r in stored}
+    assert f"| m | zero-shot | {top1['zeroshot', 'cog_l1']:.2f} | {top1['zeroshot', 'cog_l2']:.2f} |" in section
+    ratio = 100 * top1["zeroshot", "cog_l1"] / top1["linear", "cog_l1"]
+    assert f"| m | ratio (%) | {ratio:.1f} |" in section
+    assert "| m | L1, L2 | lemma | openai7 (7 templates, sha256 " in section
+    with pytest.raises(CogError, match="zero-shot needs a text tower and resnet50 has none"):
+        config("--methods", "zeroshot").__class__(model="resnet50", in1k_root=None, in21k_root=str(tmp_path),
+                                                  domains=("cog_l1",), methods=("zeroshot",), random_weights=True)
+    with pytest.raises(CogError, match="--zeroshot-names/--zeroshot-templates: set for a run without zero-shot"):
+        config("--zeroshot-names", "lemmas")
+    with pytest.raises(CogError, match="unknown name scheme 'lema'"):
+        config("--methods", "zeroshot", "--zeroshot-names", "lema")
