@@ -24,8 +24,8 @@ from typing import Any
 from cog_pl.errors import CogError, UnknownNameError
 from cog_pl.registry import Registry, did_you_mean, plugins
 
-__all__ = ["ENTRY_POINT_GROUP", "Method", "get_method", "is_probe", "list_methods", "method_label", "method_sort_key",
-           "register_method", "sort_methods", "token_methods", "unknown_method", "unregister_method"]
+__all__ = ["ENTRY_POINT_GROUP", "Method", "get_method", "is_frozen", "is_probe", "list_methods", "method_label",
+           "method_sort_key", "register_method", "sort_methods", "token_methods", "unknown_method", "unregister_method"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,9 @@ class Method:
         noise_predictions: its IN-1K all-data row is the one the label-noise check makes again on the levels.
         takes_rows: its run and check take ``rows``, the model's rows that ``cog-pl run`` reads once and hands to
             every domain's check and run (:class:`cog_pl.results.StoredRows`), instead of reading the results file.
+        frozen: its rows evaluate the frozen backbone (a probe on stored features, or a head trained on images such
+            as ``attentive_images``): the report's probe tables set them beside the linear probe; False for
+            fine-tuning, which has its own.
         tokens: it reads token stores (``[N, T, D]`` features: a token definition, :mod:`cog_pl.models.definitions`);
             the methods that do not (the linear probe, k-NN) refuse them, naming those that do.
     """
@@ -77,6 +80,7 @@ class Method:
     noise_predictions: bool = False
     takes_rows: bool = False
     tokens: bool = False
+    frozen: bool = True
 
     @property
     def title(self) -> str:
@@ -162,6 +166,13 @@ def method_label(name: str) -> str:
     """A method's label in the report; an unregistered method's rows (a plugin not installed here) keep its name."""
     _load()
     return _METHODS.get(name).title if name in _METHODS else name
+
+
+def is_frozen(name: str) -> bool:
+    """Whether ``name``'s rows evaluate the frozen backbone (the report's probe tables); an unregistered method's rows
+    count as a probe's."""
+    _load()
+    return _METHODS.get(name).frozen if name in _METHODS else True
 
 
 def is_probe(name: str) -> bool:

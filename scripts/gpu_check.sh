@@ -76,7 +76,6 @@ if [ "$CUDA" = 1 ] && [ "$TINY" = 0 ]; then
 else
   skip probe-kinds "no CUDA or tiny mode"
 fi
-
 if [ "$CUDA" = 1 ]; then
   step zeroshot-fp32 120 "classifier|evaluation" $PY benchmarks/bench_zeroshot.py --device cuda --precision 32-true
   step zeroshot-bf16 120 "classifier|evaluation" $PY benchmarks/bench_zeroshot.py --device cuda --precision bf16-mixed

@@ -54,7 +54,7 @@ def methods_listing() -> str:
     probes, others = list_methods(probe=True), list_methods(probe=False)
     text = ["probe methods (--methods METHOD ...), in report order:", *lines(probes)]
     if others:
-        text += ["other methods (their own options: --finetune):", *lines(others)]
+        text += ["other methods (their own options: --finetune, --attentive-images):", *lines(others)]
     return "\n".join(text)
 
 
@@ -262,6 +262,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
                              "report the probes relative to it; default: off")
     ft.add_argument("--finetune-epochs", type=int, default=None, help="fine-tuning epochs")
+    p.add_argument("--attentive-images", nargs="?", const="vjepa", default=None, metavar="PRESET",
+                   help="also train an attentive probe (a pooler preset: vjepa, vjepa2, capi, ep; alone: vjepa) on "
+                        "each domain's augmented images, the frozen backbone run every batch as V-JEPA's protocol "
+                        "does, tuned like the linear probe on the run's seeds and shots, its heads reading --feature's "
+                        "tokens (method attentive_images, docs/probes.md); default: off")
     _variants(p, [], "default: none", "default: --seeds")
     add_launcher_options(p, "the stages as SLURM jobs (docs/cluster.md): check, one extraction per model on --nodes "
                             "x --gpus-per-node (DDP), the probes as an array of --probe-workers tasks sharing "
@@ -333,6 +338,8 @@ def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | 
                          noise_predictions=args.noise_predictions,
                          variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
                          extract=extract, probe=probe, finetune=finetune, methods=tuple(dict.fromkeys(args.methods)),
+                         attentive_images=(None if getattr(args, "attentive_images", None) is None
+                                           else {"preset": args.attentive_images}),
                          finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds), **kw)
     except CogError as err:
         from cog_pl.cli.probe import option_error
@@ -432,6 +439,8 @@ def _launch(args: argparse.Namespace, configs: list[RunConfig], cluster: Cluster
 
     tasks, storage = array_tasks(args.probe_workers, args.storage, args.out, "probe tasks")
     check_cluster_extraction(args, cluster)
+    if getattr(args, "attentive_images", None) is not None:  # not a job of the graph yet (issue 40: for the lead)
+        raise CogError("--attentive-images: not run under --launcher yet; run it with cog-pl run without --launcher")
     if args.finetune_devices not in (None, 1):
         raise CogError(f"--finetune-devices {args.finetune_devices}: under --launcher the fine-tuning job runs "
                        "one task on one GPU; drop --finetune-devices")
@@ -506,6 +515,11 @@ def _demo_run(args: argparse.Namespace) -> int:
     from cog_pl.demo.summary import format_demo_summary
     from cog_pl.pipeline import ExtractOptions
 
+    given = (("attentive", "preset", args.attentive_preset), ("mlp", "hidden", args.mlp_hidden))
+    heads = {m: {k: v} for m, k, v in given if v is not None}
+    if heads and args.token_probes is None:
+        raise CogError("--attentive-preset/--mlp-hidden: set for a demo without the token probes; add --token-probes")
+    args.attentive_preset = args.mlp_hidden = None  # the token probes' options, not the baseline's (linear, k-NN)
     out = Path(args.out)
     logging.getLogger("cog_pl.demo").info("preparing the demo benchmark and backbones under %s (made once, then "
                                           "reused)", out / "data")
@@ -517,5 +531,5 @@ def _demo_run(args: argparse.Namespace) -> int:
                   model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),
                   in21k_root=str(assets.in21k_root), out=str(out), benchmark=str(assets.benchmark),
                   transform=assets.transform, variant_seeds=tuple(args.variant_seeds or args.seeds[:1]))
-    print(format_demo_summary(run_demo(assets, cfg, token_probes=args.token_probes)))
+    print(format_demo_summary(run_demo(assets, cfg, token_probes=args.token_probes, token_options=heads)))
     return 0

@@ -38,22 +38,25 @@ def second_config(base: RunConfig, assets: DemoAssets) -> RunConfig:
                                report=False)
 
 
-def token_config(base: RunConfig, feature: str) -> RunConfig:
+def token_config(base: RunConfig, feature: str, options: dict | None = None) -> RunConfig:
     """The baseline's token stores of definition ``feature`` (:mod:`cog_pl.models.definitions`) under the label
     ``<baseline>+<feature>`` (a label holds one definition), probed by the attentive and MLP probes on all data with
     the baseline's seeds and search. The attentive probe's preset is ``vjepa2`` unless ``base`` names one: the demo
-    CNN's 96 channels split into V-JEPA 2's 16 heads, not into the D / 64 heads of the default ``capi``."""
-    options = {**base.method_options, "attentive": {"preset": "vjepa2", **base.method_options.get("attentive", {})}}
+    CNN's 96 channels split into V-JEPA 2's 16 heads, not into the D / 64 heads of the default ``capi``.
+    ``options``: the attentive and MLP probes' own (``cog-pl demo --attentive-preset/--mlp-hidden``)."""
+    options = dict(options or {})
+    options = {**options, "attentive": {"preset": "vjepa2", **options.get("attentive", {})}}
     return dataclasses.replace(base, name=f"{base.label}+{feature}", feature=feature, methods=("attentive", "mlp"),
                                shots=(None,), variants=(), finetune=None, finetune_seeds=None, check=False,
                                report=False, noise_predictions=False, method_options=options)
 
 
-def run_demo(assets: DemoAssets, base: RunConfig, token_probes: str | None = None) -> DemoSummary:
+def run_demo(assets: DemoAssets, base: RunConfig, token_probes: str | None = None,
+             token_options: dict | None = None) -> DemoSummary:
     """Evaluate the baseline with ``base`` (its ``report`` is ignored), then the second model when ``assets`` has
     one, and write the report of both; ``base.baseline`` names the reference model (default: the baseline's).
     ``token_probes``: a token definition (e.g. ``tokens2x2``) whose stores of the baseline the attentive and MLP
-    probes also evaluate (:func:`token_config`), reported beside the linear probe."""
+    probes also evaluate (:func:`token_config`, with ``token_options``), reported beside the linear probe."""
     from cog_pl.report.build import write_report
 
     seconds = dict(assets.seconds)
@@ -61,7 +64,7 @@ def run_demo(assets: DemoAssets, base: RunConfig, token_probes: str | None = Non
     if assets.ssl_checkpoint is not None:
         configs.append(second_config(configs[0], assets))
     if token_probes is not None:
-        configs.append(token_config(configs[0], token_probes))
+        configs.append(token_config(configs[0], token_probes, token_options))
     models = []
     for cfg in configs:
         name = cfg.label

@@ -2,6 +2,8 @@
 
 - :mod:`~cog_pl.finetune.module`: :class:`FineTuneClassifier`, the LightningModule.
 - :mod:`~cog_pl.finetune.compare`: fine-tuning every domain of a run; :mod:`~cog_pl.finetune.rows`: its result rows.
+- :mod:`~cog_pl.finetune.attentive_images`: the attentive probe trained on augmented images, the frozen backbone run
+  every batch (method ``attentive_images``).
 """
 
 from cog_pl._lazy import lazy_exports
@@ -10,7 +12,9 @@ _EXPORTS = {
     "FineTuneClassifier": ".module",
     "DivergedError": ".module",
     "finetune_domains": ".compare",
-    "result_row": ".rows"
+    "result_row": ".rows",
+    "AttentiveImagesProbe": ".attentive_images",
+    "attentive_images_domains": ".attentive_images",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -24,5 +24,23 @@ def finetune(model: str, checkpoint: str | None, results: str, domains: Any, **o
     return compare.finetune_domains(model, checkpoint, results, domains, **options)
 
 
-register_method(Method(METHOD, finetune, label="fine-tuned", order=10, probe=False,
+register_method(Method(METHOD, finetune, label="fine-tuned", order=10, probe=False, frozen=False,
                        description="the backbone fine-tuned on each domain's images (chosen by --finetune)"))
+
+
+#: The ``method`` of the attentive probe trained on augmented images (:mod:`cog_pl.finetune.attentive_images`).
+ATTENTIVE_IMAGES = "attentive_images"
+
+
+def attentive_images(model: str, checkpoint: str | None, results: str, domains: Any,
+                     **options: Any) -> list[dict[str, Any]]:
+    """Train the attentive probe on every domain's augmented images, rows that exist skipped
+    (:func:`~cog_pl.finetune.attentive_images.attentive_images_domains`, which takes ``options``); returns the rows
+    written. Loaded by name when it runs, as :func:`finetune` is."""
+    module = importlib.import_module("cog_pl.finetune.attentive_images")  # heavy (lightning, optuna)
+    return module.attentive_images_domains(model, checkpoint, results, domains, **options)
+
+
+register_method(Method(ATTENTIVE_IMAGES, attentive_images, label="attentive probe (images, augmented)", order=10.5,
+                       probe=False, description="an attentive probe trained on augmented images, the backbone run "
+                                                "every epoch (chosen by --attentive-images PRESET)"))

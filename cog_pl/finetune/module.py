@@ -43,8 +43,9 @@ def warmup_cosine(step: int, total: int, warmup: int) -> float:
 
 
 def augment(images: torch.Tensor, scale: tuple[float, float] = (0.35, 1.0), flip: bool = True,
-            generator: torch.Generator | None = None) -> torch.Tensor:
-    """Random resized crop (aspect 3/4..4/3) and horizontal flip, drawn per sample, output size unchanged."""
+            generator: torch.Generator | None = None, mode: str = "bilinear") -> torch.Tensor:
+    """Random resized crop (aspect 3/4..4/3) and horizontal flip, drawn per sample, output size unchanged
+    (``mode``: the crop's resampling, ``"bilinear"`` or ``"bicubic"``, antialiased)."""
     b, _, h, w = images.shape
     out = torch.empty_like(images)
     for i in range(b):
@@ -55,7 +56,7 @@ def augment(images: torch.Tensor, scale: tuple[float, float] = (0.35, 1.0), flip
         top = int(torch.randint(0, h - ch + 1, (1,), generator=generator))
         left = int(torch.randint(0, w - cw + 1, (1,), generator=generator))
         crop = images[i: i + 1, :, top: top + ch, left: left + cw]
-        crop = F.interpolate(crop, size=(h, w), mode="bilinear", align_corners=False, antialias=True)
+        crop = F.interpolate(crop, size=(h, w), mode=mode, align_corners=False, antialias=True)
         if flip and torch.rand(1, generator=generator).item() < 0.5:
             crop = crop.flip(-1)
         out[i] = crop[0]

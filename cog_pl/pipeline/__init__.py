@@ -163,11 +163,14 @@ class RunConfig:
     variant_shots: tuple[int | None, ...] = (None,)
     finetune: dict[str, Any] | None = None  # finetune_domains keyword arguments; None: no fine-tuning
     finetune_seeds: tuple[int, ...] | None = None  # None: the first of the seeds (finetune_seed_values)
+    #: attentive_images_domains keyword arguments (cog_pl.finetune.attentive_images), e.g. {"preset": "vjepa"}: the
+    #: attentive probe trained on augmented images, on the run's seeds and shots; None: not run
+    attentive_images: dict[str, Any] | None = None
     overwrite: bool = False  # replace what earlier runs made (feature stores: extracted and regrouped again)
     seen: str | None = None  # the model's pretraining label set (named set or file): warned of where levels hold it
     methods: tuple[str, ...] = ("linear",)  # probe methods on every domain (cog_pl.probe.methods), e.g. + "knn"
-    # a probe method's own options, by method name, handed to its run and check: {"zeroshot": {"names": "lemma",
-    # "templates": "openai80"}} (cog_pl.probe.zeroshot.ZeroShotOptions)
+    # a probe method's own options, by method name, handed to its run and check: {"attentive": {"preset": "capi"},
+    # "zeroshot": {"names": "lemma", "templates": "openai80"}} (cog_pl.probe.zeroshot.ZeroShotOptions)
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     report: bool = True  # write the report at the end (False: the caller writes one, e.g. the demo for two models)
     html: bool = True  # the report also as report.html (cog_pl.report.html)
@@ -287,6 +290,8 @@ class RunConfig:
                     else ""))
         if self.finetune is not None:
             self._check_finetune()
+        if self.attentive_images is not None:
+            self._check_attentive_images()
         self._check_feature()
         self._resolve_weights()
 
@@ -348,6 +353,21 @@ class RunConfig:
             resolve_precision(self.extract.precision, "cpu")
         except CogError as err:
             raise CogError(f"extraction options: {err}") from None
+
+    def _check_attentive_images(self) -> None:
+        """Refuse an ``attentive_images`` option or preset before any work."""
+        from cog_pl.finetune.attentive_images import attentive_images_domains
+        from cog_pl.models.poolers import POOLER_PRESETS
+
+        allowed = [k for k in inspect.signature(attentive_images_domains).parameters
+                   if k not in ("model", "checkpoint", "results", "domains", "in1k_root", "in21k_root", "benchmark",
+                                "transform", "seeds", "shots", "overwrite", "label")]
+        bad = [k for k in self.attentive_images if k not in allowed]
+        if bad:
+            raise CogError(f"attentive_images: unknown option(s) {', '.join(bad)}; choose from {', '.join(allowed)}")
+        preset = self.attentive_images.get("preset")
+        if preset is not None and preset not in POOLER_PRESETS:
+            raise CogError(f"--attentive-images {preset!r}: choose a preset from {', '.join(POOLER_PRESETS)}")
 
     def _check_finetune(self) -> None:
         """Refuse a ``finetune`` option, recipe key or precision the fine-tuning would fail on after the probes."""
@@ -460,6 +480,10 @@ def run(cfg: RunConfig) -> RunSummary:
         t = time.perf_counter()
         written += _finetune(cfg, out, transform or _backbone_transform(cfg))
         seconds["finetune"] = time.perf_counter() - t
+    if cfg.attentive_images is not None and runs("finetune"):  # it reads images, as fine-tuning does
+        t = time.perf_counter()
+        written += _attentive_images(cfg, out, transform or _backbone_transform(cfg))
+        seconds["attentive probe on images"] = time.perf_counter() - t
     from cog_pl.report.build import write_report
     from cog_pl.results import count_rows
 
@@ -757,6 +781,24 @@ def _finetune(cfg: RunConfig, out: Path, transform: Any) -> int:
                                 label=cfg.label, **options)
         written += len(rows)
     return written
+
+
+def _attentive_images(cfg: RunConfig, out: Path, transform: Any) -> int:
+    """The attentive probe trained on every domain's augmented images (method ``attentive_images``), on the run's
+    seeds and shots with the probe protocol's trials, its heads reading the run's ``feature`` (a token definition's
+    tokens), rows that exist skipped; returns the rows written."""
+    from cog_pl.methods import get_method
+
+    run = get_method("attentive_images").run  # its entry of the method table
+    reading = {k: v for k, v in {**cfg.checkpoint_kwargs, "random_weights": cfg.random_weights}.items() if v}
+    options = {"trials": cfg.protocol.trials, "feature": cfg.feature, "reading": reading or None,
+               **(cfg.attentive_images or {})}
+    if cfg.probe.trial_batch is not None:
+        options.setdefault("trial_batch", cfg.probe.trial_batch)
+    rows = run(cfg.model, cfg.checkpoint, str(out / "results.sqlite"), cfg.domains, in1k_root=cfg.in1k_root,
+               in21k_root=cfg.in21k_root, benchmark=cfg.benchmark, transform=transform, seeds=tuple(cfg.seeds),
+               shots=tuple(cfg.shots), overwrite=cfg.overwrite, label=cfg.label, **options)
+    return len(rows)
 
 
 def format_summary(s: RunSummary, domains: Sequence[str]) -> str:

@@ -203,6 +203,8 @@ def mlp(root: Any, results: Any, **kwargs: Any) -> list[dict[str, Any]]:
     from cog_pl.probe.attentive import run_head_protocol
 
     return run_head_protocol(root, results, **{"kind": "mlp", **kwargs})
+
+
 def _check_zeroshot(root: Any, results: Any, **kwargs: Any) -> Any:
     from cog_pl.probe.zeroshot import check_zeroshot_grid
 

@@ -24,7 +24,7 @@ import numpy as np
 from cog_pl.analysis import concepts as ca
 from cog_pl.analysis.paired import SEED, PairedDifference, aligned, paired_difference, positions
 from cog_pl.errors import CogError
-from cog_pl.methods import is_probe, method_label, sort_methods
+from cog_pl.methods import is_frozen, method_label, sort_methods
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.report.tables import Cell, _mark, domain_label, domains_of, probe_cells, probe_methods, protocol_marks
 from cog_pl.results import DEFAULT_METHOD
@@ -100,7 +100,7 @@ def probe_gains(stored: Mapping[tuple[str, str, str], Mapping[int, Predictions]]
     difference per official domain and, with ``similarity`` (level concept -> similarity to the seen concepts), the
     concept-level curve over the level concepts of L1..L5 pooled, its bins cut at the quantiles of the method's
     concepts (:func:`~cog_pl.analysis.concepts.quantile_edges`); every bootstrap drawn from ``seed``."""
-    methods = sort_methods({meth for _, meth, _ in stored if meth != DEFAULT_METHOD and is_probe(meth)})
+    methods = sort_methods({meth for _, meth, _ in stored if meth != DEFAULT_METHOD and is_frozen(meth)})
     out = {}
     for method in methods:
         gain = ProbeGain(method)

@@ -31,7 +31,7 @@ from typing import Any
 
 from cog_pl.errors import CogError
 from cog_pl.finetune.method import METHOD as FINETUNE
-from cog_pl.methods import is_probe, method_label, method_sort_key, sort_methods
+from cog_pl.methods import is_frozen, method_label, method_sort_key, sort_methods
 from cog_pl.protocol import DOMAINS, ProbeProtocol, split_domain
 from cog_pl.results import DEFAULT_METHOD, method_of
 from cog_pl.results.identity import describe, protocol_differences, protocol_key, settings_of, value_differences
@@ -375,9 +375,10 @@ def _few_shot_value(c: Cell) -> str:
 
 
 def probe_methods(cells: Iterable[Cell]) -> list[str]:
-    """The probe methods with cells (every method but fine-tuning), the linear probe first, in report order."""
+    """The probe methods with cells (every method that evaluates the frozen backbone, on features or on images: all but
+    fine-tuning), the linear probe first, in report order."""
     have = {c.method for c in cells} | {DEFAULT_METHOD}
-    return sort_methods(m for m in have if is_probe(m))
+    return sort_methods(m for m in have if is_frozen(m))
 
 
 def probe_cells(cells: Iterable[Cell]) -> list[Cell]:

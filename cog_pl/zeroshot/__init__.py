@@ -7,6 +7,7 @@
 - :mod:`~cog_pl.zeroshot.classifier`: the classifier (per class: normalised prompt embeddings averaged,
   renormalised) and the logits.
 - :mod:`~cog_pl.zeroshot.identity`: the names and templates a row records, and the refusal of another's.
+- :mod:`~cog_pl.zeroshot.text`: :class:`TextTower`, :func:`build_text_tower` (the towers: :mod:`cog_pl.models.text`).
 """
 
 from cog_pl._lazy import lazy_exports

@@ -176,3 +176,23 @@ def test_the_attentive_gain_against_similarity_is_the_constructed_concepts_diffe
     assert "| similarity | concepts | m |" in section and "probe_gains.png" in section
     assert files["probe_gains"].read_bytes()[:4] == b"\x89PNG"
     assert 'alt="probe_gains"' in files["html"].read_text()
+
+
+def test_a_head_trained_on_images_is_set_beside_the_probes_and_fine_tuning_is_not(tmp_path):
+    """``attentive_images`` (chosen by a flag, like fine-tuning, but on the frozen backbone) is in the methods table
+    beside the linear probe; fine-tuning keeps its own section."""
+    from cog_pl.methods import is_frozen, is_probe
+
+    assert (is_probe("attentive_images"), is_frozen("attentive_images")) == (False, True)
+    assert (is_probe("finetune"), is_frozen("finetune")) == (False, False)
+    results = tmp_path / "r.sqlite"
+    top1 = {"linear": 50.0, "attentive_images": 55.0, "finetune": 60.0}
+    for method, value in top1.items():
+        for domain in DOMAINS:
+            append_row(results, {"model": "m", "method": method, "domain": domain, "shots": None, "seed": 22,
+                                 "test_top1": value, "test_top5": 80.0})
+    text = write_report(results, tmp_path / "out", html=False)["markdown"].read_text()
+    heading = next(ln for ln in text.splitlines() if ln.startswith("## ") and " beside " in ln)
+    table = _table(text, heading)
+    assert list(table) == [("m", "linear probe"), ("m", "attentive probe (images, augmented)")]
+    assert table["m", "attentive probe (images, augmented)"] == ["55.00 (n = 1)"] * len(DOMAINS)  # 1 of 5 seeds

@@ -1,0 +1,395 @@
+"""An attentive probe trained on images, with augmentation, as the published protocols train theirs (method
+``attentive_images``, label "attentive probe (images, augmented)", chosen by ``cog-pl run``'s ``--attentive-images
+PRESET``).
+
+The stored-feature ``attentive`` method reads each image's tokens once; V-JEPA's and V-JEPA 2's frozen image
+evaluations run the frozen backbone on every augmented batch of every epoch instead. This method does the latter:
+a :class:`AttentiveImagesProbe` (a LightningModule) holds the frozen backbone (eval mode, no gradient: its
+BatchNorm statistics never move) and a :class:`~cog_pl.models.poolers.PoolerBank` of ``n`` heads, one per (lr, wd)
+trial: each batch is augmented, the backbone runs once, and all ``n`` heads train on its tokens (a token feature
+definition's, :func:`cog_pl.models.features.with_feature`, or the backbone's vector as one token) in the same pass.
+
+Augmentation (:data:`AUGMENTATION`, recorded in every row): both publishers train on timm's
+``create_transform(is_training=True, auto_augment="original", interpolation="bicubic", re_prob=0.25,
+re_mode="pixel", re_count=1)`` (facebookresearch/jepa 51c59d5 ``evals/image_classification_frozen/eval.py``
+l.392-403; facebookresearch/vjepa2 c2963a4 ``evals/image_classification_frozen/eval.py`` l.369-381), whose first
+steps are a RandomResizedCrop with timm's default scale (0.08, 1) and ratio (3/4, 4/3) and a horizontal flip with
+p = 0.5 (timm 1.0 ``timm/data/transforms_factory.py`` ``transforms_imagenet_train``). This method applies those two,
+bicubic, per sample on the already decoded tensors (:func:`cog_pl.finetune.module.augment`, so the image
+datamodules are shared with extraction); it does not apply AutoAugment or random erasing, and the record says so.
+
+Optimisation: V-JEPA 2's (eval.py l.407-476: ``torch.optim.AdamW`` with its default betas and eps; the learning
+rate warmed up linearly from ``start_lr`` to the trial's lr over the warm-up steps, then cosine to ``final_lr``,
+the schedule stepped before each optimiser step, l.281-284; ``configs/eval/vitl/in1k.yaml``: 20 epochs, warm-up 5,
+``start_lr`` 2e-4, ``final_lr`` 0, constant weight decay where ``final_weight_decay`` equals ``weight_decay``).
+:class:`BankAdamW` is ``torch.optim.AdamW`` with a learning rate and weight decay per head of the bank (the bank's
+parameters carry a leading head axis), so a head of a bank follows the trajectory of the same head trained alone
+(tested). The searched ranges are the stored-feature attentive probe's (lr 1e-4 to 1e-2, wd 1e-4 to 1e-1).
+
+The benchmark's discipline, as for the linear probe: per (seed, shots) cell, the held-out 20 % of train and the
+few-shot samples of :mod:`cog_pl.data.sampling` (:func:`~cog_pl.data.sampling.tuning_indices`,
+:func:`~cog_pl.data.sampling.final_indices`), TPE over (lr, wd) with the protocol's number of trials (its random
+startup trials asked at once and trained as one bank, then ``trial_batch`` at a time, as the linear probe's fast
+mode does), the best held-out (lr, wd) retrained on the whole train sample of the cell and tested once; every
+trial's head is also tested, and the row records ``selected_test_top1`` (the selected trial's own head) and
+``oracle_test_top1`` (the best trial's: what selecting on test would have reported).
+
+Rows: ``method`` ``attentive_images``, ``features: "on-the-fly"``, ``augmentation`` (:data:`AUGMENTATION`),
+``preset``, ``feature`` (the definition of the tokens) and the ``head`` record; their identity
+(``attentive_images`` of the row, digest ``identity``) holds every setting, so a rerun skips the rows that exist and
+refuses, in one line, a row made with other settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import numpy as np
+import optuna
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Subset
+
+from cog_pl.console import filter_known_warnings
+from cog_pl.data.imagenet import collate_images
+from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
+from cog_pl.device import trainer_options
+from cog_pl.errors import CogError
+from cog_pl.finetune.method import ATTENTIVE_IMAGES as METHOD
+from cog_pl.finetune.module import augment, no_val_split
+from cog_pl.models.build import Backbone
+from cog_pl.models.module import BackboneModule
+from cog_pl.models.poolers import POOLER_PRESETS, AttentivePooler, PoolerBank
+from cog_pl.provenance import versions
+from cog_pl.results import append_row, read_rows, row_key
+from cog_pl.results.identity import digest, refusal
+
+logger = logging.getLogger(__name__)
+
+#: The preset ``--attentive-images`` takes when given without one: V-JEPA's pooler, the protocol this method follows.
+DEFAULT_PRESET = "vjepa"
+#: The augmentation of the training batches, recorded in every row (the module's docstring gives the sources).
+AUGMENTATION: dict[str, Any] = {
+    "RandomResizedCrop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "interpolation": "bicubic"},
+    "RandomHorizontalFlip": {"p": 0.5},
+    "applied_to": "decoded tensors, per sample (cog_pl.finetune.module.augment)",
+    "published_also": ["AutoAugment 'original'", "RandomErasing p=0.25 pixel"],
+    "source": "facebookresearch/jepa evals/image_classification_frozen/eval.py l.392-403; facebookresearch/vjepa2 "
+              "evals/image_classification_frozen/eval.py l.369-381 (timm create_transform, is_training=True)",
+}
+#: V-JEPA 2's schedule constants (configs/eval/vitl/in1k.yaml: warmup 5 of num_epochs 20, start_lr 2e-4, final 0).
+START_LR, FINAL_LR, WARMUP_FRACTION = 2e-4, 0.0, 0.25
+LR_RANGE, WD_RANGE = (1e-4, 1e-2), (1e-4, 1e-1)
+#: Lightning's notice about modules in eval mode at the start of a fit: the frozen backbone's, by design.
+FROZEN_NOTICE = r"Found \d+ module\(s\) in eval mode at the start of training"
+
+
+def vjepa2_lr(step: int, ref_lr: float, warmup_steps: int, total_steps: int, start_lr: float = START_LR,
+              final_lr: float = FINAL_LR) -> float:
+    """V-JEPA 2's ``WarmupCosineLRSchedule`` at its ``step``-th call (1 for the first optimiser step: it steps
+    before each; vjepa2 evals/image_classification_frozen/eval.py l.429-456)."""
+    if step < warmup_steps:
+        return start_lr + step / max(1, warmup_steps) * (ref_lr - start_lr)
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return max(final_lr, final_lr + (ref_lr - final_lr) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+class BankAdamW(torch.optim.Optimizer):
+    """``torch.optim.AdamW`` (default betas and eps) over a bank's parameters, whose first axis is the head: head
+    ``i`` has learning rate ``lrs[i]`` on V-JEPA 2's schedule (:func:`vjepa2_lr`) and weight decay ``wds[i]``."""
+
+    def __init__(self, params, lrs: Sequence[float], wds: Sequence[float], warmup_steps: int, total_steps: int,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        super().__init__(list(params), {"betas": betas, "eps": eps})
+        self.lrs, self.wds = list(lrs), list(wds)
+        self.warmup_steps, self.total_steps, self.steps = warmup_steps, total_steps, 0
+
+    def current_lrs(self) -> list[float]:
+        """Each head's learning rate at the next step."""
+        return [vjepa2_lr(self.steps + 1, lr, self.warmup_steps, self.total_steps) for lr in self.lrs]
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        lrs_now = self.current_lrs()
+        self.steps += 1
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                shape = (len(self.lrs),) + (1,) * (p.dim() - 1)
+                lr = torch.tensor(lrs_now, dtype=p.dtype, device=p.device).view(shape)
+                wd = torch.tensor(self.wds, dtype=p.dtype, device=p.device).view(shape)
+                state = self.state[p]
+                if not state:
+                    state["t"], state["m"], state["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+                state["t"] += 1
+                t, m, v = state["t"], state["m"], state["v"]
+                p.mul_(1 - lr * wd)  # decoupled weight decay, torch's AdamW order: before the moment update
+                m.lerp_(p.grad, 1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                denom = (v / (1 - b2 ** t)).sqrt_().add_(group["eps"])
+                p.sub_(lr / (1 - b1 ** t) * m / denom)
+        return loss
+
+
+class AttentiveImagesProbe(BackboneModule):
+    """A frozen backbone feeding a bank of ``len(lrs)`` attentive poolers, trained on augmented images.
+
+    Args:
+        backbone: a registry backbone (:func:`cog_pl.models.build_backbone`), kept frozen and in eval mode.
+        num_classes: the domain's concepts.
+        preset: a key of :data:`~cog_pl.models.poolers.POOLER_PRESETS`.
+        lrs, wds: each head's peak learning rate and weight decay.
+        init_seeds: each head's initialisation seed (a head is the same whatever bank it is in).
+        augment_seed: the seed of the augmentation's draws (per sample crops and flips).
+        augmentation: False to train on the images as given (tests).
+    """
+
+    def __init__(self, backbone: Backbone, num_classes: int, preset: str, lrs: Sequence[float],
+                 wds: Sequence[float], init_seeds: Sequence[int], augment_seed: int = 0,
+                 augmentation: bool = True) -> None:
+        super().__init__()
+        if preset not in POOLER_PRESETS:
+            raise CogError(f"--attentive-images {preset!r}: choose a preset from {', '.join(POOLER_PRESETS)}")
+        self.set_backbone(backbone, channels_last=False)
+        self.net.requires_grad_(False)
+        self.lrs, self.wds, self.preset, self.augmentation = list(lrs), list(wds), preset, augmentation
+        heads = []
+        for s in init_seeds:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(s)
+                heads.append(AttentivePooler(self.feature_dim, num_classes, POOLER_PRESETS[preset]))
+        self.bank = PoolerBank.from_poolers(heads)
+        self._augment_gen = torch.Generator().manual_seed(augment_seed)
+
+    def train(self, mode: bool = True) -> AttentiveImagesProbe:
+        """Heads in ``mode``; the backbone stays in eval mode (frozen: its BatchNorm statistics never move)."""
+        super().train(mode)
+        self.net.eval()
+        return self
+
+    @torch.no_grad()
+    def tokens(self, images: torch.Tensor) -> torch.Tensor:
+        """The frozen backbone's tokens ``[B, T, D]`` of a batch: a token definition's (a backbone made by
+        :func:`cog_pl.models.features.with_feature`), or a vector ``[B, D]`` read as one token."""
+        out = self.features(images)
+        return out[:, None, :] if out.dim() == 2 else out
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Every head's logits ``[n, B, C]``."""
+        return self.bank(self.tokens(images).float())
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x = batch["image"]
+        if self.augmentation:
+            crop = AUGMENTATION["RandomResizedCrop"]
+            x = augment(x.cpu(), tuple(crop["scale"]), flip=True, generator=self._augment_gen,
+                        mode=crop["interpolation"]).to(x.device)
+        logits = self(x)
+        # the sum of the heads' own mean losses: each head's gradient is its own loss's
+        loss = sum(F.cross_entropy(logits[i], batch["label"]) for i in range(len(logits)))
+        if not torch.isfinite(loss):
+            raise CogError(f"attentive_images: a head's training loss is {loss.item()} at step {self.global_step}")
+        return loss
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self(batch["image"]).argmax(-1), batch["label"]
+
+    def configure_optimizers(self) -> BankAdamW:
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = int(WARMUP_FRACTION * total)
+        return BankAdamW(self.bank.parameters(), self.lrs, self.wds, warmup, total)
+
+
+# -- one cell: search, retrain, test ---------------------------------------------------------------------------------
+
+def _loader(dataset, rows: np.ndarray | None, batch_size: int, shuffle_seed: int | None) -> DataLoader:
+    data = dataset if rows is None else Subset(dataset, rows.tolist())
+    gen = None if shuffle_seed is None else torch.Generator().manual_seed(shuffle_seed)
+    return DataLoader(data, batch_size=batch_size, shuffle=shuffle_seed is not None, generator=gen,
+                      collate_fn=collate_images, num_workers=0)
+
+
+def _trainer(epochs: int, trainer_kw: dict[str, Any]) -> L.Trainer:
+    filter_known_warnings()
+    return L.Trainer(max_epochs=epochs, **trainer_kw, logger=False, enable_checkpointing=False,
+                     enable_model_summary=False, enable_progress_bar=False, deterministic=False)
+
+
+def _top1(trainer: L.Trainer, net: AttentiveImagesProbe, loader: DataLoader) -> list[float]:
+    """Each head's top-1 (percent) on ``loader``'s images (no augmentation)."""
+    out = trainer.predict(net, dataloaders=loader)
+    pred = torch.cat([p for p, _ in out], dim=1)
+    labels = torch.cat([y for _, y in out])
+    return (100.0 * (pred == labels.to(pred.device)).float().mean(dim=1)).cpu().tolist()
+
+
+def fit_bank(backbone: Backbone, num_classes: int, preset: str, lrs: Sequence[float], wds: Sequence[float],
+             init_seeds: Sequence[int], train_data, rows: np.ndarray, *, epochs: int, batch_size: int, seed: int,
+             trainer_kw: dict[str, Any], augmentation: bool = True) -> tuple[L.Trainer, AttentiveImagesProbe]:
+    """Train a bank of heads (one per (lr, wd)) on ``rows`` of ``train_data`` in one pass per epoch: batches
+    shuffled from ``seed``, augmentation drawn from ``seed``."""
+    net = AttentiveImagesProbe(backbone, num_classes, preset, lrs, wds, init_seeds, augment_seed=seed,
+                               augmentation=augmentation)
+    trainer = _trainer(epochs, trainer_kw)
+    with no_val_split(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=FROZEN_NOTICE)  # the frozen backbone is in eval mode by design
+        trainer.fit(net, _loader(train_data, rows, batch_size, seed))
+    return trainer, net
+
+
+def run_cell(backbone: Backbone, num_classes: int, train_data, test_data, *, preset: str, seed: int,
+             shots: int | None, epochs: int, batch_size: int, trials: int, startup_trials: int, trial_batch: int,
+             val_fraction: float, trainer_kw: dict[str, Any]) -> dict[str, Any]:
+    """One (seed, shots) cell: TPE on the held-out split, the best (lr, wd) retrained on the cell's train sample,
+    tested; returns the row's numbers."""
+    labels = np.asarray(train_data.labels)
+    tr, va = tuning_indices(labels, val_fraction, seed, shots)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials, multivariate=True,
+                                         constant_liar=True)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    space = {"lr": optuna.distributions.FloatDistribution(*LR_RANGE, log=True),
+             "wd": optuna.distributions.FloatDistribution(*WD_RANGE, log=True)}
+    test_loader = _loader(test_data, None, batch_size, None)
+    record = []
+    while len(record) < trials:
+        n = min(startup_trials if not record else trial_batch, trials - len(record)) or 1
+        asked = [study.ask(space) for _ in range(n)]
+        lrs, wds = [t.params["lr"] for t in asked], [t.params["wd"] for t in asked]
+        trainer, net = fit_bank(backbone, num_classes, preset, lrs, wds, [seed * 1000 + t.number for t in asked],
+                                train_data, tr, epochs=epochs, batch_size=batch_size, seed=seed * 1000 + len(record),
+                                trainer_kw=trainer_kw)
+        val = _top1(trainer, net, _loader(train_data, va, batch_size, None))
+        test = _top1(trainer, net, test_loader)
+        for t, v, s in zip(asked, val, test, strict=True):
+            study.tell(t, v)
+            record.append({"number": t.number, "lr": t.params["lr"], "wd": t.params["wd"], "val_top1": v,
+                           "test_top1": s})
+    best = max(record, key=lambda r: (r["val_top1"], -r["number"]))
+    oracle = max(record, key=lambda r: (r["test_top1"], -r["number"]))
+    trainer, net = fit_bank(backbone, num_classes, preset, [best["lr"]], [best["wd"]], [seed * 1000 + trials],
+                            train_data, final_indices(labels, seed, shots), epochs=epochs, batch_size=batch_size,
+                            seed=seed * 1000 + trials, trainer_kw=trainer_kw)
+    return {"test_top1": _top1(trainer, net, test_loader)[0], "val_top1": best["val_top1"], "lr": best["lr"],
+            "wd": best["wd"], "best_trial": best["number"], "selected_test_top1": best["test_top1"],
+            "oracle_test_top1": oracle["test_top1"], "oracle_trial": oracle["number"], "trials": record}
+
+
+# -- a model's domains, rows resumable -------------------------------------------------------------------------------
+
+def identity(model: str, checkpoint: str | None, *, feature: str | None, preset: str, epochs: int,
+             batch_size: int, trials: int, startup_trials: int, trial_batch: int, val_fraction: float,
+             transform: Any, precision: str, benchmark: str | None) -> dict[str, Any]:
+    """What a row's numbers depend on (``attentive_images`` of the row) and its digest (``identity``)."""
+    from cog_pl.finetune.compare import _plain
+    from cog_pl.io import file_sha256
+
+    values = {"model": model, "checkpoint_sha256": file_sha256(checkpoint) if checkpoint else None,
+              "feature": feature, "preset": preset, "config": POOLER_PRESETS[preset].to_record(),
+              "features": "on-the-fly",
+              "augmentation": AUGMENTATION, "optimizer": "AdamW",
+              "schedule": {"start_lr": START_LR, "final_lr": FINAL_LR, "warmup_fraction": WARMUP_FRACTION,
+                           "weight_decay": "constant"},
+              "lr_range": list(LR_RANGE), "wd_range": list(WD_RANGE), "epochs": epochs, "batch_size": batch_size,
+              "trials": trials, "startup_trials": startup_trials, "trial_batch": trial_batch,
+              "val_fraction": val_fraction, "transform": _plain(transform), "precision": precision,
+              "benchmark_sha256": file_sha256(benchmark) if benchmark else None}
+    return {METHOD: json.loads(json.dumps(values, sort_keys=True, default=str)), "identity": digest(values)}
+
+
+def _differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    if row.get("identity") == want["identity"]:
+        return []
+    have = row.get(METHOD) or {}
+    diff = [(k, have.get(k, "<not recorded>"), v) for k, v in want[METHOD].items()
+            if have.get(k, "<not recorded>") != v]
+    return diff or [("identity", row.get("identity"), want["identity"])]
+
+
+def attentive_images_domains(model: str, checkpoint: str | None, results: str, domains: Sequence[str], *,
+                             in1k_root: str | None = None, in21k_root: str | None = None,
+                             benchmark: str | None = None, transform: Any = None, preset: str = DEFAULT_PRESET,
+                             feature: str | None = None, reading: dict[str, Any] | None = None,
+                             seeds: Sequence[int] = (22,), shots: Sequence[int | None] = (None,), epochs: int = 20,
+                             batch_size: int = 128, trials: int = 30, startup_trials: int = 10, trial_batch: int = 5,
+                             val_fraction: float = 0.2, precision: str = "32-true", accelerator: str = "auto",
+                             cache_images: bool = False, num_workers: int = 0, overwrite: bool = False,
+                             label: str | None = None) -> list[dict[str, Any]]:
+    """The attentive probe trained on each domain's augmented images, one row per (domain, seed, shots); rows made
+    with the same settings are skipped, rows made with others refused in one line before any training
+    (``overwrite``: made again). Defaults: V-JEPA 2's 20 epochs, the linear probe's 30 trials (10 random startup
+    trials, then batches of 5) and 20 % held-out split. ``transform``, ``cache_images``, ``num_workers``,
+    ``precision``, ``accelerator``, ``label``: as :func:`~cog_pl.finetune.compare.finetune_domains`'s.
+    ``feature``: the tokens the heads read, a feature definition (:mod:`cog_pl.models.definitions`, e.g.
+    ``tokens2x2``: the class token and a 2x2 grid of pooled patch tokens); None: the backbone's own output, one
+    token. ``reading``: how the checkpoint is read, :func:`~cog_pl.models.build_backbone`'s keywords (``prefix``,
+    ``key_map``, ``in_order``, ``trust_checkpoint``, ``random_weights``), as the extraction read it."""
+    from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
+    from cog_pl.models import backbone_transform, build_backbone, resolve_spec
+    from cog_pl.models.definitions import parse_feature
+    from cog_pl.models.features import with_feature
+
+    if preset not in POOLER_PRESETS:
+        raise CogError(f"--attentive-images {preset!r}: choose a preset from {', '.join(POOLER_PRESETS)}")
+    if feature is not None:
+        parse_feature(feature)  # an unknown name is refused before any work
+    transform = backbone_transform(model) if transform is None else transform
+    trainer_kw = trainer_options(accelerator, 1, precision)
+    name = label or resolve_spec(model).name
+    want = identity(name, checkpoint, feature=feature, preset=preset, epochs=epochs, batch_size=batch_size,
+                    trials=trials, startup_trials=startup_trials, trial_batch=trial_batch, val_fraction=val_fraction,
+                    transform=transform, precision=trainer_kw["precision"], benchmark=benchmark)
+    existing = {row_key(r): r for r in read_rows(results, model=name, method=METHOD)}
+    todo = []
+    for domain in domains:  # every row checked before any training
+        for seed in seeds:
+            for n in shots:
+                key = (name, METHOD, domain, n, seed)
+                diff = _differences(existing[key], want) if key in existing else None
+                if diff and not overwrite:
+                    raise CogError(refusal(results, key, diff))
+                if key in existing and not diff:
+                    logger.info("skip %s %s on %s (seed %s, shots %s): row exists", METHOD, name, domain, seed, n)
+                else:
+                    todo.append((domain, seed, n))
+    backbone = build_backbone(model, checkpoint, **(reading or {})) if todo else None
+    if backbone is not None and feature is not None:
+        backbone = with_feature(backbone, feature, getattr(transform, "crop", None))
+    rows: list[dict[str, Any]] = []
+    for domain in dict.fromkeys(d for d, _, _ in todo):
+        common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers,
+                  "benchmark": benchmark, "cache_images": cache_images}
+        dm = (ImageNetDataModule(in1k_root=in1k_root, **common) if domain == "in1k"
+              else CoGLevelDataModule(level=domain, in21k_root=in21k_root, **common))
+        train_data, test_data = dm.dataset("train"), dm.dataset("test")
+        check_shots(np.asarray(train_data.labels), val_fraction, [n for d, _, n in todo if d == domain])
+        for d, seed, n in todo:
+            if d != domain:
+                continue
+            start = time.perf_counter()
+            L.seed_everything(seed, verbose=False)
+            cell = run_cell(backbone, dm.num_classes, train_data, test_data, preset=preset, seed=seed, shots=n,
+                            epochs=epochs, batch_size=batch_size, trials=trials, startup_trials=startup_trials,
+                            trial_batch=trial_batch, val_fraction=val_fraction, trainer_kw=trainer_kw)
+            row = {"model": name, "domain": dm.domain, "shots": n, "seed": seed, "method": METHOD, **cell,
+                   "preset": preset, "feature": feature, "features": "on-the-fly", "augmentation": AUGMENTATION,
+                   "head": {"kind": "attentive", "preset": preset, "config": POOLER_PRESETS[preset].to_record()},
+                   "checkpoint": checkpoint, "accelerator": trainer_kw["accelerator"],
+                   "seconds": round(time.perf_counter() - start, 2), "versions": versions(), **want}
+            append_row(results, row)
+            rows.append(row)
+            logger.info("%s %s on %s (seed %s, shots %s): test top-1 %.2f", METHOD, name, domain, seed, n,
+                        row["test_top1"])
+    return rows
