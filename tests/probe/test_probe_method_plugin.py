@@ -97,8 +97,8 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
     assert listed.returncode == 0, listed.stderr
     names = [line.split()[0] for line in listed.stdout.splitlines() if line.startswith("  ")]
     # by order: the probes, then fine-tuning
-    assert names == ["linear", "linear_text_init", "zeroshot", "attentive", "mlp", "knn", "ncm", "finetune"], \
-        listed.stdout
+    assert names == ["linear", "linear_text_init", "zeroshot", "attentive", "mlp", "knn", "ncm", "finetune",
+                     "attentive_images"], listed.stdout
     assert f"  ncm{' ' * 15}nearest class mean: cosine to each class's mean train feature" in listed.stdout
     assert "linear, linear_text_init, zeroshot, attentive, mlp, knn, ncm" in " ".join(
         _cog_pl(site, "run", "--help").stdout.split())
