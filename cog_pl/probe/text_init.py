@@ -67,7 +67,9 @@ def text_start(pair: StorePair, results: str | os.PathLike, *, model: str, domai
     tower, tower_record = text_tower(dict(pair.test.meta), options, device)
     record = {"from": "text", **zeroshot_identity(options.names, options.templates),
               "tower": {"model": tower_record["model"], "sha256": tower_record["sha256"]},
-              "scale": INIT_SCALE, "bias": 0.0}
+              "scale": INIT_SCALE, "bias": 0.0,
+              # the linear probe's L2-normalised features, not ELEVATER's default BatchNorm1d(affine=False)
+              "features": "l2-normalised"}
     if not classifier:
         return HeadStart(torch.empty(0), torch.empty(0), METHOD, record)
     key = classifier_key(tower_record, options, classes)

@@ -160,8 +160,8 @@ def test_run_methods_linear_linear_text_init_zeroshot(tiny, wnids, text, tmp_pat
     assert "init" not in linear and "init" not in linear["search"]  # the linear probe's rows as before
     init = text_init["init"]
     assert init == text_init["search"]["init"]
-    assert (init["from"], init["names"], init["templates"], init["scale"], init["bias"]) == (
-        "text", "lemma", "openai7", 1.0, 0.0)
+    assert (init["from"], init["names"], init["templates"], init["scale"], init["bias"], init["features"]) == (
+        "text", "lemma", "openai7", 1.0, 0.0, "l2-normalised")
     assert init["tower"] == {"model": f"open_clip:{NAME}",
                              "sha256": by["zeroshot", "cog_l1", None]["text_tower"]["sha256"]}
     assert text_init["identity"] != linear["identity"] and text_init["study"] != linear["study"]
