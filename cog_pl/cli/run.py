@@ -500,7 +500,7 @@ def quiet(loggers: tuple[str, ...], verbose: bool) -> Iterator[None]:
 
 
 SSL_EPOCHS = 4  # a third of the cost of 12 for the demo's budget; the relative view keeps its shape (README)
-CLIP_EPOCHS = 8  # demo --zeroshot: the tiny CLIP's epochs
+CLIP_EPOCHS = 6  # demo --zeroshot: the tiny CLIP's epochs (110 s at the default sizes on 2 busy cores)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -107,7 +107,7 @@ class DemoCLIPPretraining(L.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
 
-def pretrain_demo_clip(root: str | os.PathLike, epochs: int = 8, seed: int = 0, batch_size: int = 128,
+def pretrain_demo_clip(root: str | os.PathLike, epochs: int = 6, seed: int = 0, batch_size: int = 128,
                        lr: float = 3e-3, num_workers: int = 0) -> Path:
     """Train ``demo_clip`` on ``<root>/in1k/train`` with the seen concepts' captions (skipped when the checkpoint
     exists); returns the path of ``<root>/demo_clip.pt``."""
