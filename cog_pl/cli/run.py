@@ -295,6 +295,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also extract the baseline's token stores of this definition (default: tokens2x2: the class "
                         "token and a 2 x 2 grid) under the label <baseline>+FEATURE and run the attentive and MLP "
                         "probes on them, all data, beside the linear probe in the report (default: off)")
+    d.add_argument("--zeroshot", action="store_true",
+                   help="also train the demo's tiny CLIP (demo_clip: the demo CNN and a hashed bag-of-words text "
+                        "tower, on the seen concepts' captions) and evaluate it with the linear probe and zero-shot, "
+                        "all data, beside the other models in the report (default: off)")
+    d.add_argument("--clip-epochs", type=at_least(1), default=None,
+                   help=f"epochs of the tiny CLIP with --zeroshot (default {CLIP_EPOCHS})")
     _finetune(d, True, "also fine-tune the backbone on each domain with the demo recipe (the packaged config "
                        "finetune/demo, about a minute on 2 CPU cores) and report the linear probe relative to "
                        "fine-tuning; default: on")
@@ -495,6 +501,7 @@ def quiet(loggers: tuple[str, ...], verbose: bool) -> Iterator[None]:
 
 
 SSL_EPOCHS = 4  # a third of the cost of 12 for the demo's budget; the relative view keeps its shape (README)
+CLIP_EPOCHS = 6  # demo --zeroshot: the tiny CLIP's epochs (110 s at the default sizes on 2 busy cores)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -519,13 +526,16 @@ def _demo_run(args: argparse.Namespace) -> int:
     heads = {m: {k: v} for m, k, v in given if v is not None}
     if heads and args.token_probes is None:
         raise CogError("--attentive-preset/--mlp-hidden: set for a demo without the token probes; add --token-probes")
+    if args.clip_epochs is not None and not args.zeroshot:
+        raise CogError("--clip-epochs: set for a demo without the tiny CLIP; add --zeroshot")
     args.attentive_preset = args.mlp_hidden = None  # the token probes' options, not the baseline's (linear, k-NN)
     out = Path(args.out)
     logging.getLogger("cog_pl.demo").info("preparing the demo benchmark and backbones under %s (made once, then "
                                           "reused)", out / "data")
     assets = prepare(out / "data", n_seen=args.seen, n_per_level=args.per_level,
                      train_per_concept=args.train_per_concept, test_per_concept=args.test_per_concept,
-                     image_size=args.image_size, epochs=args.pretrain_epochs, ssl_epochs=args.ssl_epochs)
+                     image_size=args.image_size, epochs=args.pretrain_epochs, ssl_epochs=args.ssl_epochs,
+                     clip_epochs=(args.clip_epochs or CLIP_EPOCHS) if args.zeroshot else 0)
     cfg = _config(args, ExtractOptions(batch_size=256, num_workers=0, accelerator="cpu", devices=1),
                   DemoFineTune().finetune_kwargs() if args.finetune else None,
                   model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),

@@ -2,7 +2,8 @@
 
 :func:`run_demo` runs :func:`cog_pl.pipeline.run` for the baseline (the supervised ``demo_cnn``, with everything the
 demo shows: few-shot, level variants, fine-tuning) and then for the second model (the self-supervised
-``demo_cnn_ssl``, all data, same seeds, same probe methods), into one results file; then writes one report, each
+``demo_cnn_ssl``, all data, same seeds, same probe methods; with ``--zeroshot`` the tiny CLIP ``demo_clip``, linear
+and zero-shot), into one results file; then writes one report, each
 model relative to the baseline per domain (the paper's Fig. 3 (b)-(e)). It returns the time of every stage.
 """
 
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cog_pl.demo.clip import NAMES, TEMPLATES
 from cog_pl.demo.prepare import DemoAssets
 from cog_pl.pipeline import RunConfig, run
 
@@ -38,6 +40,17 @@ def second_config(base: RunConfig, assets: DemoAssets) -> RunConfig:
                                report=False)
 
 
+def clip_config(base: RunConfig, assets: DemoAssets) -> RunConfig:
+    """The tiny CLIP's run (``cog-pl demo --zeroshot``): its image features probed linearly and named zero-shot by
+    its text tower with the names and templates it was trained on (:data:`cog_pl.demo.clip.NAMES`,
+    :data:`~cog_pl.demo.clip.TEMPLATES`), all data, the baseline's seeds and search, nothing else."""
+    options = {**{m: o for m, o in base.method_options.items() if m == "linear"},
+               "zeroshot": {"names": NAMES, "templates": TEMPLATES}}
+    return dataclasses.replace(base, model=assets.clip_model, checkpoint=str(assets.clip_checkpoint), name=None,
+                               methods=("linear", "zeroshot"), method_options=options, shots=(None,), variants=(),
+                               finetune=None, finetune_seeds=None, check=False, report=False)
+
+
 def token_config(base: RunConfig, feature: str, options: dict | None = None) -> RunConfig:
     """The baseline's token stores of definition ``feature`` (:mod:`cog_pl.models.definitions`) under the label
     ``<baseline>+<feature>`` (a label holds one definition), probed by the attentive and MLP probes on all data with
@@ -56,7 +69,8 @@ def run_demo(assets: DemoAssets, base: RunConfig, token_probes: str | None = Non
     """Evaluate the baseline with ``base`` (its ``report`` is ignored), then the second model when ``assets`` has
     one, and write the report of both; ``base.baseline`` names the reference model (default: the baseline's).
     ``token_probes``: a token definition (e.g. ``tokens2x2``) whose stores of the baseline the attentive and MLP
-    probes also evaluate (:func:`token_config`, with ``token_options``), reported beside the linear probe."""
+    probes also evaluate (:func:`token_config`, with ``token_options``), reported beside the linear probe. When
+    ``assets`` has the tiny CLIP, it is evaluated too (:func:`clip_config`: linear and zero-shot)."""
     from cog_pl.report.build import write_report
 
     seconds = dict(assets.seconds)
@@ -65,6 +79,8 @@ def run_demo(assets: DemoAssets, base: RunConfig, token_probes: str | None = Non
         configs.append(second_config(configs[0], assets))
     if token_probes is not None:
         configs.append(token_config(configs[0], token_probes, token_options))
+    if assets.clip_checkpoint is not None:
+        configs.append(clip_config(configs[0], assets))
     models = []
     for cfg in configs:
         name = cfg.label

@@ -261,6 +261,12 @@ DEMO_MODELS: dict[str, BackboneSpec] = {name: BackboneSpec(
     builder=_ARCH + "demo_cnn:DemoCNN", note=note) for name, note in (
         ("demo_cnn", "the demo's CNN, pretrained on its seen concepts with labels (cog-pl demo)"),
         ("demo_cnn_ssl", "the demo's CNN, pretrained on its seen concepts without labels (cog-pl demo)"))}
+#: ``demo_clip``: the demo's tiny CLIP (:mod:`cog_pl.models.arch.demo_clip`), the demo CNN with a projection and a
+#: hashed bag-of-words text tower, both halves in one file (``cog-pl demo --zeroshot`` trains it).
+DEMO_MODELS["demo_clip"] = BackboneSpec(
+    "demo_clip", "external:demo_clip", feature_dim=-1, layout=USER_LAYOUT, group="demo", external=True, seen=None,
+    builder=_ARCH + "demo_clip:DemoCLIPImage", text_tower=_ARCH + "demo_clip:build_text_tower",
+    note="the demo's tiny CLIP, image and text towers trained on its seen concepts' captions (cog-pl demo --zeroshot)")
 
 for _spec in (*PAPER_MODELS.values(), EFFICIENTNET_LITE0, *DEMO_MODELS.values()):
     BACKBONES.add(_spec.name, _spec)

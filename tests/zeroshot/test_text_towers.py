@@ -121,7 +121,8 @@ def test_models_list_says_which_have_a_text_tower(capsys):
 
     assert main(["models", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-1].startswith("with a text tower (zero-shot), read from the same weights: clip, open_clip:<name>")
+    assert out[-1].startswith("with a text tower (zero-shot), read from the same weights: clip, demo_clip, "
+                              "open_clip:<name>")
     assert main(["models", "list", "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["name"] for r in rows if r["text_tower"]] == ["clip"]
