@@ -38,8 +38,9 @@ def level_content(onto):
 # (scripts/test.sh) the long files start at once instead of leaving one worker busy at the end while the other idles.
 LONGEST_FIRST = ("test_tutorials.py", "pipeline/test_cluster_slurm.py", "pipeline/test_pipeline.py",
                  "pipeline/test_fault_injection.py", "test_docs_commands.py", "models/test_user_checkpoints.py",
-                 "demo/test_demo_console.py", "models/test_model_labels.py", "extract/test_decode_gpu_check.py", "models/test_backbone_plugin.py",
-                 "report/test_report_protocols.py", "demo/test_demo.py", "data/test_sources_streamed_ddp.py")
+                 "demo/test_demo_console.py", "models/test_model_labels.py", "extract/test_decode_gpu_check.py",
+                 "models/test_backbone_plugin.py", "report/test_report_protocols.py", "demo/test_demo.py",
+                 "data/test_sources_streamed_ddp.py")
 
 
 def pytest_collection_modifyitems(config, items):
