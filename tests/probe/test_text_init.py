@@ -6,8 +6,6 @@ weights saved as a file is the vision-language model, as in test_zeroshot_method
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -22,25 +20,14 @@ from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import read_rows
 
 open_clip = pytest.importorskip("open_clip", reason="the text-initialised probe needs open_clip_torch (vlm extra)")
+from open_clip_fixtures import SEVEN, reference_classifier, tiny_open_clip  # noqa: E402
 
-TINY = {"embed_dim": 32, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
-        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
 NAME = "cog-pl-ti-tiny"
-#: OpenAI's 7 selected templates (open_clip zero_shot_metadata.py SIMPLE_IMAGENET_TEMPLATES), written out here.
-SEVEN = ["itap of a {c}.", "a bad photo of the {c}.", "a origami {c}.", "a photo of the large {c}.",
-         "a {c} in a video game.", "art of the {c}.", "a photo of the small {c}."]
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("open_clip")
-    (folder / f"{NAME}.json").write_text(json.dumps(TINY))
-    open_clip.add_model_config(folder / f"{NAME}.json")
-    torch.manual_seed(7)
-    model = open_clip.create_model(NAME).eval()
-    path = folder / "tiny.pt"
-    torch.save(model.state_dict(), path)
-    return path, model
+    return tiny_open_clip(tmp_path_factory.mktemp("open_clip"), NAME, seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +40,8 @@ def text(tiny, wnids):
     """ELEVATER's head start, written from its code: the zero-shot weights ``[E, C]`` (feature.py:546-557, per class
     the normalised prompt embeddings averaged and renormalised) transposed, times exp(logit_scale = 0)."""
     _, model = tiny
-    tokenizer = open_clip.get_tokenizer(NAME)
-    cols = []
-    with torch.no_grad():
-        for wnid in wnids:
-            name = resources.concept_name(wnid).split(", ")[0]
-            emb = model.encode_text(tokenizer([t.format(c=name) for t in SEVEN])).float()
-            emb /= emb.norm(dim=-1, keepdim=True)
-            mean = emb.mean(dim=0)
-            cols.append(mean / mean.norm())
-    zeroshot_weights = torch.stack(cols, dim=1)
+    zeroshot_weights = reference_classifier(model, NAME, [resources.concept_name(w).split(", ")[0] for w in wnids],
+                                            SEVEN)
     return zeroshot_weights.T * np.exp(0.0)
 
 

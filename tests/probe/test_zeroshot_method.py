@@ -4,11 +4,8 @@ a row with predictions), ``cog-pl run --methods linear zeroshot``, resuming, and
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-import torch
 
 from cog_pl import resources
 from cog_pl.errors import CogError
@@ -18,40 +15,14 @@ from cog_pl.results import read_rows
 from cog_pl.results.predictions import read_row_predictions
 
 open_clip = pytest.importorskip("open_clip", reason="zero-shot needs open_clip_torch (the vlm extra)")
+from open_clip_fixtures import SEVEN, reference_classifier, tiny_open_clip  # noqa: E402
 
-#: A tiny open_clip model in open_clip's config format (the keys of open_clip's model_configs/ViT-B-32.json).
-TINY = {"embed_dim": 32, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
-        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
 NAME = "cog-pl-zs-tiny"
-#: OpenAI's 7 selected templates (open_clip zero_shot_metadata.py SIMPLE_IMAGENET_TEMPLATES), written out here.
-SEVEN = ["itap of a {c}.", "a bad photo of the {c}.", "a origami {c}.", "a photo of the large {c}.",
-         "a {c} in a video game.", "art of the {c}.", "a photo of the small {c}."]
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("open_clip")
-    (folder / f"{NAME}.json").write_text(json.dumps(TINY))
-    open_clip.add_model_config(folder / f"{NAME}.json")
-    torch.manual_seed(5)
-    model = open_clip.create_model(NAME).eval()
-    path = folder / "tiny.pt"
-    torch.save(model.state_dict(), path)
-    return path, model
-
-
-def reference_classifier(model, names: list[str], templates: list[str]) -> torch.Tensor:
-    """CLIP_benchmark's construction (clip_benchmark/metrics/zeroshot_classification.py zero_shot_classifier):
-    per class, the templates' embeddings normalised, averaged, renormalised; columns are classes."""
-    tokenizer = open_clip.get_tokenizer(NAME)
-    cols = []
-    with torch.no_grad():
-        for name in names:
-            emb = model.encode_text(tokenizer([t.format(c=name) for t in templates])).float()
-            emb = emb / emb.norm(dim=-1, keepdim=True)
-            mean = emb.mean(dim=0)
-            cols.append(mean / mean.norm())
-    return torch.stack(cols, dim=1)
+    return tiny_open_clip(tmp_path_factory.mktemp("open_clip"), NAME, seed=5)
 
 
 def write_pair(root, weights, wnids, features_of, *, arch=f"open_clip:{NAME}", per_class=(4, 3), seed=0):
@@ -85,7 +56,7 @@ def test_zeroshot_is_registered_after_the_linear_probe():
 
 def test_zeroshot_row_of_an_open_clip_model_read_from_its_file(tiny, wnids, tmp_path):
     path, model = tiny
-    ref = reference_classifier(model, [_lemma(w) for w in wnids], SEVEN)
+    ref = reference_classifier(model, NAME, [_lemma(w) for w in wnids], SEVEN)
     # each test image lies on its concept's text embedding, nudged: a right classifier gets them all
     root = write_pair(tmp_path / "feats" / "cog_l1", path, wnids,
                       lambda y, rng: ref.T.numpy()[y] + 0.01 * rng.normal(size=(len(y), ref.shape[0])))
@@ -151,7 +122,7 @@ def test_run_methods_linear_zeroshot(tiny, wnids, tmp_path):
     cfg = config("--methods", "linear", "zeroshot", "--zeroshot-templates", "openai7")
     assert cfg.methods == ("linear", "zeroshot") and cfg.method_options == {"zeroshot": {"templates": "openai7"}}
     out = tmp_path / "out"
-    ref = reference_classifier(model, [_lemma(w) for w in wnids], SEVEN)
+    ref = reference_classifier(model, NAME, [_lemma(w) for w in wnids], SEVEN)
     for i, domain in enumerate(cfg.domains):
         write_pair(out / "features" / "m" / domain, path, wnids, lambda y, rng: ref.T.numpy()[y] + 0.3 * rng.normal(
             size=(len(y), ref.shape[0])), per_class=(12, 4), seed=i)

@@ -17,6 +17,7 @@ from cog_pl.models import PAPER_MODELS, build_backbone, resolve_spec
 from cog_pl.zeroshot.text import TextTower, build_text_tower, has_text_tower, list_text_towers
 
 open_clip = pytest.importorskip("open_clip", reason="text towers need open_clip_torch (the vlm extra)")
+from open_clip_fixtures import tiny_open_clip  # noqa: E402
 
 TEXTS = ["a photo of a tench.", "a photo of a goldfish, a small golden or orange-red freshwater fish",
          "Ünïcödé  and   spaces", ""]
@@ -131,14 +132,8 @@ def test_models_list_says_which_have_a_text_tower(capsys):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tiny open_clip model registered by name, its random weights saved as a file, and the model itself."""
-    folder = tmp_path_factory.mktemp("open_clip")
-    (folder / f"{TINY_NAME}.json").write_text(json.dumps(TINY))
-    open_clip.add_model_config(folder / f"{TINY_NAME}.json")
-    torch.manual_seed(3)
-    model = open_clip.create_model(TINY_NAME).eval()
-    path = folder / "tiny_open_clip.pt"
-    torch.save(model.state_dict(), path)
-    return path, model
+    return tiny_open_clip(tmp_path_factory.mktemp("open_clip"), TINY_NAME, seed=3, config=TINY,
+                          stem="tiny_open_clip")
 
 
 def test_open_clip_model_encodes_images_and_texts_through_the_registry(tiny):

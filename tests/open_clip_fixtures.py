@@ -1,0 +1,51 @@
+"""A tiny open_clip model for the zero-shot tests, and CLIP_benchmark's classifier written out as the reference.
+
+The model is built from a config in open_clip's format (the keys of open_clip's ``model_configs/ViT-B-32.json``),
+registered with ``open_clip.add_model_config`` under a name of the test's, with seeded random weights saved as a file
+(what ``open_clip:<name> --checkpoint FILE`` reads)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+#: A tiny ViT image tower and a 1-layer text transformer, in open_clip's config format.
+TINY = {"embed_dim": 32, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
+#: OpenAI's 7 selected templates (open_clip zero_shot_metadata.py SIMPLE_IMAGENET_TEMPLATES), written out here.
+SEVEN = ["itap of a {c}.", "a bad photo of the {c}.", "a origami {c}.", "a photo of the large {c}.",
+         "a {c} in a video game.", "art of the {c}.", "a photo of the small {c}."]
+
+
+def tiny_open_clip(folder: Path, name: str, seed: int, config: dict | None = None,
+                   stem: str = "tiny") -> tuple[Path, torch.nn.Module]:
+    """Register ``config`` (default :data:`TINY`) as open_clip model ``name``, build it with weights of ``seed``
+    and save them as ``folder/<stem>.pt``; returns (the weights file, the model in eval mode)."""
+    import open_clip
+
+    (folder / f"{name}.json").write_text(json.dumps(config or TINY))
+    open_clip.add_model_config(folder / f"{name}.json")
+    torch.manual_seed(seed)
+    model = open_clip.create_model(name).eval()
+    path = folder / f"{stem}.pt"
+    torch.save(model.state_dict(), path)
+    return path, model
+
+
+def reference_classifier(model: torch.nn.Module, name: str, classes: list[str], templates: list[str]) -> torch.Tensor:
+    """CLIP_benchmark's construction (clip_benchmark/metrics/zeroshot_classification.py zero_shot_classifier), by open
+    clip model ``name``'s tokenizer: per class, the templates' embeddings normalised, averaged, renormalised; ``[E, C]``
+    (ELEVATER's zero-shot weights are the same, feature.py:546-557)."""
+    import open_clip
+
+    tokenizer = open_clip.get_tokenizer(name)
+    cols = []
+    with torch.no_grad():
+        for c in classes:
+            emb = model.encode_text(tokenizer([t.format(c=c) for t in templates])).float()
+            emb = emb / emb.norm(dim=-1, keepdim=True)
+            mean = emb.mean(dim=0)
+            cols.append(mean / mean.norm())
+    return torch.stack(cols, dim=1)
