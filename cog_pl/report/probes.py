@@ -24,9 +24,9 @@ import numpy as np
 from cog_pl.analysis import concepts as ca
 from cog_pl.analysis.paired import SEED, PairedDifference, aligned, paired_difference, positions
 from cog_pl.errors import CogError
-from cog_pl.methods import is_frozen, method_label, sort_methods
+from cog_pl.methods import is_frozen, sort_methods
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
-from cog_pl.report.tables import Cell, _mark, domain_label, domains_of, probe_cells, probe_methods, protocol_marks
+from cog_pl.report.tables import Cell, method_table, probe_cells, probe_methods, protocol_marks
 from cog_pl.results import DEFAULT_METHOD
 from cog_pl.results.predictions import Predictions
 
@@ -50,21 +50,13 @@ def optimism_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str] | None =
     sel = [c for c in probe_cells(cells) if c.shots is None]
     if not sel:
         return ""
-    domains, methods = domains_of(sel), probe_methods(sel)
-    by = {(c.model, c.method, c.domain): c for c in sel}
+    methods = probe_methods(sel)
     lines = ["## Selection optimism: what selecting on test would have added (top-1 points, all data)", "",
              "Each tuned row's oracle (the test top-1 of its best trial, head or k: what choosing them on the test "
              "set, as suites that select on the data they report do, would have reported) minus its held-out-selected "
              f"result on the same trained heads; mean ± std over seeds. {NOT_RECORDED}: rows that record no oracle "
-             "(made before rows recorded it, or of a method that tunes nothing).", "",
-             "| model | method | " + " | ".join(domain_label(d) for d in domains) + " |",
-             "|---" * (len(domains) + 2) + "|"]
-    for m in sorted({c.model for c in sel}):
-        for method in methods:
-            got = [by.get((m, method, d)) for d in domains]
-            if any(got):
-                lines.append(f"| {m} | {method_label(method)} | " + " | ".join(
-                    "–" if c is None else optimism_value(c) + _mark(c, marks) for c in got) + " |")
+             "(made before rows recorded it, or of a method that tunes nothing).", ""]
+    lines += method_table(sel, methods, optimism_value, marks)
     return "\n".join(lines) + "\n"
 
 

@@ -25,7 +25,7 @@ import io
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -395,7 +395,14 @@ def methods_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str] | None = 
     methods = probe_methods(cells)
     if len(methods) < 2:
         return ""
-    sel = [c for c in probe_cells(cells) if c.shots is None]
+    return "\n".join(method_table([c for c in probe_cells(cells) if c.shots is None], methods,
+                                   lambda c: c.value, marks))
+
+
+def method_table(sel: Sequence[Cell], methods: Sequence[str], value: Callable[[Cell], str],
+                 marks: Mapping[tuple, str]) -> list[str]:
+    """The lines of a table of ``sel``'s cells, a line per (model, method of ``methods`` it has cells of) and a column
+    per official domain, each entry ``value(cell)`` with its protocol mark (``–`` where the cell is missing)."""
     domains = domains_of(sel)
     by = {(c.model, c.method, c.domain): c for c in sel}
     lines = ["| model | method | " + " | ".join(domain_label(d) for d in domains) + " |",
@@ -405,8 +412,8 @@ def methods_markdown(cells: Sequence[Cell], marks: Mapping[tuple, str] | None = 
             got = [by.get((m, method, d)) for d in domains]
             if any(got):
                 lines.append(f"| {m} | {method_label(method)} | " + " | ".join(
-                    "–" if c is None else c.value + _mark(c, marks) for c in got) + " |")
-    return "\n".join(lines)
+                    "–" if c is None else value(c) + _mark(c, marks) for c in got) + " |")
+    return lines
 
 
 def official_cells(cells: Iterable[Cell]) -> list[Cell]:
