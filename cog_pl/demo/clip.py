@@ -27,7 +27,7 @@ from torch import nn
 
 from cog_pl import resources
 from cog_pl.benchmark import Benchmark
-from cog_pl.demo.pretrain import fit_backbone
+from cog_pl.demo.pretrain import FlipClassifierTraining, fit_backbone
 from cog_pl.demo.synthetic import BENCHMARK_FILE
 from cog_pl.io import atomic_open, write_json
 from cog_pl.models.arch.demo_clip import IMAGE_KEY, TEXT_KEY, DemoCLIPImage, HashedText
@@ -64,7 +64,7 @@ def captions(wnids: Sequence[str]) -> list[list[str]]:
     return [name.texts(templates) for name in get_name_scheme(NAMES).build(list(wnids))]
 
 
-class DemoCLIPPretraining(L.LightningModule):
+class DemoCLIPPretraining(FlipClassifierTraining):
     """CLIP's image-side loss for :class:`DemoCLIPImage` and :class:`HashedText` against every seen concept's
     prompts (random horizontal flips); ``captions[c]``: concept ``c``'s prompts, as many for every concept."""
 
@@ -84,24 +84,9 @@ class DemoCLIPPretraining(L.LightningModule):
         emb = nn.functional.normalize(self.text.embed(self.ids, self.offsets), dim=-1)
         return nn.functional.normalize(emb.view(-1, self.per_class, emb.shape[-1]).mean(1), dim=-1)
 
-    def _step(self, batch: dict, stage: str) -> torch.Tensor:
-        images = batch["image"].contiguous(memory_format=torch.channels_last)
-        if stage == "train":
-            flip = torch.rand(len(images), device=images.device) < 0.5
-            images = torch.where(flip[:, None, None, None], images.flip(3), images)
-        feats = nn.functional.normalize(self.image(images), dim=-1)
-        logits = self.logit_scale.exp() * feats @ self.classes().T
-        loss = nn.functional.cross_entropy(logits, batch["label"])
-        top1 = (logits.argmax(1) == batch["label"]).float().mean()
-        self.log_dict({f"{stage}/loss": loss, f"{stage}/top1": top1}, prog_bar=stage == "train",
-                      batch_size=len(images))
-        return loss
-
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._step(batch, "test")
+    def logits(self, images: torch.Tensor) -> torch.Tensor:
+        """Each image's scaled cosine with every concept's text embedding."""
+        return self.logit_scale.exp() * nn.functional.normalize(self.image(images), dim=-1) @ self.classes().T
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)

@@ -30,24 +30,19 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "demo_cnn.pt"
 
 
-class DemoPretraining(L.LightningModule):
-    """Supervised training of :class:`DemoCNN` plus a linear classifier (random horizontal flips)."""
+class FlipClassifierTraining(L.LightningModule):
+    """A classifier's training and test steps on the demo's images: cross-entropy of :meth:`logits`, random horizontal
+    flips in training, channels-last images, loss and top-1 logged per stage (the demo's backbones' pretraining)."""
 
-    def __init__(self, num_classes: int, width: int = WIDTH, lr: float = 0.1, weight_decay: float = 5e-4) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.backbone = DemoCNN(width)
-        self.head = nn.Linear(self.backbone.feature_dim, num_classes)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.backbone(images))
+    def logits(self, images: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         images = batch["image"].contiguous(memory_format=torch.channels_last)
         if stage == "train":
             flip = torch.rand(len(images), device=images.device) < 0.5
             images = torch.where(flip[:, None, None, None], images.flip(3), images)
-        logits = self(images)
+        logits = self.logits(images)
         loss = nn.functional.cross_entropy(logits, batch["label"])
         top1 = (logits.argmax(1) == batch["label"]).float().mean()
         self.log_dict({f"{stage}/loss": loss, f"{stage}/top1": top1}, prog_bar=stage == "train",
@@ -59,6 +54,22 @@ class DemoPretraining(L.LightningModule):
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._step(batch, "test")
+
+
+class DemoPretraining(FlipClassifierTraining):
+    """Supervised training of :class:`DemoCNN` plus a linear classifier (random horizontal flips)."""
+
+    def __init__(self, num_classes: int, width: int = WIDTH, lr: float = 0.1, weight_decay: float = 5e-4) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.backbone = DemoCNN(width)
+        self.head = nn.Linear(self.backbone.feature_dim, num_classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(images))
+
+    def logits(self, images: torch.Tensor) -> torch.Tensor:
+        return self(images)
 
     def configure_optimizers(self):
         opt = torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9, nesterov=True,
