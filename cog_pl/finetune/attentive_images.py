@@ -151,7 +151,8 @@ class AttentiveImagesProbe(BackboneModule):
         backbone: a registry backbone (:func:`cog_pl.models.build_backbone`), kept frozen and in eval mode.
         num_classes: the domain's concepts.
         preset: a key of :data:`~cog_pl.models.poolers.POOLER_PRESETS`.
-        lrs, wds: each head's peak learning rate and weight decay.
+        lrs: each head's peak learning rate.
+        wds: each head's weight decay.
         init_seeds: each head's initialisation seed (a head is the same whatever bank it is in).
         augment_seed: the seed of the augmentation's draws (per sample crops and flips).
         augmentation: False to train on the images as given (tests).
