@@ -95,7 +95,7 @@ def _info(args: argparse.Namespace) -> int:
     def described(s: FeatureStore) -> dict:
         check_finite(s)  # info vouches for a store: its values are read, not only its header
         meta = {k: v for k, v in s.meta.items() if k != "classes"}
-        return {"path": str(s.path), "rows": len(s), "dim": int(s.features.shape[1]), "dtype": str(s.features.dtype),
+        return {"path": str(s.path), "rows": len(s), "dim": int(s.features.shape[-1]), "dtype": str(s.features.dtype),
                 **meta}
 
     if (args.store / "train").is_dir():  # a root: the pair, checked together

@@ -32,7 +32,7 @@ import torch
 from cog_pl.data.sampling import final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device
 from cog_pl.errors import CogError
-from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.features.pair import StorePair, open_pair, vectors_only
 from cog_pl.features.store import FeatureStore
 from cog_pl.protocol import ProbeProtocol
 
@@ -135,9 +135,11 @@ class FeatureDataModule(L.LightningDataModule):
 
     @property
     def pair(self) -> StorePair:
-        """The train and test stores, opened and checked together once (:func:`~cog_pl.features.pair.open_pair`)."""
+        """The train and test stores, opened and checked together once (:func:`~cog_pl.features.pair.open_pair`);
+        token stores (``[N, T, D]``) are refused in one line: the linear probe reads one vector per image."""
         if self._pair is None:
-            self._pair = open_pair(self.root, self.expect, self.allow_class_mismatch)
+            self._pair = vectors_only(open_pair(self.root, self.expect, self.allow_class_mismatch),
+                                      "cog-pl probe (LinearProbe on FeatureDataModule)")
         return self._pair
 
     def store(self, split: str) -> FeatureStore:

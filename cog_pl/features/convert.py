@@ -2,7 +2,8 @@
 
 The released code (github naver/cog) saves ``<model_dir>/<dataset>/features_{train,test}/X_Y.pth``: a dict with a
 float tensor ``"X"`` (N x D) and a long tensor ``"Y"`` (N). Importing keeps the rows in file order
-(``index = 0..N-1``) and records where they came from; exporting writes float32 ``X`` as the released code reads.
+(``index = 0..N-1``) and records where they came from; exporting writes float32 ``X`` as the released code reads
+(vector stores only: a token store's ``N x T x D`` is no ``X`` the released code can read, and is refused).
 """
 
 from __future__ import annotations
@@ -66,8 +67,13 @@ def import_pth(pth: str | os.PathLike, out: str | os.PathLike, model: str, domai
 
 def export_pth(store: str | os.PathLike | FeatureStore, out: str | os.PathLike) -> Path:
     """Write a store's rows (a split folder, or an opened store) as the released code's ``X_Y.pth`` (float32 X,
-    int64 Y)."""
+    int64 Y). A token store is refused in one line: the released code reads X as N x D (one vector per image), so
+    its tokens are read from the store itself (``features.npy``, N x T x D, memory-mappable; docs/feature_store.md)."""
     s = store if isinstance(store, FeatureStore) else open_store(store)
+    if s.tokens is not None:
+        raise StoreError(f"{s.path}: a token store ({s.tokens} tokens per image, feature {s.meta.get('feature')!r}) "
+                         "cannot be exported: the released code's X_Y.pth holds one N x D vector per image; read the "
+                         f"tokens from {s.path / 'features.npy'} (N x T x D, layout in meta.json's token_layout)")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")

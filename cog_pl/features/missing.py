@@ -50,7 +50,7 @@ def mark_missing(writer: Any, rows: np.ndarray, labels: np.ndarray, paths: Seque
     mask = _mask(writer.tmp, len(writer.written), create=True)
     mask[rows] = True
     mask.flush()
-    writer.write(rows, np.zeros((len(rows), writer.features.shape[1]), dtype=np.float32), labels, rows)
+    writer.write(rows, np.zeros((len(rows), *writer.features.shape[1:]), dtype=np.float32), labels, rows)
     return int(np.count_nonzero(mask))
 
 

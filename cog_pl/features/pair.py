@@ -181,4 +181,4 @@ def vectors_only(pair: StorePair, method: str) -> StorePair:
     takers = ", ".join(token_methods()) or "none registered"
     raise StoreError(f"{pair.train.path}: a token store ({pair.tokens} tokens per image, feature "
                      f"{pair.train.meta.get('feature')!r}); {method} reads one vector per image: the methods that take "
-                     f"token stores: {takers}")
+                     f"token stores: {takers} (cog-pl run --methods)")

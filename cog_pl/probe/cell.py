@@ -22,7 +22,7 @@ from optuna.storages import BaseStorage
 from torch import Tensor
 
 from cog_pl.device import fits, resolve_device
-from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.features.pair import StorePair, open_pair, vectors_only
 from cog_pl.probe.data import ProbeData, final_indices, l2_normalize, load_store, sub_seed, tuning_indices
 from cog_pl.probe.multihead import predict_heads
 from cog_pl.probe.storage import opened
@@ -71,8 +71,9 @@ class Splits:
     def load(cls, root: str | os.PathLike | StorePair, normalize: bool = True,
              device: torch.device | str = "cpu") -> Splits:
         """Read the train and test stores of ``root`` (a store root, opened and checked by
-        :func:`~cog_pl.features.pair.open_pair`, or a pair it opened); features go to ``device``."""
-        pair = root if isinstance(root, StorePair) else open_pair(root)
+        :func:`~cog_pl.features.pair.open_pair`, or a pair it opened); features go to ``device``. Token stores are
+        refused (:func:`~cog_pl.features.pair.vectors_only`): the probe reads one vector per image."""
+        pair = vectors_only(root if isinstance(root, StorePair) else open_pair(root), METHOD)
         (tx, ty), (sx, sy) = load_store(pair.train, device), load_store(pair.test, device)
         if normalize:
             tx, sx = l2_normalize(tx), l2_normalize(sx)
@@ -85,6 +86,7 @@ class Splits:
         """:meth:`load` for probes on ``device``, the features placed by :func:`splits_device`
         (``allow_class_mismatch``: as :func:`~cog_pl.features.pair.open_pair`'s)."""
         pair = root if isinstance(root, StorePair) else open_pair(root, allow_class_mismatch=allow_class_mismatch)
+        pair = vectors_only(pair, METHOD)  # before splits_device reads the features' shape as [N, D]
         place = splits_device(pair, device, heads=max(plan.startup_trials, plan.trial_batch),
                               batch_size=protocol.batch_size)
         return cls.load(pair, normalize=protocol.normalize, device=place)

@@ -13,8 +13,12 @@ import timm
 import torch
 from conftest_data import tiny  # noqa: F401 - fixture
 
+from cog_pl.cli.main import main
+from cog_pl.datamodules.features import FeatureDataModule
 from cog_pl.extract.datamodule import ExtractionDataModule
 from cog_pl.extract.module import FeatureExtractor
+from cog_pl.features.convert import export_pth
+from cog_pl.features.missing import mark_missing
 from cog_pl.features.pair import open_pair
 from cog_pl.features.store import (
     StoreError,
@@ -29,7 +33,10 @@ from cog_pl.methods import Method, register_method, unregister_method
 from cog_pl.models.arch.demo_cnn import DemoCNN
 from cog_pl.probe.knn_protocol import run_knn_protocol
 from cog_pl.probe.methods import _check_linear
+from cog_pl.probe.cell import Splits
 from cog_pl.probe.protocol_run import run_protocol
+from cog_pl.probe.tuner import SearchPlan
+from cog_pl.protocol import ProbeProtocol
 
 
 @pytest.fixture
@@ -156,7 +163,7 @@ def test_the_linear_probe_and_knn_refuse_a_token_store_naming_the_methods_that_t
             method = "knn" if run is run_knn_protocol else "linear"
             assert str(err.value) == (f"{tmp_path / 'r' / 'train'}: a token store (5 tokens per image, feature "
                                       f"'tokens2x2'); {method} reads one vector per image: the methods that take "
-                                      "token stores: attentive, mlp, attentive_stub")
+                                      "token stores: attentive, mlp, attentive_stub (cog-pl run --methods)")
     finally:
         unregister_method("attentive_stub")
     assert not (tmp_path / "results.jsonl").exists()
@@ -219,3 +226,62 @@ def test_token_stores_regroup_into_level_variants_as_token_stores(tmp_path):
         assert store.meta["feature"] == "tokens1x1"
         np.testing.assert_array_equal(x[:, 1], 2 * x[:, 0])  # each row's tokens travel together
         assert [store.meta["classes"][y] for y in store.labels] == [everyone[int(v)] for v in x[:, 0, 0]]
+
+
+def _token_root(root):
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        _write(root / split, rng.normal(size=(4, 5, 8)).astype(np.float32), "tokens2x2")
+    return root
+
+
+def test_feature_datamodule_and_probe_tune_refuse_a_token_store_naming_it_and_the_token_methods(tmp_path, capsys):
+    """The LightningCLI linear probe (one nn.Linear on [B, D]) and ``cog-pl probe tune`` never train on a token
+    store's flattened or mis-shaped array: one line names the store, its definition and the methods that read it."""
+    root = _token_root(tmp_path / "r")
+    said = (f"{root / 'train'}: a token store (5 tokens per image, feature 'tokens2x2'); {{}} reads one vector per "
+            "image: the methods that take token stores: attentive, mlp (cog-pl run --methods)")
+    data = FeatureDataModule(str(root), device="cpu")
+    with pytest.raises(StoreError) as err:
+        data.feature_dim  # what LightningCLI links into LinearProbe, at instantiation: before any batch
+    assert str(err.value) == said.format("cog-pl probe (LinearProbe on FeatureDataModule)")
+    with pytest.raises(StoreError) as err:
+        FeatureDataModule(str(root), normalize=False, device="cpu").setup("fit")
+    assert str(err.value) == said.format("cog-pl probe (LinearProbe on FeatureDataModule)")
+    for load in (lambda: Splits.load(root), lambda: Splits.for_probes(root, "cpu", ProbeProtocol(), SearchPlan())):
+        with pytest.raises(StoreError) as err:
+            load()
+        assert str(err.value) == said.format("linear")
+    assert main(["probe", "tune", "--features", str(root), "--workdir", str(tmp_path / "w"), "--seed", "0"]) == 2
+    assert said.format("linear") in capsys.readouterr().err
+    assert not (tmp_path / "w" / "optuna.db").exists()
+
+
+def test_export_refuses_a_token_store_and_info_reports_its_tokens_and_width(tmp_path, capsys):
+    """The released code's X_Y.pth holds one N x D vector per image: a token store is refused in one line naming it
+    (its tokens are read from features.npy), nothing written; ``info`` reports D as ``dim`` and T as ``tokens``."""
+    root = _token_root(tmp_path / "r")
+    line = (f"{root / 'train'}: a token store (5 tokens per image, feature 'tokens2x2') cannot be exported: the "
+            "released code's X_Y.pth holds one N x D vector per image; read the tokens from "
+            f"{root / 'train' / 'features.npy'} (N x T x D, layout in meta.json's token_layout)")
+    with pytest.raises(StoreError) as err:
+        export_pth(root / "train", tmp_path / "x" / "X_Y.pth")
+    assert str(err.value) == line
+    assert main(["features", "export", str(root), str(tmp_path / "out")]) == 2
+    assert line in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not list((tmp_path / "out").rglob("*.pth"))
+    assert main(["features", "info", str(root / "train")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["rows"], info["dim"], info["tokens"]) == (4, 8, 5)
+
+
+def test_an_unreadable_image_in_a_token_store_is_marked_missing_with_zero_tokens(tmp_path):
+    """An extraction that cannot read an image records it as missing: in a token store its row is T x D zeros."""
+    meta = make_meta(model="m", weights_sha256=None, domain="in1k", split="train", num_classes=2, classes=["a", "b"],
+                     transform={}, level_file_sha256=None, feature="tokens1x1", tokens=2)
+    writer = StoreWriter(tmp_path / "s", 3, 8, identity=meta, tokens=2)
+    writer.write(np.array([0, 2]), np.ones((2, 2, 8), dtype=np.float32), np.array([0, 1]))
+    assert mark_missing(writer, np.array([1]), np.array([1]), ["img1.jpg"], ["cannot decode"]) == 1
+    store = open_store(writer.finish(meta))
+    assert store.features.shape == (3, 2, 8) and store.valid.tolist() == [True, False, True]
+    np.testing.assert_array_equal(store.features[1], np.zeros((2, 8)))
