@@ -32,7 +32,10 @@ few-shot samples of :mod:`cog_pl.data.sampling` (:func:`~cog_pl.data.sampling.tu
 startup trials asked at once and trained as one bank, then ``trial_batch`` at a time, as the linear probe's fast
 mode does), the best held-out (lr, wd) retrained on the whole train sample of the cell and tested once; every
 trial's head is also tested, and the row records ``selected_test_top1`` (the selected trial's own head) and
-``oracle_test_top1`` (the best trial's: what selecting on test would have reported).
+``oracle_test_top1`` (the best trial's: what selecting on test would have reported). A diverging head fails alone
+(:class:`~cog_pl.models.poolers.HeadRollback`, the linear probe's fast-mode rule): rolled back to the end of its
+previous epoch, or scored 0 when it diverged in its first, its trial recording ``diverged_epoch`` and the row
+``final_diverged_epoch``; the other heads of its bank train on.
 
 Rows: ``method`` ``attentive_images``, ``features: "on-the-fly"``, ``augmentation`` (:data:`AUGMENTATION`),
 ``preset``, ``feature`` (the definition of the tokens) and the ``head`` record; their identity
@@ -66,7 +69,7 @@ from cog_pl.finetune.method import ATTENTIVE_IMAGES as METHOD
 from cog_pl.finetune.module import augment, no_val_split
 from cog_pl.models.build import Backbone
 from cog_pl.models.module import BackboneModule
-from cog_pl.models.poolers import POOLER_PRESETS, AttentivePooler, PoolerBank
+from cog_pl.models.poolers import POOLER_PRESETS, AttentivePooler, HeadRollback, PoolerBank
 from cog_pl.provenance import versions
 from cog_pl.results import append_row, read_rows, row_key
 from cog_pl.results.identity import digest, refusal
@@ -110,6 +113,13 @@ class BankAdamW(torch.optim.Optimizer):
         super().__init__(list(params), {"betas": betas, "eps": eps})
         self.lrs, self.wds = list(lrs), list(wds)
         self.warmup_steps, self.total_steps, self.steps = warmup_steps, total_steps, 0
+        for group in self.param_groups:  # the moments exist from the start: a HeadRollback saves them with the heads
+            for p in group["params"]:
+                self.state[p].update(t=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+
+    def moments(self) -> list[torch.Tensor]:
+        """Every parameter's first and second moments (the head first, as the parameters)."""
+        return [self.state[p][k] for group in self.param_groups for p in group["params"] for k in ("m", "v")]
 
     def current_lrs(self) -> list[float]:
         """Each head's learning rate at the next step."""
@@ -132,8 +142,6 @@ class BankAdamW(torch.optim.Optimizer):
                 lr = torch.tensor(lrs_now, dtype=p.dtype, device=p.device).view(shape)
                 wd = torch.tensor(self.wds, dtype=p.dtype, device=p.device).view(shape)
                 state = self.state[p]
-                if not state:
-                    state["t"], state["m"], state["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
                 state["t"] += 1
                 t, m, v = state["t"], state["m"], state["v"]
                 p.mul_(1 - lr * wd)  # decoupled weight decay, torch's AdamW order: before the moment update
@@ -174,6 +182,7 @@ class AttentiveImagesProbe(BackboneModule):
                 heads.append(AttentivePooler(self.feature_dim, num_classes, POOLER_PRESETS[preset]))
         self.bank = PoolerBank.from_poolers(heads)
         self._augment_gen = torch.Generator().manual_seed(augment_seed)
+        self.rollback: HeadRollback | None = None  # made when training starts, over the heads and their moments
 
     def train(self, mode: bool = True) -> AttentiveImagesProbe:
         """Heads in ``mode``; the backbone stays in eval mode (frozen: its BatchNorm statistics never move)."""
@@ -199,11 +208,23 @@ class AttentiveImagesProbe(BackboneModule):
             x = augment(x.cpu(), tuple(crop["scale"]), flip=True, generator=self._augment_gen,
                         mode=crop["interpolation"]).to(x.device)
         logits = self(x)
+        losses = torch.stack([F.cross_entropy(logits[i], batch["label"]) for i in range(len(logits))])
+        self.rollback.observe(losses)  # a diverging head fails alone (HeadRollback), not the bank
         # the sum of the heads' own mean losses: each head's gradient is its own loss's
-        loss = sum(F.cross_entropy(logits[i], batch["label"]) for i in range(len(logits)))
-        if not torch.isfinite(loss):
-            raise CogError(f"attentive_images: a head's training loss is {loss.item()} at step {self.global_step}")
-        return loss
+        return torch.where(torch.isfinite(losses), losses, 0.0).sum()
+
+    def on_train_start(self) -> None:
+        optimizer = self.trainer.optimizers[0]
+        self.rollback = HeadRollback([*self.bank.parameters(), *self.bank.buffers(), *optimizer.moments()],
+                                     len(self.lrs))
+
+    def on_train_epoch_end(self) -> None:
+        self.rollback.end_epoch(self.current_epoch)
+
+    @property
+    def diverged_epoch(self) -> list[int | None]:
+        """Per head, the epoch in which its loss turned non-finite (None: never, or not trained)."""
+        return self.rollback.diverged_epoch if self.rollback is not None else [None] * len(self.lrs)
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self(batch["image"]).argmax(-1), batch["label"]
@@ -230,11 +251,13 @@ def _trainer(epochs: int, trainer_kw: dict[str, Any]) -> L.Trainer:
 
 
 def _top1(trainer: L.Trainer, net: AttentiveImagesProbe, loader: DataLoader) -> list[float]:
-    """Each head's top-1 (percent) on ``loader``'s images (no augmentation)."""
+    """Each head's top-1 (percent) on ``loader``'s images (no augmentation); 0 for a head rolled back to no state
+    (diverged in its first epoch), as the linear probe scores it."""
     out = trainer.predict(net, dataloaders=loader)
     pred = torch.cat([p for p, _ in out], dim=1)
     labels = torch.cat([y for _, y in out])
-    return (100.0 * (pred == labels.to(pred.device)).float().mean(dim=1)).cpu().tolist()
+    top1 = (100.0 * (pred == labels.to(pred.device)).float().mean(dim=1)).cpu().tolist()
+    return [v if e != 0 else 0.0 for v, e in zip(top1, net.diverged_epoch)]
 
 
 def fit_bank(backbone: Backbone, num_classes: int, preset: str, lrs: Sequence[float], wds: Sequence[float],
@@ -274,16 +297,17 @@ def run_cell(backbone: Backbone, num_classes: int, train_data, test_data, *, pre
                                 trainer_kw=trainer_kw)
         val = _top1(trainer, net, _loader(train_data, va, batch_size, None))
         test = _top1(trainer, net, test_loader)
-        for t, v, s in zip(asked, val, test, strict=True):
+        for t, v, s, e in zip(asked, val, test, net.diverged_epoch, strict=True):
             study.tell(t, v)
             record.append({"number": t.number, "lr": t.params["lr"], "wd": t.params["wd"], "val_top1": v,
-                           "test_top1": s})
+                           "test_top1": s, "diverged_epoch": e})
     best = max(record, key=lambda r: (r["val_top1"], -r["number"]))
     oracle = max(record, key=lambda r: (r["test_top1"], -r["number"]))
     trainer, net = fit_bank(backbone, num_classes, preset, [best["lr"]], [best["wd"]], [seed * 1000 + trials],
                             train_data, final_indices(labels, seed, shots), epochs=epochs, batch_size=batch_size,
                             seed=seed * 1000 + trials, trainer_kw=trainer_kw)
-    return {"test_top1": _top1(trainer, net, test_loader)[0], "val_top1": best["val_top1"], "lr": best["lr"],
+    return {"test_top1": _top1(trainer, net, test_loader)[0], "final_diverged_epoch": net.diverged_epoch[0],
+            "val_top1": best["val_top1"], "lr": best["lr"],
             "wd": best["wd"], "best_trial": best["number"], "selected_test_top1": best["test_top1"],
             "oracle_test_top1": oracle["test_top1"], "oracle_trial": oracle["number"], "trials": record}
 

@@ -43,11 +43,16 @@ efb2a80 ``main_linprobe.py`` l.220-222), followed by VISSL's ``eval_mlp`` classi
 (facebookresearch/vissl 09270ed ``vissl/models/heads/linear_eval_mlp.py`` l.17-79: a BatchNorm, then
 ``vissl/models/heads/mlp.py`` l.86-105: ``Linear -> ReLU -> Linear`` for ``dims=[D, hidden, C]``, default init
 l.72); ``hidden=0`` is MAE's BatchNorm + linear. :class:`MLPBank` stacks ``n`` of them likewise.
+
+:class:`HeadRollback` gives a bank the linear probe's fast-mode rule for a diverging head
+(:mod:`cog_pl.probe.multihead`, ``on_divergence="rollback"``): it fails alone, the other heads train on as if it were
+not there.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import torch
@@ -56,7 +61,8 @@ from torch import Tensor, nn
 
 from cog_pl.errors import CogError
 
-__all__ = ["INITS", "POOLER_PRESETS", "AttentivePooler", "MLPBank", "MLPProbe", "PoolerBank", "PoolerConfig"]
+__all__ = ["INITS", "POOLER_PRESETS", "AttentivePooler", "HeadRollback", "MLPBank", "MLPProbe", "PoolerBank",
+           "PoolerConfig"]
 
 #: The initialisations :class:`PoolerConfig` knows, each its publisher's (see :func:`_init_pooler`).
 INITS = ("vjepa", "vjepa2", "capi", "ep")
@@ -514,3 +520,45 @@ class MLPBank(_MLPBase):
         cls._stack_members(bank, probes)
         return bank
 
+
+
+class HeadRollback:
+    """The linear probe's fast-mode rule for a diverging head (:mod:`cog_pl.probe.multihead`, ``"rollback"``), for a
+    bank's heads: ``tensors`` are the bank's state (parameters, running statistics, optimiser moments), each with the
+    head as its first axis. A head whose loss turns non-finite during an epoch (:meth:`observe`, which never waits
+    for the device) is returned at the epoch's end (:meth:`end_epoch`) to its state at the end of the previous epoch,
+    and learns no more; ``diverged_epoch`` records the epoch. One that diverged in its first epoch has no such state:
+    it is not ``scored`` (its accuracy is 0, as the linear probe's). Each head's gradient and update are its own, so
+    the other heads end as they would without it."""
+
+    def __init__(self, tensors: Sequence[Tensor], n: int) -> None:
+        self.tensors = list(tensors)
+        bad = [tuple(t.shape) for t in self.tensors if t.dim() == 0 or t.shape[0] != n]
+        if bad:
+            raise CogError(f"a bank of {n} heads has state of shapes {bad[:3]}: each must have the head first")
+        self.saved = [t.detach().clone() for t in self.tensors]
+        self.bad = torch.zeros(n, dtype=torch.bool, device=self.tensors[0].device if self.tensors else "cpu")
+        self.diverged_epoch: list[int | None] = [None] * n
+
+    def observe(self, losses: Tensor) -> None:
+        """Note the heads whose loss (``(n,)``, one per head) of this step is not finite."""
+        self.bad |= ~torch.isfinite(losses.detach()).to(self.bad.device)
+
+    @torch.no_grad()
+    def end_epoch(self, epoch: int) -> None:
+        """Heads that diverged in ``epoch`` are recorded; every diverged head is put back to its saved state, every
+        other head's state saved."""
+        for i in torch.nonzero(self.bad.cpu()).flatten().tolist():
+            if self.diverged_epoch[i] is None:
+                self.diverged_epoch[i] = epoch
+        self.bad.zero_()
+        dead = torch.tensor([e is not None for e in self.diverged_epoch], dtype=torch.bool)
+        for t, saved in zip(self.tensors, self.saved):
+            keep = dead.to(t.device).view((-1,) + (1,) * (t.dim() - 1))
+            saved.copy_(torch.where(keep, saved, t))
+            t.copy_(saved)
+
+    @property
+    def scored(self) -> list[bool]:
+        """Per head: False for one rolled back to no state (diverged in its first epoch)."""
+        return [e != 0 for e in self.diverged_epoch]

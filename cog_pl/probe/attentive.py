@@ -25,6 +25,11 @@ Selection optimism: every trial's head is also evaluated on test, and a row reco
 ``oracle_test_top1``, the best trial's test top-1 (what selecting on test would have reported), beside the
 held-out-selected ``test_top1``, and every trial's (lr, wd, val and test top-1) in ``trials``.
 
+A diverging head (its loss not finite) fails alone, as in the linear probe's fast mode: it is rolled back to the end
+of its previous epoch, or scored 0 when it diverged in its first (:class:`~cog_pl.models.poolers.HeadRollback`); the
+other heads of its bank end as without it. Its trial records ``diverged_epoch``, the row ``final_diverged_epoch``
+(the linear probe's fields).
+
 Rows: ``method`` ``attentive`` or ``mlp``; ``head`` records the probe's settings (kind, preset and its config, or
 the hidden width, optimiser, schedule, ranges) and is part of the row's identity with the features, protocol, search
 and precision: a row made with another preset, width or feature definition is refused (``overwrite``: made again).
@@ -181,12 +186,14 @@ def adamw_step(params: list[nn.Parameter], state: list[tuple[Tensor, Tensor]], s
 
 @dataclass
 class BankResult:
-    """Per head: top-1 and top-5 (percent) on each evaluation set, and the top-5 classes of the last set's rows."""
+    """Per head: top-1 and top-5 (percent) on each evaluation set, and the top-5 classes of the last set's rows;
+    the epoch in which its loss turned non-finite (None: never; :class:`~cog_pl.models.poolers.HeadRollback`)."""
 
     top1: dict[str, Tensor]
     top5: dict[str, Tensor]
-    ranked: Tensor | None = None  # (n, N, k) of the last evaluation set, with ``rank_last``
+    ranked: Tensor | None = None  # (n, N, k) of the last evaluation set, with ``rank_last``; -1 for a head not scored
     bank: nn.Module | None = None  # the trained bank, in eval mode
+    diverged_epoch: list[int | None] = field(default_factory=list)
 
 
 @torch.no_grad()
@@ -211,7 +218,9 @@ def train_bank(settings: HeadSettings, heads: Sequence[nn.Module], x: Tensor, y:
                evaluate: dict[str, tuple[Tensor, Tensor]], rank_last: bool = False) -> BankResult:
     """Train ``heads`` (their :func:`make_bank`) on ``(x, y)`` in one pass, head ``i`` with ``lrs[i]`` and
     ``wds[i]``, batches from a ``torch.randperm`` per epoch of ``generator``; evaluate every head on each set of
-    ``evaluate`` (name: (x, y)) after the last epoch."""
+    ``evaluate`` (name: (x, y)) after the last epoch. A head whose loss turns non-finite fails alone, as in the linear
+    probe's fast mode (:class:`~cog_pl.models.poolers.HeadRollback`): rolled back to the end of its previous epoch,
+    scored 0 (top-1, top-5; ranked -1) when it diverged in its first; the other heads end as without it."""
     device = x.device
     bank = make_bank(settings, heads).to(device)
     params = [p for p in bank.parameters() if p.requires_grad]
@@ -220,6 +229,7 @@ def train_bank(settings: HeadSettings, heads: Sequence[nn.Module], x: Tensor, y:
         raise CogError(f"a bank of {len(heads)} heads has parameters of shapes {bad[:3]}: each must have the head "
                        "as its first dimension")
     state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
+    guard = _POOLERS.HeadRollback([*params, *bank.buffers(), *(t for pair in state for t in pair)], len(heads))
     ref_lr = torch.tensor(list(lrs), dtype=torch.float32, device=device)
     wd = torch.tensor(list(wds), dtype=torch.float32, device=device)
     n = len(y)
@@ -227,7 +237,7 @@ def train_bank(settings: HeadSettings, heads: Sequence[nn.Module], x: Tensor, y:
     warmup, total = lr_factor_steps(settings, epochs, steps_per_epoch)
     loss_fn = nn.CrossEntropyLoss()
     step = 0
-    for _ in range(epochs):
+    for epoch in range(epochs):
         bank.train()
         order = torch.randperm(n, generator=generator).to(device)
         for start in range(0, n, batch_size):
@@ -236,20 +246,25 @@ def train_bank(settings: HeadSettings, heads: Sequence[nn.Module], x: Tensor, y:
             lr = scheduled_lr(step, ref_lr, settings, warmup, total)
             logits = bank(x[idx])  # [n, B, C]
             target = y[idx].to(device)
-            loss = sum(loss_fn(logits[i], target) for i in range(len(heads)))  # heads independent: own gradients
+            losses = torch.stack([loss_fn(logits[i], target) for i in range(len(heads))])
+            guard.observe(losses)
             for p in params:
                 p.grad = None
-            loss.backward()
+            losses.sum().backward()  # heads independent: each head's gradient is its own loss's
             with torch.no_grad():
                 adamw_step(params, state, step, lr, wd, settings)
+        guard.end_epoch(epoch)
     top1, top5, ranked = {}, {}, None
-    names = list(evaluate)
+    names, unscored = list(evaluate), ~torch.tensor(guard.scored, dtype=torch.bool)
     for name in names:
         ex, ey = evaluate[name]
         acc, r = evaluate_bank(bank, ex, ey, rank=rank_last and name == names[-1])
+        acc[unscored] = 0.0
         top1[name], top5[name] = acc[:, 0], acc[:, 1]
-        ranked = r if r is not None else ranked
-    return BankResult(top1, top5, ranked, bank)
+        if r is not None:
+            r[unscored] = -1
+            ranked = r
+    return BankResult(top1, top5, ranked, bank, guard.diverged_epoch)
 
 
 # -- a cell ---------------------------------------------------------------------------------------------------------
@@ -348,12 +363,14 @@ def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots:
         for i, t in enumerate(trials):
             tell_result(study, t, float(result.top1["val"][i]), {"result": {
                 "val_top5": float(result.top5["val"][i]), "test_top1": float(result.top1["test"][i]),
+                "diverged_epoch": result.diverged_epoch[i],
                 "batch_heads": len(trials), "init_seed": sub_seed(seed, 10, t.number),
                 "perm_seed": sub_seed(seed, 11, trials[0].number)}})
     best = best_trial(study)
     trials = [{"number": t.number, "lr": t.params["lr"], "wd": t.params["wd"], "val_top1": t.value,
                "test_top1": t.user_attrs["result"]["test_top1"], "init_seed": t.user_attrs["result"]["init_seed"],
-               "perm_seed": t.user_attrs["result"]["perm_seed"]}
+               "perm_seed": t.user_attrs["result"]["perm_seed"],
+               "diverged_epoch": t.user_attrs["result"]["diverged_epoch"]}
               for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
     tuned = time.perf_counter()
     final_idx = torch.from_numpy(final_indices(labels, seed, shots)).to(device)
@@ -371,7 +388,7 @@ def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots:
         "format_version": FORMAT_VERSION, "model": model, "method": settings.kind, "domain": domain,
         "shots": shots, "seed": seed, "lr": lr, "wd": wd, "best_trial": best.number, "val_top1": best.value,
         "val_top5": best.user_attrs["result"]["val_top5"], "test_top1": test_top1,
-        "test_top5": float(final.top5["test"][0]),
+        "test_top5": float(final.top5["test"][0]), "final_diverged_epoch": final.diverged_epoch[0],
         "oracle_test_top1": max(t["test_top1"] for t in trials), "trials": trials,
         "preset": settings.preset if settings.kind == "attentive" else None,
         "hidden": settings.hidden if settings.kind == "mlp" else None, "feature": splits.feature,

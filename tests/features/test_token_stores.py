@@ -31,9 +31,9 @@ from cog_pl.features.store import (
 )
 from cog_pl.methods import Method, register_method, unregister_method
 from cog_pl.models.arch.demo_cnn import DemoCNN
+from cog_pl.probe.cell import Splits
 from cog_pl.probe.knn_protocol import run_knn_protocol
 from cog_pl.probe.methods import _check_linear
-from cog_pl.probe.cell import Splits
 from cog_pl.probe.protocol_run import run_protocol
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
@@ -243,7 +243,7 @@ def test_feature_datamodule_and_probe_tune_refuse_a_token_store_naming_it_and_th
             "image: the methods that take token stores: attentive, mlp (cog-pl run --methods)")
     data = FeatureDataModule(str(root), device="cpu")
     with pytest.raises(StoreError) as err:
-        data.feature_dim  # what LightningCLI links into LinearProbe, at instantiation: before any batch
+        _ = data.feature_dim  # what LightningCLI links into LinearProbe, at instantiation: before any batch
     assert str(err.value) == said.format("cog-pl probe (LinearProbe on FeatureDataModule)")
     with pytest.raises(StoreError) as err:
         FeatureDataModule(str(root), normalize=False, device="cpu").setup("fit")

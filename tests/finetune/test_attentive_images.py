@@ -87,6 +87,29 @@ def test_heads_trained_in_one_pass_equal_heads_trained_one_by_one():
         assert torch.equal(v, frozen[k]), k
 
 
+def test_a_diverging_head_fails_alone_and_the_bank_trains_on():
+    """A head at an absurd learning rate diverges in its first epoch: it no longer stops the bank (it raised); it is
+    recorded (``diverged_epoch``) and scored 0, as the linear probe's fast mode scores it, and the other heads end
+    as the bank without it does."""
+    from cog_pl.finetune.attentive_images import _loader, _top1
+    from cog_pl.models import build_backbone
+    from cog_pl.models.features import with_feature
+
+    backbone = with_feature(build_backbone("external:demo_cnn"), "tokens2x2", 16)
+    kw = {"epochs": 2, "batch_size": 8, "seed": 5, "trainer_kw": {"accelerator": "cpu", "devices": 1,
+                                                                  "precision": "32-true"}}
+    rows = np.arange(24)
+    trainer, net = fit_bank(backbone, 3, "ep", [2e-3, 1e30, 5e-3], [1e-4] * 3, [11, 12, 13], _Images(), rows, **kw)
+    _, without = fit_bank(backbone, 3, "ep", [2e-3, 5e-3], [1e-4] * 2, [11, 13], _Images(), rows, **kw)
+    assert net.diverged_epoch == [None, 0, None] and without.diverged_epoch == [None, None]
+    for mine, theirs in ((0, 0), (2, 1)):
+        got, want = net.bank.pooler(mine).state_dict(), without.bank.pooler(theirs).state_dict()
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-6, atol=1e-7)
+    top1 = _top1(trainer, net, _loader(_Images(), rows, 8, None))
+    assert top1[1] == 0.0 and top1[::2] == _top1(trainer, without, _loader(_Images(), rows, 8, None))
+
+
 def test_rows_written_skipped_and_refused(onto, tmp_path):
     from cog_pl.data.transforms import TransformConfig
     from cog_pl.demo.synthetic import make_demo

@@ -533,3 +533,23 @@ def test_pooler_bad_input_is_refused():
         AttentivePooler(128, 3, "vjepa")(torch.randn(2, 128))
     with pytest.raises(CogError, match="one width"):
         PoolerBank.from_poolers([AttentivePooler(128, 3, "ep"), AttentivePooler(128, 4, "ep")])
+
+
+def test_head_rollback_returns_a_head_that_diverges_later_to_its_previous_epoch_and_leaves_the_others():
+    """The linear probe's fast-mode rule: a head whose loss turns non-finite in epoch 1 is put back, at that epoch's
+    end, to its state at the end of epoch 0 and stays there; one diverging in epoch 0 is unscored; the others move."""
+    from cog_pl.models.poolers import HeadRollback
+
+    p, m = torch.zeros(3, 2), torch.zeros(3, 2, 4)
+    guard = HeadRollback([p, m], 3)
+    for epoch, losses in enumerate(([1.0, 1.0, float("nan")], [1.0, float("inf"), 1.0], [1.0, 1.0, 1.0])):
+        p += 1
+        m += 1
+        if epoch == 1:
+            p[1], m[1] = float("nan"), float("nan")
+        guard.observe(torch.tensor(losses))
+        guard.end_epoch(epoch)
+    assert guard.diverged_epoch == [None, 1, 0] and guard.scored == [True, True, False]
+    assert p.tolist() == [[3.0, 3.0], [1.0, 1.0], [0.0, 0.0]] and (m[1] == 1).all() and (m[2] == 0).all()
+    with pytest.raises(CogError, match=r"a bank of 3 heads has state of shapes \[\(2, 2\)\]"):
+        HeadRollback([torch.zeros(2, 2)], 3)

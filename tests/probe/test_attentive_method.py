@@ -328,3 +328,53 @@ def test_a_width_the_preset_cannot_split_into_heads_is_refused_before_any_work(t
         get_probe_method("attentive").check(root, tmp_path / "rows.sqlite", model="m", domain="cog_l1",
                                             protocol=PROTOCOL, plan=PLAN, seeds=(22,), shots=(None,))
     assert not (tmp_path / "rows.sqlite").exists()
+
+
+@pytest.mark.parametrize("kind", ["attentive", "mlp"])
+def test_a_diverging_head_fails_alone_the_others_end_as_without_it(kind):
+    """A head at an absurd learning rate (its loss turns non-finite in its first epoch) is scored 0 and recorded as
+    diverged, as the linear probe's fast mode does; the bank's other heads end as the bank without it does."""
+    torch.manual_seed(0)
+    x = torch.randn(40, 3, 64) if kind == "attentive" else torch.randn(40, 64)
+    y = torch.randint(0, 4, (40,))
+    settings = HeadSettings(kind=kind, preset="capi", hidden=8)
+
+    def bank(seeds, lrs):
+        heads = [make_head(settings, 64, 4, s) for s in seeds]
+        return train_bank(settings, heads, x, y, lrs, [1e-3] * len(seeds), epochs=3, batch_size=16,
+                          generator=torch.Generator().manual_seed(7), evaluate={"val": (x[:20], y[:20]),
+                                                                                 "test": (x, y)}, rank_last=True)
+
+    with_bad, without = bank([1, 2, 3], [3e-3, 1e30, 1e-2]), bank([1, 3], [3e-3, 1e-2])
+    assert with_bad.diverged_epoch == [None, 0, None] and without.diverged_epoch == [None, None]
+    for name in ("val", "test"):
+        assert with_bad.top1[name][1] == 0 and with_bad.top5[name][1] == 0
+        assert with_bad.top1[name][[0, 2]].tolist() == without.top1[name].tolist()
+        assert with_bad.top5[name][[0, 2]].tolist() == without.top5[name].tolist()
+    assert (with_bad.ranked[1] == -1).all() and torch.equal(with_bad.ranked[[0, 2]], without.ranked)
+    member = (lambda b, i: b.pooler(i)) if kind == "attentive" else (lambda b, i: b.probe(i))
+    for mine, theirs in ((0, 0), (2, 1)):
+        got, want = member(with_bad.bank, mine).state_dict(), member(without.bank, theirs).state_dict()
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-6, atol=1e-7)
+    rolled = member(with_bad.bank, 1).state_dict()  # back to its state before its first epoch: finite, unscored
+    assert all(torch.isfinite(v).all() for v in rolled.values())
+
+
+def test_a_diverged_trial_and_final_head_are_recorded_with_the_linear_probe_s_fields(tmp_path):
+    """Every trial and the final head diverge in their first epoch (an absurd lr range): the trials record
+    ``diverged_epoch`` 0 and score 0, the row records ``final_diverged_epoch`` 0, test top-1 0 and no predictions;
+    a healthy grid's rows record None."""
+    from cog_pl.probe.attentive import TokenSplits, probe_cell
+
+    root = write_features(tmp_path / "feats", classes=4, dim=64, per_class=20, test_per_class=3)
+    from cog_pl.features.pair import open_pair
+
+    splits = TokenSplits.load(open_pair(root))
+    cell = {"seed": 22, "shots": None, "model": "m", "domain": "cog_l1", "protocol": PROTOCOL, "plan": PLAN}
+    row = probe_cell(splits, settings=HeadSettings(kind="mlp", hidden=8, lr_range=(1e30, 1e31)), **cell)
+    assert [t["diverged_epoch"] for t in row["trials"]] == [0] * PROTOCOL.trials
+    assert {t["val_top1"] for t in row["trials"]} == {0.0} and row["val_top1"] == 0.0
+    assert row["final_diverged_epoch"] == 0 and row["test_top1"] == 0.0 and row["test_top5"] == 0.0
+    healthy = probe_cell(splits, settings=HeadSettings(kind="mlp", hidden=8), **cell)
+    assert healthy["final_diverged_epoch"] is None and {t["diverged_epoch"] for t in healthy["trials"]} == {None}
