@@ -30,6 +30,9 @@ of its previous epoch, or scored 0 when it diverged in its first (:class:`~cog_p
 other heads of its bank end as without it. Its trial records ``diverged_epoch``, the row ``final_diverged_epoch``
 (the linear probe's fields).
 
+Precision: the search plan's (:meth:`~cog_pl.probe.tuner.SearchPlan.precision_on`, the linear probe's rule):
+``"32-true"``, or ``"bf16-mixed"``, the training forward under bfloat16 autocast (:func:`train_bank`).
+
 Rows: ``method`` ``attentive`` or ``mlp``; ``head`` records the probe's settings (kind, preset and its config, or
 the hidden width, optimiser, schedule, ranges) and is part of the row's identity with the features, protocol, search
 and precision: a row made with another preset, width or feature definition is refused (``overwrite``: made again).
@@ -59,6 +62,7 @@ from cog_pl.features.pair import StorePair, open_pair
 from cog_pl.metrics import percent, topk_correct, topk_first
 from cog_pl.models import poolers as _POOLERS
 from cog_pl.probe.data import load_store, sub_seed, train_labels
+from cog_pl.probe.multihead import PRECISIONS
 from cog_pl.probe.study import ask_trials, tell_result
 from cog_pl.probe.tuner import SearchPlan, best_trial
 from cog_pl.protocol import ProbeProtocol, as_record
@@ -78,7 +82,7 @@ KINDS = ("attentive", "mlp")
 DEFAULT_PRESET = "capi"
 #: The MLP probe's hidden width by default (``--mlp-hidden``).
 DEFAULT_HIDDEN = 1024
-PRECISION = "32-true"  # the heads train and evaluate in float32
+PRECISION = "32-true"  # the heads' precision by default; the search plan's (SearchPlan.precision_on) in a grid
 
 
 def presets() -> tuple[str, ...]:
@@ -215,12 +219,18 @@ def evaluate_bank(bank: nn.Module, x: Tensor, y: Tensor, chunk: int = 1024,
 
 def train_bank(settings: HeadSettings, heads: Sequence[nn.Module], x: Tensor, y: Tensor, lrs: Sequence[float],
                wds: Sequence[float], *, epochs: int, batch_size: int, generator: torch.Generator,
-               evaluate: dict[str, tuple[Tensor, Tensor]], rank_last: bool = False) -> BankResult:
+               evaluate: dict[str, tuple[Tensor, Tensor]], rank_last: bool = False,
+               precision: str = PRECISION) -> BankResult:
     """Train ``heads`` (their :func:`make_bank`) on ``(x, y)`` in one pass, head ``i`` with ``lrs[i]`` and
     ``wds[i]``, batches from a ``torch.randperm`` per epoch of ``generator``; evaluate every head on each set of
     ``evaluate`` (name: (x, y)) after the last epoch. A head whose loss turns non-finite fails alone, as in the linear
     probe's fast mode (:class:`~cog_pl.models.poolers.HeadRollback`): rolled back to the end of its previous epoch,
-    scored 0 (top-1, top-5; ranked -1) when it diverged in its first; the other heads end as without it."""
+    scored 0 (top-1, top-5; ranked -1) when it diverged in its first; the other heads end as without it.
+    ``precision``: ``"32-true"``, or ``"bf16-mixed"`` as the linear probe's (:mod:`cog_pl.probe.multihead`): the
+    training forward under bfloat16 autocast, the parameters, AdamW's moments and the loss in float32; the evaluation
+    always in float32."""
+    if precision not in PRECISIONS:
+        raise CogError(f"precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
     device = x.device
     bank = make_bank(settings, heads).to(device)
     params = [p for p in bank.parameters() if p.requires_grad]
@@ -244,7 +254,8 @@ def train_bank(settings: HeadSettings, heads: Sequence[nn.Module], x: Tensor, y:
             idx = order[start : start + batch_size]
             step += 1
             lr = scheduled_lr(step, ref_lr, settings, warmup, total)
-            logits = bank(x[idx])  # [n, B, C]
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+                logits = bank(x[idx]).float()  # [n, B, C]
             target = y[idx].to(device)
             losses = torch.stack([loss_fn(logits[i], target) for i in range(len(heads))])
             guard.observe(losses)
@@ -300,12 +311,13 @@ def search_space(settings: HeadSettings) -> dict[str, FloatDistribution]:
                                                                                           log=True)}
 
 
-def head_identity(features: dict | None, settings: HeadSettings, protocol: ProbeProtocol, plan: SearchPlan) -> dict:
+def head_identity(features: dict | None, settings: HeadSettings, protocol: ProbeProtocol, plan: SearchPlan,
+                  precision: str = PRECISION) -> dict:
     """The identity fields of a row (``head``, ``protocol``, ``search``, ``precision``, ``features``) and their
-    digest (``identity``)."""
+    digest (``identity``); ``precision``: the heads' (:meth:`~cog_pl.probe.tuner.SearchPlan.precision_on`)."""
     search = {k: plan.as_record()[k] for k in ("mode", "startup_trials", "trial_batch")}
     values = {"head": settings.as_record(), "protocol": as_record(protocol), "search": search,
-              "precision": PRECISION, "features": features}
+              "precision": precision, "features": features}
     return {**values, "identity": digest(values)}
 
 
@@ -339,7 +351,8 @@ def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots:
     """Tune, retrain and test one (seed, shots) cell; returns its row. The test rows enter no choice: each trial's
     test top-1 is only recorded (``oracle_test_top1``)."""
     start = time.perf_counter()
-    want = want or head_identity(splits.features, settings, protocol, plan)
+    want = want or head_identity(splits.features, settings, protocol, plan, plan.precision_on(device))
+    precision = want["precision"]
     labels = splits.train_y.numpy()
     train_idx, val_idx = tuning_indices(labels, protocol.val_fraction, seed, shots)
     x = head_input(settings, splits.train_x).to(device)
@@ -359,7 +372,7 @@ def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots:
         result = train_bank(settings, heads, tx, ty, [t.params["lr"] for t in trials],
                             [t.params["wd"] for t in trials], epochs=protocol.epochs, batch_size=protocol.batch_size,
                             generator=torch.Generator().manual_seed(sub_seed(seed, 11, trials[0].number)),
-                            evaluate=evaluate)
+                            evaluate=evaluate, precision=precision)
         for i, t in enumerate(trials):
             tell_result(study, t, float(result.top1["val"][i]), {"result": {
                 "val_top5": float(result.top5["val"][i]), "test_top1": float(result.top1["test"][i]),
@@ -378,7 +391,7 @@ def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots:
     head = make_head(settings, dim, classes, sub_seed(seed, 20))
     final = train_bank(settings, [head], x[final_idx], y[final_idx], [lr], [wd], epochs=protocol.epochs,
                        batch_size=protocol.batch_size, generator=torch.Generator().manual_seed(sub_seed(seed, 21)),
-                       evaluate={"test": (test_x, test_y)}, rank_last=True)
+                       evaluate={"test": (test_x, test_y)}, rank_last=True, precision=precision)
     end = time.perf_counter()
     images = np.arange(len(splits.test_y)) if splits.test_images is None else splits.test_images
     test_top1 = float(final.top1["test"][0])
@@ -409,8 +422,8 @@ def settings_of(kind: str, preset: str | None = None, hidden: int | None = None)
 
 def head_todo(pair: StorePair, results: str | os.PathLike, *, settings: HeadSettings, model: str, domain: str,
               protocol: ProbeProtocol, plan: SearchPlan, seeds: Sequence[int], shots: Sequence[int | None],
-              overwrite: bool = False, announce: bool = True,
-              rows: StoredRows | None = None) -> tuple[list[tuple[int | None, int]], dict]:
+              overwrite: bool = False, announce: bool = True, rows: StoredRows | None = None,
+              device: str | torch.device = "cpu") -> tuple[list[tuple[int | None, int]], dict]:
     """The cells whose row is missing or (``overwrite``) made with other values, and this run's identity; a row of
     other values (another preset, width, feature definition, protocol, search), or a shot count some class cannot
     fill, is refused otherwise, before any work."""
@@ -420,7 +433,7 @@ def head_todo(pair: StorePair, results: str | os.PathLike, *, settings: HeadSett
             _POOLERS.POOLER_PRESETS[settings.preset].heads(dim)
         except CogError as err:
             raise CogError(f"--attentive-preset {settings.preset} on {pair.root} ({dim} wide): {err}") from None
-    want = head_identity(features_identity(pair), settings, protocol, plan)
+    want = head_identity(features_identity(pair), settings, protocol, plan, plan.precision_on(device))
     todo = cells_todo(results, model=model, method=settings.kind, domain=domain, seeds=seeds, shots=shots, want=want,
                       overwrite=overwrite, compare=differences, announce=announce, rows=rows)
     check_shots(train_labels(pair), protocol.val_fraction, shots)
@@ -446,7 +459,7 @@ def run_head_protocol(root: str | os.PathLike | StorePair, results: str | os.Pat
     pair = root if isinstance(root, StorePair) else open_pair(root)
     model, domain = pair.names(model, domain)
     todo, want = head_todo(pair, results, settings=settings, model=model, domain=domain, protocol=protocol, plan=plan,
-                           seeds=seeds, shots=shots, overwrite=overwrite, rows=rows)
+                           seeds=seeds, shots=shots, overwrite=overwrite, rows=rows, device=device)
     if overwrite:  # the rows of other values this grid would not make again
         remove_stale(results, model=model, method=kind, domain=domain, seeds=seeds, shots=shots, want=want,
                      compare=differences)
@@ -482,7 +495,8 @@ def check_head_grid(root: str | os.PathLike, results: str | os.PathLike, *, kind
                     domain: str | None = None, protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
                     seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
                     overwrite: bool = False, preset: str | None = None, hidden: int | None = None,
-                    rows: StoredRows | None = None, **_: Any) -> list[tuple[int | None, int]]:
+                    rows: StoredRows | None = None, device: str | torch.device = "cpu",
+                    **_: Any) -> list[tuple[int | None, int]]:
     """:func:`head_todo` of a grid as :func:`run_head_protocol` would run it: refuses rows of other values before any
     work (``cog-pl run`` checks every method's grid before the first probe)."""
     protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
@@ -491,4 +505,5 @@ def check_head_grid(root: str | os.PathLike, results: str | os.PathLike, *, kind
     pair = open_pair(root)
     model, domain = pair.names(model, domain)
     return head_todo(pair, results, settings=settings, model=model, domain=domain, protocol=protocol, plan=plan,
-                     seeds=seeds, shots=shots, overwrite=overwrite, announce=False, rows=rows)[0]
+                     seeds=seeds, shots=shots, overwrite=overwrite, announce=False, rows=rows,
+                     device=device)[0]

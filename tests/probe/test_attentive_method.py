@@ -91,7 +91,7 @@ def test_the_methods_are_registered_with_their_labels_and_order():
 
 
 PROTOCOL = replace(ProbeProtocol(), trials=4, epochs=2, batch_size=32)
-PLAN = SearchPlan(startup_trials=2, trial_batch=2)
+PLAN = SearchPlan(startup_trials=2, trial_batch=2, precision="32-true")  # "auto" is bf16-mixed on a CPU with AMX
 KEYS = {"format_version", "model", "method", "domain", "shots", "seed", "lr", "wd", "best_trial", "val_top1",
         "val_top5", "test_top1", "test_top5", "oracle_test_top1", "trials", "train_rows", "tuning_rows", "val_rows",
         "head", "protocol", "search", "precision", "features", "identity", "preset", "hidden", "feature", "seconds",
@@ -378,3 +378,30 @@ def test_a_diverged_trial_and_final_head_are_recorded_with_the_linear_probe_s_fi
     assert row["final_diverged_epoch"] == 0 and row["test_top1"] == 0.0 and row["test_top5"] == 0.0
     healthy = probe_cell(splits, settings=HeadSettings(kind="mlp", hidden=8), **cell)
     assert healthy["final_diverged_epoch"] is None and {t["diverged_epoch"] for t in healthy["trials"]} == {None}
+
+
+def test_the_heads_honour_the_plan_s_precision_close_to_float32_and_recorded_in_the_row_identity(tmp_path):
+    """``bf16-mixed`` (the linear probe's option, bfloat16 autocast: testable on the CPU) trains the heads' forward in
+    bfloat16: they end close to float32's but not equal, and the rows are distinct (precision in their identity, so a
+    row of the other precision is never reused)."""
+    from cog_pl.features.pair import open_pair
+    from cog_pl.probe.attentive import TokenSplits, differences, probe_cell
+
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 3, 64), torch.randint(0, 4, (40,))
+    settings = HeadSettings(kind="attentive", preset="capi")
+    banks = {p: train_bank(settings, [make_head(settings, 64, 4, 1)], x, y, [3e-3], [1e-3], epochs=3, batch_size=16,
+                           generator=torch.Generator().manual_seed(7), evaluate={"test": (x, y)}, precision=p).bank
+             for p in ("32-true", "bf16-mixed")}
+    with torch.no_grad():
+        fp32, bf16 = banks["32-true"](x), banks["bf16-mixed"](x)
+    assert not torch.equal(fp32, bf16)
+    torch.testing.assert_close(bf16, fp32, rtol=0, atol=0.05 * float(fp32.abs().max()))
+    root = write_features(tmp_path / "feats", classes=4, dim=64, per_class=20, test_per_class=3)
+    splits = TokenSplits.load(open_pair(root))
+    cell = {"seed": 22, "shots": None, "model": "m", "domain": "cog_l1", "protocol": PROTOCOL}
+    rows = {p: probe_cell(splits, settings=HeadSettings(kind="mlp", hidden=8), plan=replace(PLAN, precision=p), **cell)
+            for p in ("32-true", "bf16-mixed")}
+    assert rows["32-true"]["precision"] == "32-true" and rows["bf16-mixed"]["precision"] == "bf16-mixed"
+    assert differences(rows["32-true"], rows["bf16-mixed"]) == [("precision", "32-true", "bf16-mixed")]
+    assert abs(rows["32-true"]["val_top1"] - rows["bf16-mixed"]["val_top1"]) <= 10.0
