@@ -94,6 +94,19 @@ def test_a_dynamic_size_vit_and_a_cnn_of_their_own_size_take_another():
     with torch.inference_mode():
         assert model(torch.zeros(2, 3, 224, 224)).shape == (2, 1 + 14 * 14, 64)
 
+    from cog_pl.models.registry import USER_LAYOUT, BackboneSpec, register_backbone, unregister_backbone
+
+    register_backbone("vit384_at224", BackboneSpec(  # the docs' way to read a fixed-size ViT at another size
+        "vit384_at224", f"timm:{VIT_384}", feature_dim=-1, image_size=224, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5),
+        layout=USER_LAYOUT, timm_kwargs={"dynamic_img_size": True}))
+    try:
+        model = FeatureExtractor("vit384_at224", random_weights=True)
+        assert model.transform_config.crop == 224 and not model.backbone.fixed_input
+        with torch.inference_mode():
+            assert model(torch.zeros(1, 3, 224, 224)).shape == (1, 192)
+    finally:
+        unregister_backbone("vit384_at224")
+
     cnn = timm.get_pretrained_cfg("test_resnet")  # a CNN whose own input is 160 px
     backbone = build_backbone("timm:test_resnet", random_weights=True)
     assert backbone.spec.image_size == cnn.input_size[-1] == 160 and not backbone.fixed_input
