@@ -253,8 +253,9 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
         raise CogError(f"label={label!r} names a module passed as model=; {name!r} has its own name")
     spec = resolve_spec(name) if own is None else module_spec(own, label, image_size)
     if own is None and parse_model_name(spec.arch)[0] == "open_clip":  # open_clip reads its own files and tags
-        if prefix is not None or key_map or in_order:
-            raise CogError(f"{name}: open_clip reads its own checkpoints; prefix, key_map and in_order do not apply")
+        if prefix is not None or key_map or in_order or not read_weights:
+            raise CogError(f"{name}: open_clip reads its own checkpoints; prefix, key_map, in_order and "
+                           "read_weights do not apply")
         return _open_clip_backbone(spec, checkpoint, trust_checkpoint)
     if prefix is not None:
         spec = replace(spec, layout=replace(spec.layout, prefix=prefix))

@@ -95,3 +95,12 @@ def test_a_checkpoint_changed_at_the_same_path_is_loaded_refused_and_extracted_a
     with torch.inference_mode():
         want = ref(torch.stack([dataset[i]["image"] for i in range(len(dataset))])).numpy()
     np.testing.assert_allclose(np.asarray(store.features, np.float32), want, rtol=1e-2, atol=1e-2)
+
+
+def test_open_clip_which_reads_its_own_files_is_never_planned_without_them():
+    """open_clip reads its file (or tag) itself: asking its facts without the weights is refused at once (the run
+    then loads it), never answered by a load."""
+    from cog_pl.errors import CogError
+
+    with pytest.raises(CogError, match="read_weights do not apply"):
+        build_backbone("open_clip:ViT-B-32", "laion2b_s34b_b79k", read_weights=False)
