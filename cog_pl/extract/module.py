@@ -177,19 +177,22 @@ def _model_meta(backbone: Backbone, label: str, transform: TransformConfig, prec
 def planned_store_meta(model: str, checkpoint: str, *, prefix: str | None = None,
                        key_map: dict[str, str] | None = None, in_order: bool = False, trust_checkpoint: bool = False,
                        name: str | None = None, transform: Any = None, feature: str | None = None,
-                       precision: str | None = None) -> tuple[dict[str, Any], TransformConfig, int]:
+                       label: str | None = None, precision: str | None = None
+                       ) -> tuple[dict[str, Any], TransformConfig, int]:
     """The store meta ``FeatureExtractor(model, checkpoint, ...)`` would record under a Trainer of ``precision``,
     the transform it reads images with and its feature size, without reading the checkpoint's tensors: the network
     built on the meta device, the weights known by the file's digest (:func:`~cog_pl.models.build_backbone`'s
     ``read_weights=False``). What decides that the stores it would make exist (``cog-pl run`` skips the load
     then); never the weights of features. Its ``trusted_checkpoint`` is ``trust_checkpoint``: a file that records
-    its own trusted reading (``cog-pl models convert``) differs from a store of it, and the caller loads."""
+    its own trusted reading (``cog-pl models convert``) differs from a store of it, and the caller loads.
+    ``label``: the stores' label when the caller has it (:func:`~cog_pl.models.label.model_label`, which may read
+    the file's digest once more)."""
     given = None if transform is None else resolve_transform(transform)
     size = (given or protocol_transform()).crop
     backbone = _extractor_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint, name, size, given,
                                    False, feature, read_weights=False)
     used = given or backbone.transform_config
-    label = model_label(model, checkpoint, name, False)
+    label = label or model_label(model, checkpoint, name, False)
     return _model_meta(backbone, label, used, precision), used, int(backbone.spec.feature_dim)
 
 

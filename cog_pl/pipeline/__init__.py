@@ -630,7 +630,7 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
                                     in1k_source=opts.in1k_source, in21k_source=opts.in21k_source,
                                     allow_missing=opts.allow_missing, decode=opts.decode)
 
-    kept = _kept_without_weights(cfg, data, str(trainer.precision), trainer.is_global_zero)
+    kept = _kept_without_weights(cfg, data, trainer)
     if kept is not None:
         return kept[0], cfg.label, kept[1], trainer.is_global_zero
     model = FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs, name=cfg.name,
@@ -646,13 +646,14 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
     return stores, model.model_name, transform, trainer.is_global_zero
 
 
-def _kept_without_weights(cfg: RunConfig, data: Any, precision: str, lead: bool) -> tuple[list[Path], Any] | None:
+def _kept_without_weights(cfg: RunConfig, data: Any, trainer: Any) -> tuple[list[Path], Any] | None:
     """A rerun whose stores are all complete and were made by this run's inputs, decided without reading the
     checkpoint's tensors (:func:`~cog_pl.extract.module.planned_store_meta`: the network on the meta device, the
     weights by the file's digest, checked by the same plan as an extraction): the stores and the transform, the
     load skipped. None (the extraction loads the weights and decides) when there is no file, a store is not
     complete, or the plan without the weights cannot say every store is kept (a store of other inputs is refused
-    by the extraction that follows, naming what differs)."""
+    by the extraction that follows, naming what differs). ``data``: the run's datamodule for a transform; the
+    Trainer gives the precision and the device (the decode path), as it gives them to the extraction."""
     from cog_pl.extract.module import planned_store_meta
     from cog_pl.extract.stores import plan_extraction
     from cog_pl.features.plan import Action
@@ -663,14 +664,17 @@ def _kept_without_weights(cfg: RunConfig, data: Any, precision: str, lead: bool)
         return None
     try:
         meta, transform, dim = planned_store_meta(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs, name=cfg.name,
-                                                  transform=cfg.transform, feature=cfg.feature, precision=precision)
-        plan = plan_extraction(data(transform), meta)
+                                                  transform=cfg.transform, feature=cfg.feature, label=cfg.label,
+                                                  precision=str(trainer.precision))
+        dm = data(transform)
+        dm.device = trainer.strategy.root_device  # (the extraction's datamodule asks its Trainer)
+        plan = plan_extraction(dm, meta)
     except Exception as err:  # (the extraction decides, with the weights, and says why)
         logger.debug("stores not decided without the weights (%s): the checkpoint is read", err)
         return None
     if any(t.store.action is not Action.SKIP for t in plan.stores):
         return None
-    if lead:
+    if trainer.is_global_zero:
         plan.settle(dim)  # (nothing to finish: the kept stores tidied, as an extraction does)
     logger.info("nothing to extract: all %d stores under %s are complete, made by these weights (sha256 %s); "
                 "the checkpoint was not loaded", len(plan.stores), paths[0].parent.parent, meta["weights_sha256"][:12])
