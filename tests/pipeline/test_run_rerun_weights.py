@@ -104,3 +104,24 @@ def test_open_clip_which_reads_its_own_files_is_never_planned_without_them():
 
     with pytest.raises(CogError, match="read_weights do not apply"):
         build_backbone("open_clip:ViT-B-32", "laion2b_s34b_b79k", read_weights=False)
+
+
+@pytest.mark.parametrize("model, feature, transform", [
+    ("timm:test_vit", None, None), ("timm:test_vit", "tokens_full", 224), ("timm:test_vit", "cls_last4", None),
+    ("timm:test_resnet", "tokens2x2", None), (MODEL, None, 64)])
+def test_the_store_meta_planned_without_the_weights_is_the_extractors(tmp_path, model, feature, transform):
+    """What a rerun decides on: the meta of the network built on the meta device and the file's digest equals the
+    meta the extractor records after loading the file (the model half of every store's identity)."""
+    from cog_pl.extract.module import planned_store_meta
+    from cog_pl.features.store import IDENTITY_KEYS
+
+    ckpt = tmp_path / "w.pth"
+    torch.manual_seed(0)
+    torch.save(build_backbone(model).model.state_dict(), ckpt)
+    real = FeatureExtractor(model, str(ckpt), feature=feature, transform=transform)
+    planned, used, dim = planned_store_meta(model, str(ckpt), feature=feature, transform=transform,
+                                            precision="32-true")
+    want = real.store_meta(precision="32-true")
+    assert {k: planned.get(k) for k in IDENTITY_KEYS} == {k: want.get(k) for k in IDENTITY_KEYS}
+    assert planned.get("token_layout") == want.get("token_layout")
+    assert used == real.transform_config and dim == real.feature_dim
