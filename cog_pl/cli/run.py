@@ -214,7 +214,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=at_least(16), default=None, metavar="PX",
                    help="read the images at PX pixels (resize and crop to PX, the protocol's interpolation and "
                         "normalisation), e.g. 32 for the demo's images and CNN; default: the model's own input "
-                        "(224 px for a network of yours); recorded in every store")
+                        "(timm's configured size for timm:<name>, 224 px for a network of yours); a network of one "
+                        "input size (a timm ViT of fixed position embeddings) refuses another; recorded in every "
+                        "store")
     add_source_options(p)
     p.add_argument("--out", default="cog_run", help="output folder (features, results, report)")
     p.add_argument("--domains", nargs="+", default=list(DOMAINS), help="subset of " + ", ".join(DOMAINS))

@@ -11,6 +11,7 @@ from cog_pl.data.transforms import TransformConfig, protocol_transform
 from cog_pl.extract.writer import FeatureStoreWriter
 from cog_pl.features.store import make_meta
 from cog_pl.models import build_backbone
+from cog_pl.models.build import Backbone, check_input_size
 from cog_pl.models.features import token_layout, with_feature
 from cog_pl.models.files import EXTRACT_OPTIONS, resolve_checkpoint
 from cog_pl.models.label import check_label, model_label
@@ -48,7 +49,9 @@ class FeatureExtractor(BackboneModule):
             its label says so (``resnet50@random``) and its stores' meta.json records ``weights: random``.
         transform: the input pipeline (anything :func:`~cog_pl.models.transform.resolve_transform` takes: an image
             size, a dict, a :class:`~cog_pl.data.transforms.TransformConfig`); default: the model's own (the
-            protocol's 224 px for a module of yours). The :class:`ExtractionDataModule` takes it from here.
+            protocol's 224 px for a module of yours, timm's configured input for ``timm:<name>``). The
+            :class:`ExtractionDataModule` takes it from here. A network that takes its own input size only (a timm
+            ViT of fixed position embeddings, :attr:`~cog_pl.models.build.Backbone.fixed_input`) refuses another.
         feature: a feature definition by name (:mod:`cog_pl.models.definitions`: ``cls``, ``cls_last4``,
             ``patch_mean``, ``cls_last4+patch_mean``, ``mean_last6``, ``tokens2x2``, ``tokens_full``, ...) instead of
             the paper's feature (None, the default); recorded in every store (``feature``, ``definition``). A token
@@ -79,11 +82,8 @@ class FeatureExtractor(BackboneModule):
         if isinstance(model, str):  # a refused model fails here, before a Trainer or a store exists
             checkpoint = resolve_checkpoint(model, checkpoint, random_weights, options=EXTRACT_OPTIONS)
             self._label = model_label(model, checkpoint, name, random_weights)
-        backbone = build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint,
-                                  label=None if isinstance(model, str) else name, image_size=size,
-                                  random_weights=random_weights)
-        if feature is not None:
-            backbone = with_feature(backbone, feature, (self._transform or backbone.transform_config).crop)
+        backbone = _extractor_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint, name, size,
+                                       self._transform, random_weights, feature)
         self.set_backbone(backbone, channels_last)
         if not isinstance(model, str):
             self._label = self.backbone.spec.name
@@ -133,15 +133,9 @@ class FeatureExtractor(BackboneModule):
         and transform are of the transform the images are read with, whoever was given it: ``transform``, else the
         attached datamodule's (an :class:`~cog_pl.extract.datamodule.ExtractionDataModule` given one of its own), else
         this extractor's."""
-        spec = self.backbone.spec
         transform = transform or self._datamodule_transform() or self.transform_config
-        layout = self.token_layout(transform)
-        tokens = {} if layout is None else {"tokens": _count(layout), "token_layout": layout}
-        return make_meta(**tokens, model=self.model_name, arch=spec.arch, feature=spec.feature,
-                         definition=spec.definition(transform), weights=self.backbone.weights,
-                         weights_sha256=self.backbone.weights_sha256, trusted_checkpoint=self.backbone.trusted,
-                         transform=transform.as_record(),
-                         precision=precision or (str(self.trainer.precision) if self._trainer is not None else None))
+        return _model_meta(self.backbone, self.model_name, transform,
+                           precision or (str(self.trainer.precision) if self._trainer is not None else None))
 
     def _datamodule_transform(self) -> TransformConfig | None:
         """The transform of the datamodule the Trainer runs this extractor with, where it has one."""
@@ -151,6 +145,55 @@ class FeatureExtractor(BackboneModule):
         except ValueError:  # an ExtractionDataModule of transform "auto" that has nothing to take it from yet
             return None
         return found if isinstance(found, TransformConfig) else None
+
+
+def _extractor_backbone(model: str | nn.Module, checkpoint: str | None, prefix: str | None,
+                        key_map: dict[str, str] | None, in_order: bool, trust_checkpoint: bool, name: str | None,
+                        size: int, transform: TransformConfig | None, random_weights: bool, feature: str | None,
+                        read_weights: bool = True) -> Backbone:
+    """The backbone of a :class:`FeatureExtractor` (``read_weights``: :func:`~cog_pl.models.build_backbone`'s)."""
+    backbone = build_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint,
+                              label=None if isinstance(model, str) else name, image_size=size,
+                              random_weights=random_weights, read_weights=read_weights)
+    if transform is not None:  # a network of one input size refuses another before any image is read
+        check_input_size(backbone, transform.crop)
+    if feature is not None:
+        backbone = with_feature(backbone, feature, (transform or backbone.transform_config).crop)
+    return backbone
+
+
+def _model_meta(backbone: Backbone, label: str, transform: TransformConfig, precision: str | None) -> dict[str, Any]:
+    """The model half of a store's meta: what :meth:`FeatureExtractor.store_meta` records."""
+    spec = backbone.spec
+    check_input_size(backbone, transform.crop)
+    layout = token_layout(backbone.model, transform.crop)
+    tokens = {} if layout is None else {"tokens": _count(layout), "token_layout": layout}
+    return make_meta(**tokens, model=label, arch=spec.arch, feature=spec.feature,
+                     definition=spec.definition(transform), weights=backbone.weights,
+                     weights_sha256=backbone.weights_sha256, trusted_checkpoint=backbone.trusted,
+                     transform=transform.as_record(), precision=precision)
+
+
+def planned_store_meta(model: str, checkpoint: str, *, prefix: str | None = None,
+                       key_map: dict[str, str] | None = None, in_order: bool = False, trust_checkpoint: bool = False,
+                       name: str | None = None, transform: Any = None, feature: str | None = None,
+                       label: str | None = None, precision: str | None = None
+                       ) -> tuple[dict[str, Any], TransformConfig, int]:
+    """The store meta ``FeatureExtractor(model, checkpoint, ...)`` would record under a Trainer of ``precision``,
+    the transform it reads images with and its feature size, without reading the checkpoint's tensors: the network
+    built on the meta device, the weights known by the file's digest (:func:`~cog_pl.models.build_backbone`'s
+    ``read_weights=False``). What decides that the stores it would make exist (``cog-pl run`` skips the load
+    then); never the weights of features. Its ``trusted_checkpoint`` is ``trust_checkpoint``: a file that records
+    its own trusted reading (``cog-pl models convert``) differs from a store of it, and the caller loads.
+    ``label``: the stores' label when the caller has it (:func:`~cog_pl.models.label.model_label`, which may read
+    the file's digest once more)."""
+    given = None if transform is None else resolve_transform(transform)
+    size = (given or protocol_transform()).crop
+    backbone = _extractor_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint, name, size, given,
+                                   False, feature, read_weights=False)
+    used = given or backbone.transform_config
+    label = label or model_label(model, checkpoint, name, False)
+    return _model_meta(backbone, label, used, precision), used, int(backbone.spec.feature_dim)
 
 
 def _count(layout: dict[str, Any]) -> int:

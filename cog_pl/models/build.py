@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import itertools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -42,8 +43,8 @@ from cog_pl.models.registry import (
 from cog_pl.models.transform import backbone_transform
 from cog_pl.models.zoo import EFFICIENTNET_LITE0
 
-__all__ = ["Backbone", "BackboneSpec", "build_backbone", "find_builder", "list_backbones", "module_spec",
-           "register_architecture", "register_backbone", "state_sha256", "unregister_backbone"]
+__all__ = ["Backbone", "BackboneSpec", "build_backbone", "check_input_size", "find_builder", "list_backbones",
+           "module_spec", "register_architecture", "register_backbone", "state_sha256", "unregister_backbone"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,9 @@ class Backbone:
     weights_sha256: str | None
     trusted: bool = False  # the checkpoint was read with trust_checkpoint (its code ran)
     report: LoadReport | None = None
+    #: the network takes images of ``spec.image_size`` px only (timm's ``pretrained_cfg["fixed_input_size"]``: a
+    #: ViT's position embeddings, unless built with ``dynamic_img_size=True``); False: any size
+    fixed_input: bool = False
 
     @property
     def transform_config(self) -> TransformConfig:
@@ -209,7 +213,7 @@ def _feature_module(net: nn.Module, spec: BackboneSpec) -> nn.Module:
 def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor], checkpoint: str | Path | None = None,
                    prefix: str | None = None, key_map: Mapping[str, str] | None = None, in_order: bool = False,
                    trust_checkpoint: bool = False, label: str | None = None, image_size: int = 224,
-                   random_weights: bool = False) -> Backbone:
+                   random_weights: bool = False, read_weights: bool = True) -> Backbone:
     """Build a backbone with random weights, or the weights of ``checkpoint`` read in the spec's layout.
 
     Args:
@@ -228,9 +232,16 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
             (the same weights on every run, so that an interrupted extraction resumes on them); a caller that
             labels features refuses a network without weights unless asked for this
             (:func:`cog_pl.models.files.resolve_checkpoint`).
+        read_weights: False: with ``checkpoint``, the network is built on the meta device and the file's tensors are
+            not read: the facts of the backbone the file would make (spec and feature size, ``weights``, the
+            file's ``weights_sha256``; ``trusted`` as ``trust_checkpoint`` says), to decide whether the work it would
+            do exists (:func:`cog_pl.extract.module.planned_store_meta`); its module computes shapes only.
 
     Returns:
         The frozen, eval-mode :class:`Backbone`, with the :class:`~cog_pl.models.checkpoints.LoadReport` of the file.
+        A timm network's spec states the input size timm configures it for (``image_size``: the crop of
+        ``timm.data.resolve_model_data_config``, 384 for ``timm:vit_base_patch16_384``), at which its feature size
+        is measured, and :attr:`Backbone.fixed_input` whether it takes that size only.
 
     Example:
         >>> backbone = build_backbone("resnet50")  # random weights
@@ -242,8 +253,9 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
         raise CogError(f"label={label!r} names a module passed as model=; {name!r} has its own name")
     spec = resolve_spec(name) if own is None else module_spec(own, label, image_size)
     if own is None and parse_model_name(spec.arch)[0] == "open_clip":  # open_clip reads its own files and tags
-        if prefix is not None or key_map or in_order:
-            raise CogError(f"{name}: open_clip reads its own checkpoints; prefix, key_map and in_order do not apply")
+        if prefix is not None or key_map or in_order or not read_weights:
+            raise CogError(f"{name}: open_clip reads its own checkpoints; prefix, key_map, in_order and "
+                           "read_weights do not apply")
         return _open_clip_backbone(spec, checkpoint, trust_checkpoint)
     if prefix is not None:
         spec = replace(spec, layout=replace(spec.layout, prefix=prefix))
@@ -254,9 +266,18 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(RANDOM_SEED)
             net = _make(spec, with_head=in_order)
+    elif own is None and checkpoint is not None and not read_weights:
+        with torch.device("meta"):  # no initialisation, no memory: the architecture alone
+            net = _make(spec, with_head=in_order)
     else:
         net = _make(spec, with_head=in_order) if own is None else own
-    if checkpoint is None:
+    trusted = False
+    if checkpoint is not None and not read_weights and own is None:  # the file's digest, not its tensors
+        net = _without_head(net, spec)
+        if in_order and parse_model_name(spec.arch)[0] == "timm" and spec.feature != "output":
+            net.reset_classifier(0)
+        weights, digest, trusted = str(checkpoint), file_sha256(checkpoint), trust_checkpoint
+    elif checkpoint is None:
         net = _without_head(net, spec)
         if own is not None:  # weights as passed: identified by their digest
             weights, digest = "module", state_sha256(own)
@@ -298,18 +319,50 @@ def build_backbone(name: str | nn.Module | Callable[[torch.Tensor], torch.Tensor
         elif report.dropped:
             logger.info("%s: read %d tensors from %s [%s]; dropped %s", spec.name, report.loaded, path, container,
                         report.dropped_line())
-        weights, digest = path, file_sha256(checkpoint)
+        weights, digest, trusted = path, file_sha256(checkpoint), report.trusted
         _say_unverified(path)
+    fixed = False
+    if parse_model_name(spec.arch)[0] == "timm":  # the input timm states for the network (a timm: name's own size)
+        spec = replace(spec, image_size=backbone_transform(spec, net).crop)
+        fixed = _fixed_input(net)
     model = _feature_module(net, spec)
     model.eval().requires_grad_(False)
     if spec.feature_dim < 0:
         with torch.inference_mode():
-            dim = model(torch.zeros(1, 3, spec.image_size, spec.image_size)).shape[-1]
+            dim = model(torch.zeros(1, 3, spec.image_size, spec.image_size, device=module_device(model))).shape[-1]
         spec = replace(spec, feature_dim=int(dim))
     if callable(spec.builder):  # the record of what was built; a builder (a lambda, say) need not pickle with it
         spec = replace(spec, builder=None)
     logger.debug("built %s (%s) with %s weights", spec.name, spec.arch, weights)
-    return Backbone(model, spec, weights, digest, report is not None and report.trusted, report)
+    return Backbone(model, spec, weights, digest, trusted, report, fixed)
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device of a module's first parameter or buffer (the CPU for one without): where a probe input goes."""
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def _fixed_input(net: nn.Module) -> bool:
+    """Whether a timm network takes its configured input size only: its ``pretrained_cfg`` says
+    ``fixed_input_size`` (timm ``models/_builder.py`` ``_update_default_model_kwargs`` then builds it with that
+    ``img_size``) and it was not built with ``dynamic_img_size=True`` (timm ``models/vision_transformer.py``, which
+    interpolates its position embeddings to any grid)."""
+    cfg = getattr(net, "pretrained_cfg", None) or {}
+    return bool(cfg.get("fixed_input_size")) and not getattr(net, "dynamic_img_size", False)
+
+
+def check_input_size(backbone: Backbone, size: int) -> None:
+    """Refuse, in one line, to read images at ``size`` px with a network that takes its own input size only
+    (:attr:`Backbone.fixed_input`), before any image is read: the protocol reads each model at its own input size."""
+    spec = backbone.spec
+    if backbone.fixed_input and size != spec.image_size:
+        raise CogError(f"{spec.name} ({spec.arch}) takes {spec.image_size} px images only (timm's pretrained_cfg: "
+                       f"input_size {spec.image_size}, fixed_input_size), not {size} px: leave the image size to the "
+                       "model (--image-size, transform=), or register the architecture built with timm's "
+                       "dynamic_img_size=True (register_backbone(name, BackboneSpec(..., image_size=S, "
+                       "timm_kwargs={'dynamic_img_size': True})))")
 
 
 def _open_clip_backbone(spec: BackboneSpec, checkpoint: str | Path | None, trust_checkpoint: bool) -> Backbone:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cog_pl.errors import CogError
-from cog_pl.models.build import Backbone, BGRInput, ClassToken
+from cog_pl.models.build import Backbone, BGRInput, ClassToken, module_device
 from cog_pl.models.definitions import FeatureDefinition, parse_feature
 
 __all__ = ["CNNTokens", "ViTFeature", "feature_module", "is_vit_like", "token_layout", "with_feature"]
@@ -135,7 +135,7 @@ def with_feature(backbone: Backbone, name: str, image_size: int | None = None) -
     module.eval().requires_grad_(False)
     size = image_size or spec.image_size
     with torch.inference_mode():
-        out = module(torch.zeros(1, 3, size, size))
+        out = module(torch.zeros(1, 3, size, size, device=module_device(module)))
     return replace(backbone, model=module, spec=replace(spec, feature=name, feature_dim=int(out.shape[-1])))
 
 
@@ -152,7 +152,7 @@ def token_layout(module: nn.Module, image_size: int) -> dict[str, Any] | None:
         return None
     if grid is None:
         with torch.inference_mode():
-            x = torch.zeros(1, 3, image_size, image_size)
+            x = torch.zeros(1, 3, image_size, image_size, device=module_device(inner))
             if isinstance(inner, CNNTokens):
                 grid = tuple(inner.feature_map(x).shape[2:])
             else:

@@ -617,19 +617,26 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
     from cog_pl.extract.module import FeatureExtractor
 
     opts = cfg.extract
-    model = FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs, name=cfg.name,
-                             random_weights=cfg.random_weights, feature=cfg.feature)
     filter_known_warnings()
     trainer = L.Trainer(**opts.trainer_kwargs(), logger=False, enable_checkpointing=False,
                         enable_model_summary=False, enable_progress_bar=False,
-                        callbacks=[StageProgress(f"extracting {model.model_name}")] if cfg.progress else [])
+                        callbacks=[StageProgress(f"extracting {cfg.label}")] if cfg.progress else [])
+
+    def data(transform: Any) -> ExtractionDataModule:
+        return ExtractionDataModule(out=str(out / "features"), model_name=cfg.label, in1k_root=cfg.in1k_root,
+                                    in21k_root=cfg.in21k_root, domains=cfg.domains, transform=transform,
+                                    batch_size=opts.batch_size, num_workers=opts.num_workers, benchmark=cfg.benchmark,
+                                    on_error=opts.on_error, max_skipped=opts.max_skipped, overwrite=cfg.overwrite,
+                                    in1k_source=opts.in1k_source, in21k_source=opts.in21k_source,
+                                    allow_missing=opts.allow_missing, decode=opts.decode)
+
+    kept = _kept_without_weights(cfg, data, trainer)
+    if kept is not None:
+        return kept[0], cfg.label, kept[1], trainer.is_global_zero
+    model = FeatureExtractor(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs, name=cfg.name,
+                             random_weights=cfg.random_weights, feature=cfg.feature, transform=cfg.transform)
     transform = cfg.transform or model.transform_config
-    dm = ExtractionDataModule(out=str(out / "features"), model_name=model.model_name, in1k_root=cfg.in1k_root,
-                              in21k_root=cfg.in21k_root, domains=cfg.domains, transform=transform,
-                              batch_size=opts.batch_size, num_workers=opts.num_workers, benchmark=cfg.benchmark,
-                              on_error=opts.on_error, max_skipped=opts.max_skipped, overwrite=cfg.overwrite,
-                              in1k_source=opts.in1k_source, in21k_source=opts.in21k_source,
-                              allow_missing=opts.allow_missing, decode=opts.decode)
+    dm = data(transform)
     if trainer.strategy.root_device.type == "cuda":  # NHWC convolutions on tensor cores: a layout, not a change
         model.set_backbone(model.backbone, channels_last=True)  # of the protocol
     # the datamodule's setup asks the stores' plan once (cog_pl.extract.stores), as `cog-pl extract` does; the
@@ -637,6 +644,41 @@ def _extract(cfg: RunConfig, out: Path) -> tuple[list[Path], str, Any, bool]:
     trainer.predict(model, datamodule=dm, return_predictions=False)  # (the plan names each store it skips, once)
     stores = [dm.store_path(d, s) for d in cfg.domains for s in ("train", "test")]
     return stores, model.model_name, transform, trainer.is_global_zero
+
+
+def _kept_without_weights(cfg: RunConfig, data: Any, trainer: Any) -> tuple[list[Path], Any] | None:
+    """A rerun whose stores are all complete and were made by this run's inputs, decided without reading the
+    checkpoint's tensors (:func:`~cog_pl.extract.module.planned_store_meta`: the network on the meta device, the
+    weights by the file's digest, checked by the same plan as an extraction): the stores and the transform, the
+    load skipped. None (the extraction loads the weights and decides) when there is no file, a store is not
+    complete, or the plan without the weights cannot say every store is kept (a store of other inputs is refused
+    by the extraction that follows, naming what differs). ``data``: the run's datamodule for a transform; the
+    Trainer gives the precision and the device (the decode path), as it gives them to the extraction."""
+    from cog_pl.extract.module import planned_store_meta
+    from cog_pl.extract.stores import plan_extraction
+    from cog_pl.features.plan import Action
+    from cog_pl.features.store import is_complete
+
+    paths = [p for p in cfg.store_paths(cfg.label) if p.parent.name in cfg.domains]
+    if cfg.checkpoint is None or cfg.overwrite or not all(is_complete(p) for p in paths):
+        return None
+    try:
+        meta, transform, dim = planned_store_meta(cfg.model, cfg.checkpoint, **cfg.checkpoint_kwargs, name=cfg.name,
+                                                  transform=cfg.transform, feature=cfg.feature, label=cfg.label,
+                                                  precision=str(trainer.precision))
+        dm = data(transform)
+        dm.device = trainer.strategy.root_device  # (the extraction's datamodule asks its Trainer)
+        plan = plan_extraction(dm, meta)
+    except Exception as err:  # (the extraction decides, with the weights, and says why)
+        logger.debug("stores not decided without the weights (%s): the checkpoint is read", err)
+        return None
+    if any(t.store.action is not Action.SKIP for t in plan.stores):
+        return None
+    if trainer.is_global_zero:
+        plan.settle(dim)  # (nothing to finish: the kept stores tidied, as an extraction does)
+    logger.info("nothing to extract: all %d stores under %s are complete, made by these weights (sha256 %s); "
+                "the checkpoint was not loaded", len(plan.stores), paths[0].parent.parent, meta["weights_sha256"][:12])
+    return paths, transform
 
 
 def _regroup(cfg: RunConfig, out: Path, model_name: str) -> list[Path]:
