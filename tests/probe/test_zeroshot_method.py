@@ -95,7 +95,7 @@ def test_zeroshot_row_of_an_open_clip_model_read_from_its_file(tiny, wnids, tmp_
 
 
 def test_zeroshot_row_is_made_once_whatever_the_seeds(tiny, wnids, tmp_path):
-    path, model = tiny
+    path, _ = tiny
     method = get_probe_method("zeroshot")
     results = tmp_path / "r.sqlite"
     for domain in ("cog_l1", "cog_l2"):

@@ -11,11 +11,12 @@ The network, as openai/CLIP at d05afc4 ``clip/model.py`` writes it (lines cited)
 - ``ln_final``, then the features at the end-of-text token, the highest id of each sequence (``text.argmax(-1)``),
   times ``text_projection`` (width, embed_dim) (lines 350-354). ``logit_scale`` (line 295) is kept with the tower.
 
-Under the causal mask a position's output depends on the positions up to it only, and only the end-of-text position's
-output is read, so the positions after a batch's last end-of-text token change no embedding: the forward cuts each
-batch there (token ids, positional embedding and mask cut alike), which gives the full-context forward's embeddings
-at a fraction of its cost (prompts of ~10-20 tokens out of 77), and the tower encodes its texts sorted by that length
-(:attr:`~cog_pl.models.text.TokenTextTower.sort_by_length`) so that a batch holds prompts of like lengths.
+Under the causal mask (lines 328-334) a position's output depends on the positions up to it only, and only the
+end-of-text position's output is read (lines 352-354), so the positions after a batch's last end-of-text token
+change no embedding: the forward cuts each batch there (token ids, positional embedding and mask cut alike), which
+gives the full-context forward's embeddings at a fraction of its cost (prompts of ~10-20 tokens out of 77), and the
+tower encodes its texts sorted by that length (:attr:`~cog_pl.models.text.TokenTextTower.sort_by_length`) so that a
+batch holds prompts of like lengths.
 
 The sizes are read from the tensors as ``build_model`` reads them (lines 417-422: embed_dim from
 ``text_projection``, context length from ``positional_embedding``, vocabulary from ``token_embedding``, width from
@@ -82,7 +83,11 @@ class Transformer(nn.Module):
 
 
 class CLIPTextTransformer(nn.Module):
-    """CLIP's text tower under OpenAI's tensor names: token ids (N, context_length) -> embeddings (N, embed_dim)."""
+    """CLIP's text tower under OpenAI's tensor names: token ids (N, context_length) -> embeddings (N, embed_dim).
+    ``cut``: each batch cut after its last end-of-text token (the same embeddings; False: the whole context, as
+    the published forward computes it, for comparison: ``benchmarks/bench_zeroshot.py``)."""
+
+    cut = True
 
     def __init__(self, embed_dim: int = 1024, context_length: int = 77, vocab_size: int = 49408, width: int = 512,
                  heads: int = 8, layers: int = 12) -> None:
@@ -100,7 +105,7 @@ class CLIPTextTransformer(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         eot = tokens.argmax(dim=-1)  # the position read (clip/model.py line 354)
-        n = int(eot.max()) + 1 if len(tokens) else tokens.shape[1]  # the later ones change nothing: cut (causal mask)
+        n = int(eot.max()) + 1 if len(tokens) and self.cut else tokens.shape[1]  # later ones change nothing (causal)
         x = self.token_embedding(tokens[:, :n]) + self.positional_embedding[:n]
         x = self.ln_final(self.transformer(x, self.attn_mask[:n, :n]))
         return x[torch.arange(x.shape[0], device=x.device), eot] @ self.text_projection
