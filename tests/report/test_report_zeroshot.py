@@ -62,6 +62,10 @@ def test_a_zeroshot_cell_counts_once_whatever_the_seeds_of_its_runs(tmp_path):
     found, lacking = stored_predictions(results, stored_rows)
     assert not lacking and set(found["m", "zeroshot", "cog_l1"]) == {NO_SEED}
     assert aligned(found["m", "zeroshot", "cog_l1"], found["m", "linear", "cog_l1"])[2] == (22, 37)
+    from cog_pl.report.probes import probe_gains
+
+    gain = probe_gains(found, {"a": 0.1, "b": 0.2, "c": 0.3})["zeroshot"]
+    assert gain.paired["m", "cog_l1"].seeds == (22, 37) and not gain.unpaired and "m" in gain.curves
 
 
 def test_zeroshot_concept_top1_against_similarity():
