@@ -4,9 +4,12 @@ the zero-shot evaluation's throughput.
 The text tower is the paper's CLIP ResNet-50's (:func:`cog_pl.models.build_text_tower`, ``clip`` with random weights
 of RN50's sizes: the time does not depend on the values), the templates OpenAI's 80 (``openai80``), the names the
 first lemma of 1,000 IN-1K concepts (``lemma``); the classifier is :func:`cog_pl.zeroshot.zeroshot_classifier`
-(prompts tokenised by CLIP's tokenizer, encoded in batches, normalised, averaged per concept). On a CPU the full
-80,000 prompts take hours, so ``--concepts`` of them are encoded and the time is extrapolated linearly to 1,000 (the
-prompts are encoded in fixed-size batches: linear in their number; stated as an estimate in the output). The
+(prompts tokenised by CLIP's tokenizer, encoded in batches, normalised, averaged per concept). The classifier is
+built twice in one run, side by side: as the tower builds it (texts sorted by length, each batch cut after its last
+end-of-text token: :mod:`cog_pl.models.arch.clip_text`) and over the whole 77-token context (the published forward),
+with the ratio of the two times and the largest difference of the two classifiers. On a CPU the full-context build of
+80,000 prompts takes hours, so ``--concepts`` of them are encoded and the times are extrapolated linearly to 1,000
+(the prompts are encoded in fixed-size batches: linear in their number; stated as an estimate in the output). The
 evaluation: :func:`cog_pl.zeroshot.zeroshot_logits` and the top-5 on ``--images`` random 1024-d image embeddings
 against the 1,000-column classifier, in the batches the method uses (:data:`cog_pl.probe.zeroshot.BATCH`).
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import platform
 import time
 
 import torch
@@ -37,6 +41,31 @@ FULL = 1000
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def _machine(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
+    except OSError:
+        model = ""
+    return f"{model or platform.processor() or 'CPU'}, {os.cpu_count()} logical cores"
+
+
+def _build(tower, names, templates, device: torch.device, cut: bool) -> tuple[torch.Tensor, float]:
+    """The classifier and the seconds it took, each batch cut after its last end token (``cut``) or not."""
+    tower.net.cut = tower.sort_by_length = cut
+    try:
+        zeroshot_classifier(tower.encode_text, names[:1], templates[:2])  # warm-up
+        _sync(device)
+        t0 = time.perf_counter()
+        weights = zeroshot_classifier(tower.encode_text, names, templates)
+        _sync(device)
+        return weights, time.perf_counter() - t0
+    finally:
+        tower.net.cut, tower.sort_by_length = type(tower.net).cut, type(tower).sort_by_length
 
 
 def main() -> None:
@@ -63,21 +92,18 @@ def main() -> None:
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if args.precision == "bf16-mixed"
                 else contextlib.nullcontext())
     with autocast:
-        zeroshot_classifier(tower.encode_text, names[:1], templates.templates[:2])  # warm-up
-        _sync(device)
-        t0 = time.perf_counter()
-        weights = zeroshot_classifier(tower.encode_text, names, templates)
-        _sync(device)
-    seconds = time.perf_counter() - t0
+        weights, cut = _build(tower, names, templates.templates, device, cut=True)
+        whole, full = _build(tower, names, templates.templates, device, cut=False)
     prompts = concepts * len(templates.templates)
-    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}, "
-          f"{torch.get_num_threads()} threads), precision {args.precision}, text tower clip (RN50's, random weights; "
-          f"built in {built:.1f} s)")
-    print(f"classifier: {concepts} concepts x {len(templates.templates)} templates = {prompts} prompts in "
-          f"{seconds:.2f} s ({prompts / seconds:.0f} prompts/s)")
-    full = seconds * FULL / concepts
-    print(f"classifier of 1000 concepts x {len(templates.templates)} templates: {full:.1f} s"
-          + ("" if concepts == FULL else f" (an estimate: extrapolated linearly from {concepts} concepts)"))
+    print(f"device {device} ({_machine(device)}; {torch.get_num_threads()} torch threads), precision "
+          f"{args.precision}, text tower clip (RN50's, random weights; built in {built:.1f} s)")
+    estimate = "" if concepts == FULL else f" (an estimate: extrapolated linearly from {concepts} concepts)"
+    for label, seconds in (("cut after the last end token, sorted by length", cut), ("whole 77-token context", full)):
+        print(f"classifier, {label}: {concepts} concepts x {len(templates.templates)} templates = {prompts} prompts "
+              f"in {seconds:.2f} s ({prompts / seconds:.0f} prompts/s); 1000 concepts: "
+              f"{seconds * FULL / concepts:.1f} s{estimate}")
+    print(f"classifier build, cut / whole context: {cut / full:.3f} of the time ({full / cut:.1f}x faster); largest "
+          f"difference of the two classifiers {(weights - whole).abs().max().item():.2e}")
     classifier = torch.nn.functional.normalize(torch.randn(weights.shape[0], FULL, device=device), dim=0)
     x = torch.randn(args.images, weights.shape[0])
     for _ in range(2):  # the first pass warms up; the second is timed

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from cog_pl.errors import CogError
+from cog_pl.results import NO_SEED
 from cog_pl.results.predictions import Predictions
 
 #: Replicates of the bootstrap and of the permutation test, the level of the interval, the report's seed.
@@ -111,10 +112,20 @@ def paired_difference(a: np.ndarray, b: np.ndarray, *, seeds: tuple[int, ...] = 
                             a.shape[1], tuple(seeds), n_boot, n_perm, level, seed)
 
 
+def seeded_alike(a: Mapping[int, Predictions], b: Mapping[int, Predictions]) -> tuple[Mapping[int, Predictions],
+                                                                                      Mapping[int, Predictions]]:
+    """The predictions per seed of two sides, a side whose only key is :data:`~cog_pl.results.NO_SEED` (a seedless
+    row's, zero-shot's: the same for every seed) given under each seed of the other."""
+    return tuple({s: side[NO_SEED] for s in other} if set(side) == {NO_SEED} else side  # type: ignore[return-value]
+                 for side, other in ((a, b), (b, a)))
+
+
 def aligned(a: Mapping[int, Predictions], b: Mapping[int, Predictions]) -> tuple[np.ndarray, np.ndarray,
                                                                                  tuple[int, ...]]:
     """The ``(seeds, images)`` top-1 correctness of two models on the seeds both have and the test images both
-    answered (matched by dataset row); refused when they name other concepts or other labels for an image."""
+    answered (matched by dataset row); refused when they name other concepts or other labels for an image. A
+    seedless side is paired with each seed of the other (:func:`seeded_alike`)."""
+    a, b = seeded_alike(a, b)
     seeds = tuple(sorted(a.keys() & b.keys()))
     if not seeds:
         raise CogError(f"no seed in common (seeds {sorted(a)} and {sorted(b)})")

@@ -1,8 +1,9 @@
 """The demo's tiny CLIP: ``demo_clip`` (:mod:`cog_pl.models.arch.demo_clip`) trained on the seen concepts' images and
 captions, for ``cog-pl demo --zeroshot``.
 
-The captions are the prompts the demo's zero-shot evaluation reads: the name scheme :data:`NAMES` (registered here:
-a concept's first lemma, then as knowledge every ancestor up WordNet's hypernyms, the concept's own lemma first, as
+The captions are the prompts the demo's zero-shot evaluation reads: the name scheme :data:`NAMES` (defined in
+:mod:`cog_pl.zeroshot.names`, so that a later run on the demo's outputs finds it without importing the demo: a
+concept's first lemma, then as knowledge every ancestor up WordNet's hypernyms, the concept's own lemma first, as
 ``tests/zeroshot/test_tiny_clip.py`` trains on; the demo's images show the motifs of a concept's ancestors,
 :mod:`cog_pl.demo.traits`, so the ancestor words are what the text side carries to concepts it never named) in the
 template set :data:`TEMPLATES` (OpenAI's 7). The loss is CLIP's image side against every seen concept's caption: an
@@ -25,14 +26,13 @@ import lightning as L
 import torch
 from torch import nn
 
-from cog_pl import resources
 from cog_pl.benchmark import Benchmark
 from cog_pl.demo.pretrain import FlipClassifierTraining, fit_backbone
 from cog_pl.demo.synthetic import BENCHMARK_FILE
 from cog_pl.io import atomic_open, write_json
 from cog_pl.models.arch.demo_clip import IMAGE_KEY, TEXT_KEY, DemoCLIPImage, HashedText
 from cog_pl.zeroshot import get_templates
-from cog_pl.zeroshot.names import ClassName, NameScheme, get_name_scheme, hypernym_path, register_name_scheme
+from cog_pl.zeroshot.names import get_name_scheme
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +45,6 @@ CHECKPOINT = "demo_clip.pt"
 NAMES = "demo_ancestors"
 #: The template set of its captions and of its zero-shot evaluation.
 TEMPLATES = "openai7"
-ANCESTORS = 20  # names of the path up WordNet's hypernyms kept (the deepest demo concepts have fewer)
-
-
-def _ancestors(wnids: Sequence[str]) -> list[ClassName]:
-    return [ClassName((resources.concept_name(w).split(", ")[0],), " ".join(hypernym_path(w, ANCESTORS)))
-            for w in wnids]
-
-
-register_name_scheme(NameScheme(NAMES, _ancestors, "the demo's: first lemma, every WordNet ancestor as knowledge "
-                                "(ELEVATER's USE_HIERARCHY format, the whole path)",
-                                "cog_pl.demo.clip (demo_clip's captions)"), replace=True)
 
 
 def captions(wnids: Sequence[str]) -> list[list[str]]:

@@ -41,7 +41,13 @@ class TokenTextTower(nn.Module):
     """A text tower made of a tokenizer (texts -> token ids) and a network on token ids (:meth:`encode_tokens`).
 
     ``name``: the model name it was built for; ``weights``: the file (or pretrained tag) it was read from.
+    :attr:`sort_by_length`: a tower whose network cuts a batch after its longest text (CLIP's,
+    :mod:`cog_pl.models.arch.clip_text`) encodes its texts sorted by token length, so that a batch holds texts of
+    like lengths; the embeddings come back in the order given.
     """
+
+    #: Encode the texts in the order of their end-of-text position (the highest token id's: CLIP's tokenizer).
+    sort_by_length = False
 
     def __init__(self, tokenizer: Callable[[list[str]], Tensor], embed_dim: int, name: str, weights: str) -> None:
         super().__init__()
@@ -58,12 +64,21 @@ class TokenTextTower(nn.Module):
         if isinstance(texts, str):
             raise CogError(f"encode_text takes a list of texts, got the string {texts!r}")
         device = next(self.parameters()).device
-        out = []
+        if not texts:
+            return torch.zeros(0, self.embed_dim, device=device)
+        if not self.sort_by_length:
+            out = []
+            with torch.inference_mode():
+                for start in range(0, len(texts), TEXT_BATCH):
+                    tokens = self.tokenizer(list(texts[start:start + TEXT_BATCH])).to(device)
+                    out.append(self.encode_tokens(tokens).float())
+            return torch.cat(out)
+        tokens = torch.cat([self.tokenizer(list(texts[i:i + TEXT_BATCH])) for i in range(0, len(texts), TEXT_BATCH)])
+        order = torch.argsort(tokens.argmax(dim=-1), stable=True)
         with torch.inference_mode():
-            for start in range(0, len(texts), TEXT_BATCH):
-                tokens = self.tokenizer(list(texts[start:start + TEXT_BATCH])).to(device)
-                out.append(self.encode_tokens(tokens).float())
-        return torch.cat(out) if out else torch.zeros(0, self.embed_dim, device=device)
+            out = torch.cat([self.encode_tokens(tokens[order[i:i + TEXT_BATCH]].to(device)).float()
+                             for i in range(0, len(texts), TEXT_BATCH)])
+        return out[torch.argsort(order).to(device)]
 
 
 def clip_tokenizer(context_length: int = 77) -> Callable[[list[str]], Tensor]:

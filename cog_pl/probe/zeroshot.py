@@ -10,14 +10,16 @@ default ``openai80``), by the text tower of the model that made the store (:func
 the store's ``arch`` and ``weights``; ``backbone``/``checkpoint`` name another), on the probe device. A test image's
 class is the column of largest cosine similarity (:func:`cog_pl.zeroshot.zeroshot_logits`).
 
-Rows: one per domain, ``method = "zeroshot"``, ``shots = None`` (no training image). Zero-shot draws nothing at
-random, but a row's key holds an integer seed (:mod:`cog_pl.results.rows`): the row takes the grid's first seed
-(``seed_is_key: true`` says so), the seed of the linear probe's row it is paired with in the report's concept
-analyses. Its identity: the features' (:func:`~cog_pl.results.identity.features_identity`), the names and templates
-(:func:`~cog_pl.zeroshot.zeroshot_identity`) and the text tower's weights digest (``text_tower.sha256``). A row made
-with other names or templates is refused in one line (:func:`~cog_pl.zeroshot.check_zeroshot_identity`), one of other
-features or text weights by the results store's rule (:func:`~cog_pl.results.identity.cells_todo`); ``overwrite``
-makes them again. A row of the same identity is skipped. The test predictions are stored with the row
+Rows: one per domain, ``method = "zeroshot"``, ``shots = None`` (no training image). Zero-shot draws nothing at random:
+the row is made once whatever the run's seeds, its key seed is :data:`~cog_pl.results.NO_SEED` and it says
+``seedless: true`` (:func:`~cog_pl.results.is_seedless`); a rerun with other seeds finds it and skips it, and the
+report counts it once and pairs it with every seed of the linear probe's row in the concept analyses
+(:func:`cog_pl.analysis.paired.aligned`). A row written before (key seed: its run's first seed, ``seed_is_key: true``)
+is read as the domain's row. Its identity: the features' (:func:`~cog_pl.results.identity.features_identity`), the names
+and templates (:func:`~cog_pl.zeroshot.zeroshot_identity`) and the text tower's weights digest (``text_tower.sha256``).
+A row made with other names or templates is refused in one line (:func:`~cog_pl.zeroshot.check_zeroshot_identity`),
+one of other features or text weights by the results store's rule (:func:`~cog_pl.results.identity.cells_todo`);
+``overwrite`` makes them again. A row of the same identity is skipped. The test predictions are stored with the row
 (:mod:`cog_pl.results.predictions`), as the linear probe's are. The classifier is cached beside the results file
 (``<results stem>.zeroshot/<model>/<domain>/<key>.npy``, key: the tower's digest, names, templates and classes), so
 a rerun encodes no prompt again.
@@ -44,7 +46,17 @@ from cog_pl.io import atomic_open
 from cog_pl.metrics import accuracy, topk_first
 from cog_pl.probe.data import load_store
 from cog_pl.provenance import versions
-from cog_pl.results import FORMAT_VERSION, StoredRows, append_row, read_stored, row_key
+from cog_pl.results import (
+    FORMAT_VERSION,
+    NO_SEED,
+    StoredRows,
+    append_row,
+    delete_row,
+    is_seedless,
+    read_rows,
+    read_stored,
+    row_key,
+)
 from cog_pl.results.identity import cells_todo, digest, features_identity, format_key, remove_stale
 from cog_pl.results.predictions import Predictions
 
@@ -194,15 +206,22 @@ def _options(options: ZeroShotOptions | None, given: dict[str, Any]) -> ZeroShot
     return options or ZeroShotOptions(**keys)
 
 
-def zeroshot_todo(pair: StorePair, results: Any, *, model: str, domain: str, seed: int, options: ZeroShotOptions,
+def zeroshot_todo(pair: StorePair, results: Any, *, model: str, domain: str, options: ZeroShotOptions,
                   want: dict[str, Any], overwrite: bool, rows: StoredRows | None, announce: bool = True) -> list:
-    """The domain's cell ``[(None, seed)]`` when its row is missing (or made with other values, ``overwrite``);
-    ``[]`` when it exists with the same identity; a row made with other names or templates is refused in one line,
-    one of other features or text weights as any other row of other values."""
+    """The domain's cell ``[(None, NO_SEED)]`` when its row is missing (or made with other values, ``overwrite``);
+    ``[]`` when it exists with the same identity (an older row keyed by its run's first seed included); a row made
+    with other names or templates is refused in one line, one of other features or text weights as any other row of
+    other values."""
+    found = [r.values for r in read_stored(results, model=model, method=METHOD, domain=domain, reuse=rows)]
     if not overwrite:
-        _check_recorded(results, [r.values for r in read_stored(results, model=model, method=METHOD, domain=domain,
-                                                                reuse=rows)], options)
-    return cells_todo(results, model=model, method=METHOD, domain=domain, seeds=(seed,), shots=(None,), want=want,
+        _check_recorded(results, found, options)
+        same = [r for r in found if r["seed"] != NO_SEED and is_seedless(r) and not _differences(r, want)]
+        if same and not any(r["seed"] == NO_SEED for r in found):
+            if announce:
+                log.info("skip %s/%s/%s: its row exists (key seed %s, written before seedless rows), made with the "
+                         "same inputs", model, METHOD, domain, same[0]["seed"])
+            return []
+    return cells_todo(results, model=model, method=METHOD, domain=domain, seeds=(NO_SEED,), shots=(None,), want=want,
                       overwrite=overwrite, compare=_differences, announce=announce, rows=rows)
 
 
@@ -212,12 +231,10 @@ def run_zeroshot(root: str | os.PathLike | StorePair, results: str | os.PathLike
                  protocol: Any = None, check_only: bool = False, **given: Any) -> list[dict[str, Any]]:
     """The zero-shot row of a domain into ``results`` (skipped when it exists with the same identity); returns the
     rows written. ``names``, ``templates``, ``backbone``, ``checkpoint``: :class:`ZeroShotOptions` (or ``options``).
-    Arguments of the linear method that do not apply (``storage``, ``plan``, ``shots``) are accepted and ignored.
-    ``check_only``: refuse rows of other values and return the cells to make, without evaluating."""
-    from cog_pl.protocol import ProbeProtocol
-
+    Arguments of the linear method that do not apply (``seeds``, ``protocol``, ``storage``, ``plan``, ``shots``) are
+    accepted and ignored: the row is seedless. ``check_only``: refuse rows of other values and return the cells to
+    make, without evaluating."""
     options = _options(options, given)
-    seeds = tuple(seeds) if seeds else (protocol or ProbeProtocol()).seeds
     device = resolve_device(device)
     pair = root if isinstance(root, StorePair) else open_pair(root)
     model, domain = pair.names(model, domain)
@@ -232,13 +249,16 @@ def run_zeroshot(root: str | os.PathLike | StorePair, results: str | os.PathLike
     start = time.perf_counter()
     tower, record = text_tower(meta, options, device)
     want = zeroshot_want(pair, record, options)
-    todo = zeroshot_todo(pair, results, model=model, domain=domain, seed=seeds[0], options=options, want=want,
+    todo = zeroshot_todo(pair, results, model=model, domain=domain, options=options, want=want,
                          overwrite=overwrite, rows=rows, announce=not check_only)
     if check_only:
         return todo
     if overwrite:
-        remove_stale(results, model=model, method=METHOD, domain=domain, seeds=(seeds[0],), shots=(None,), want=want,
+        remove_stale(results, model=model, method=METHOD, domain=domain, seeds=(NO_SEED,), shots=(None,), want=want,
                      compare=_differences)
+        for old in read_rows(results, model=model, method=METHOD, domain=domain):  # keyed by a seed before
+            if old["seed"] != NO_SEED and is_seedless(old):
+                delete_row(results, row_key(old))
     if not todo:
         return []
     key = classifier_key(record, options, classes)
@@ -250,7 +270,7 @@ def run_zeroshot(root: str | os.PathLike | StorePair, results: str | os.PathLike
     from cog_pl.zeroshot import get_templates, shared_names
 
     row.update({"format_version": FORMAT_VERSION, "model": model, "method": METHOD, "domain": domain, "shots": None,
-                "seed": seeds[0], "seed_is_key": True, **{k: want[k] for k in want},
+                "seed": NO_SEED, "seedless": True, **{k: want[k] for k in want},
                 "templates_count": len(get_templates(options.templates).templates),
                 "shared_names": {k: list(v) for k, v in shared_names(options.names, classes).items()},
                 "classifier": {"key": key, "cached": cached, "classes": len(classes)},

@@ -37,7 +37,7 @@ from cog_pl.report.probes import ProbeGain, probe_gains
 from cog_pl.report.tables import mean_std
 from cog_pl.report.variants import Stat
 from cog_pl.resources import in1k_wnids, is_wnid
-from cog_pl.results import DEFAULT_METHOD, method_of, read_info, write_info
+from cog_pl.results import DEFAULT_METHOD, NO_SEED, is_seedless, method_of, read_info, write_info
 from cog_pl.results.predictions import (
     Predictions,
     PredictionsError,
@@ -95,7 +95,8 @@ def _name(row: dict[str, Any]) -> str:
 
 def stored_predictions(results: str | Path, rows: Iterable[dict[str, Any]]) -> tuple[
         dict[Cell, dict[int, Predictions]], list[tuple[str, str]]]:
-    """The predictions of every all-data row on the official domains, per (model, method, domain) and seed, and the
+    """The predictions of every all-data row on the official domains, per (model, method, domain) and seed (a seedless
+    row's, zero-shot's, under :data:`~cog_pl.results.NO_SEED`, once), and the
     rows lacking them with the reason; predictions not matching their row are refused
     (:class:`~cog_pl.results.predictions.PredictionsError`)."""
     found: dict[Cell, dict[int, Predictions]] = defaultdict(dict)
@@ -107,7 +108,8 @@ def stored_predictions(results: str | Path, rows: Iterable[dict[str, Any]]) -> t
         if preds is None:
             lacking.append((_name(row), missing_reason(results, row) or "no predictions"))
         else:
-            found[row["model"], method_of(row), row["domain"]][int(row["seed"])] = preds
+            seed = NO_SEED if is_seedless(row) else int(row["seed"])
+            found[row["model"], method_of(row), row["domain"]][seed] = preds
     return dict(found), lacking
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cog_pl.analysis import concepts as ca
-from cog_pl.analysis.paired import SEED, PairedDifference, aligned, paired_difference, positions
+from cog_pl.analysis.paired import SEED, PairedDifference, aligned, paired_difference, positions, seeded_alike
 from cog_pl.errors import CogError
 from cog_pl.methods import is_frozen, sort_methods
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
@@ -104,6 +104,7 @@ def probe_gains(stored: Mapping[tuple[str, str, str], Mapping[int, Predictions]]
                     if a is not None:
                         gain.unpaired[model, domain] = "no linear-probe predictions"
                     continue
+                a, b = seeded_alike(a, b)  # zero-shot's one row under each of the linear probe's seeds
                 try:
                     ca_, cb, seeds = aligned(a, b)
                 except CogError as err:

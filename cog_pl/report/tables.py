@@ -33,7 +33,7 @@ from cog_pl.errors import CogError
 from cog_pl.finetune.method import METHOD as FINETUNE
 from cog_pl.methods import is_frozen, method_label, method_sort_key, sort_methods
 from cog_pl.protocol import DOMAINS, ProbeProtocol, split_domain
-from cog_pl.results import DEFAULT_METHOD, method_of
+from cog_pl.results import DEFAULT_METHOD, method_of, one_per_seedless_cell
 from cog_pl.results.identity import describe, protocol_differences, protocol_key, settings_of, value_differences
 
 DOMAIN_LABELS = {"in1k": "IN-1K", **{f"cog_l{i}": f"L{i}" for i in range(1, 6)}}
@@ -133,9 +133,10 @@ def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
     """Aggregate rows over seeds per (model, method, domain, shots); rows of two protocols in one cell are refused
     (:func:`cog_pl.report.protocols.split_protocols` sets a cell's older ones apart). With a ``baseline`` model, fill
     ``relative`` against the baseline's cell of the same method, domain and shots, and ``relative_note`` where it has
-    none or its settings differ."""
+    none or its settings differ. A seedless cell (zero-shot's) counts one row, however many runs of other seeds
+    wrote one (:func:`~cog_pl.results.one_per_seedless_cell`)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in rows:
+    for r in one_per_seedless_cell(list(rows)):
         groups[cell_of(r)].append(r)
     cells = {}
     for (model, method, domain, shots), rs in groups.items():

@@ -13,6 +13,7 @@ from cog_pl.results.rows import (
     FORMAT,
     FORMAT_VERSION,
     KEY_FIELDS,
+    NO_SEED,
     SCOPE_FIELDS,
     StoredRow,
     StoredRows,
@@ -22,7 +23,9 @@ from cog_pl.results.rows import (
     delete_row,
     get_row,
     has_row,
+    is_seedless,
     method_of,
+    one_per_seedless_cell,
     read_info,
     read_rows,
     read_stored,
@@ -31,6 +34,7 @@ from cog_pl.results.rows import (
     write_info,
 )
 
-__all__ = ["DEFAULT_METHOD", "FORMAT", "FORMAT_VERSION", "KEY_FIELDS", "SCOPE_FIELDS", "StoredRow", "StoredRows",
-           "append_row", "check_results_file", "count_rows", "delete_row", "get_row", "has_row", "method_of",
-           "read_info", "read_rows", "read_stored", "row_key", "row_times", "write_info"]
+__all__ = ["DEFAULT_METHOD", "FORMAT", "FORMAT_VERSION", "KEY_FIELDS", "NO_SEED", "SCOPE_FIELDS", "StoredRow",
+           "StoredRows", "append_row", "check_results_file", "count_rows", "delete_row", "get_row", "has_row",
+           "is_seedless", "method_of", "one_per_seedless_cell", "read_info", "read_rows", "read_stored", "row_key",
+           "row_times", "write_info"]

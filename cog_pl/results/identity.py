@@ -109,9 +109,12 @@ def differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, An
 
 
 def format_key(key: tuple) -> str:
-    """A row's key (:func:`cog_pl.results.row_key`) as text: also the name of its cell's claim."""
+    """A row's key (:func:`cog_pl.results.row_key`) as text: also the name of its cell's claim (``seed=none``: a
+    seedless row's, key seed :data:`~cog_pl.results.NO_SEED`)."""
+    from cog_pl.results.rows import NO_SEED
+
     model, method, domain, shots, seed = key
-    return f"{model}/{method}/{domain}/shots={shots or 'all'}/seed={seed}"
+    return f"{model}/{method}/{domain}/shots={shots or 'all'}/seed={'none' if seed == NO_SEED else seed}"
 
 
 def refusal(results, key: tuple, diff: list[tuple[str, Any, Any]]) -> str:

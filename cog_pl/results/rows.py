@@ -19,6 +19,11 @@ Table ``info(key, value)`` holds ``format`` and what the rows were made with tha
 (:func:`read_info`, :func:`write_info`; ``cog-pl run`` records the similarity source of the concept analyses and the
 feature stores' root: :mod:`cog_pl.report.concepts`).
 
+A method that draws nothing at random (zero-shot) makes one row per (model, method, domain, shots) cell whatever a
+run's seeds: its key seed is :data:`NO_SEED` and the row says ``seedless: true`` (:func:`is_seedless`; rows written
+before this rule took the run's first seed and say ``seed_is_key: true``, read as seedless too). A reader counts
+such a cell's rows once (:func:`one_per_seedless_cell`).
+
 A version-1 file (key ``(model, domain, shots, seed)``, a development format no release wrote) is refused, as is any
 other format, naming the file and its format; it is never changed.
 """
@@ -43,6 +48,8 @@ FORMAT_VERSION = 2
 #: The method of a row that names none (rows written by hand or before format 2): the linear probe's.
 DEFAULT_METHOD = "linear"
 KEY_FIELDS = ("model", "method", "domain", "shots", "seed")
+#: The key seed of a row that draws nothing at random (:func:`is_seedless`): one row per cell, whatever the seeds.
+NO_SEED = -1
 _KEY_MATCH = "model=? AND method=? AND domain=? AND shots=? AND seed=?"
 _ROWS = """(
     model TEXT NOT NULL, method TEXT NOT NULL, domain TEXT NOT NULL, shots INTEGER NOT NULL, seed INTEGER NOT NULL,
@@ -68,6 +75,27 @@ def method_of(row: dict[str, Any]) -> str:
 def row_key(row: dict[str, Any]) -> tuple:
     """The identity of a row: (model, method, domain, shots or None for all data, seed)."""
     return row["model"], method_of(row), row["domain"], row["shots"], row["seed"]
+
+
+def is_seedless(row: Mapping[str, Any]) -> bool:
+    """Whether a row's numbers depend on no seed: ``seedless: true`` (key seed :data:`NO_SEED`), or ``seed_is_key:
+    true`` (a zero-shot row written before seedless rows, which took its run's first seed as key seed)."""
+    return bool(row.get("seedless") or row.get("seed_is_key"))
+
+
+def one_per_seedless_cell(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with each seedless cell (model, method, domain, shots and identity) counted once: the row of key seed
+    :data:`NO_SEED` where there is one, else the one of lowest seed (older files, where a run with another first seed
+    added an identical row). Other rows are kept, in their order."""
+    chosen: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        if is_seedless(row):
+            cell = (*row_key(row)[:4], row.get("identity"))
+            old = chosen.get(cell)
+            if old is None or (old["seed"] != NO_SEED and (row["seed"] == NO_SEED or row["seed"] < old["seed"])):
+                chosen[cell] = row
+    kept = {id(r) for r in chosen.values()}
+    return [r for r in rows if not is_seedless(r) or id(r) in kept]
 
 
 def _open(path: Path, write: bool) -> sqlite3.Connection:

@@ -16,7 +16,11 @@ WordNet 3.0 (:func:`cog_pl.wordnet.get_wordnet`).
   WordNet spells it (``accordion free-reed_instrument wind_instrument``, as its ``resources/knowledge`` files and
   ``hypernyms_chain`` l.404-417 make them);
 - ``openai``: OpenAI's curated names of the 1000 IN-1K classes (IN-1K concepts only; package data
-  ``assets/openai_imagenet_zeroshot.json`` from open_clip's ``zero_shot_metadata.py``, MIT).
+  ``assets/openai_imagenet_zeroshot.json`` from open_clip's ``zero_shot_metadata.py``, MIT);
+- ``demo_ancestors``: the first lemma with every ancestor up the hypernym path as knowledge (``lemma_hypernym``'s
+  format, :data:`ANCESTORS` names): the captions the demo's tiny CLIP is trained on (:mod:`cog_pl.demo.clip`),
+  defined here so that a later ``cog-pl run --zeroshot-names demo_ancestors`` on the demo's outputs finds it in a
+  process that never imported the demo.
 
 Where these differ from ELEVATER: the concept's own synset is used (ELEVATER looks the class name up and takes its
 first sense, ``wn.synsets(name)[0]``, which is often another concept); the hypernym followed is the first by synset
@@ -37,8 +41,8 @@ from cog_pl import resources
 from cog_pl.errors import CogError
 from cog_pl.registry import Registry
 
-__all__ = ["ClassName", "NameScheme", "class_names", "get_name_scheme", "hypernym_path", "list_name_schemes",
-           "register_name_scheme", "shared_names"]
+__all__ = ["ANCESTORS", "ClassName", "NameScheme", "class_names", "get_name_scheme", "hypernym_path",
+           "list_name_schemes", "register_name_scheme", "shared_names"]
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,14 @@ def _openai(wnids: Sequence[str]) -> list[ClassName]:
     return [ClassName((table[w],)) for w in wnids]
 
 
+#: Names of the hypernym path kept by ``demo_ancestors`` (the deepest demo concepts have fewer).
+ANCESTORS = 20
+
+
+def _ancestors(wnids: Sequence[str]) -> list[ClassName]:
+    return [ClassName((_lemmas(w)[0],), " ".join(hypernym_path(w, ANCESTORS))) for w in wnids]
+
+
 _WN = ("WordNet 3.0 lemmas as ImageNet lists them (package data synset_names.tsv.gz, from timm 1.0.31 "
        "imagenet_synset_to_lemma.txt)")
 _ELEVATER = "Computer-Vision-in-the-Wild/Elevater_Toolkit_IC vision_benchmark/evaluation/feature.py"
@@ -169,5 +181,8 @@ for _scheme in (
     NameScheme("openai", _openai, "OpenAI's curated names of the 1000 IN-1K classes (IN-1K only)",
                "openai/CLIP notebooks/Prompt_Engineering_for_ImageNet.ipynb (MIT), as mlfoundations/open_clip "
                "src/open_clip/zero_shot_metadata.py IMAGENET_CLASSNAMES (MIT) holds them"),
+    NameScheme("demo_ancestors", _ancestors, "the demo's: first lemma, every WordNet ancestor as knowledge "
+               "(ELEVATER's USE_HIERARCHY format, the whole path)",
+               f"{_WN}; hypernyms from NLTK WordNet 3.0; the captions of cog_pl.demo.clip's demo_clip"),
 ):
     register_name_scheme(_scheme)

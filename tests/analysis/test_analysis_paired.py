@@ -105,6 +105,19 @@ def test_models_are_paired_by_test_image_and_seed():
     assert ca.shape == (1, 3) and np.array_equal(cb[0], right_b[0][:3])
 
 
+def test_a_seedless_side_is_paired_with_every_seed_of_the_other():
+    from cog_pl.results import NO_SEED
+
+    labels, images = np.array([0, 1, 2]), np.arange(3)
+    zeroshot = {NO_SEED: _preds(images, labels, np.array([1, 0, 1], bool))}  # one row, no seed (zero-shot's)
+    linear = {22: _preds(images, labels, np.ones(3, bool)), 37: _preds(images, labels, np.array([1, 1, 0], bool))}
+    for a, b in ((zeroshot, linear), (linear, zeroshot)):
+        ca, cb, seeds = aligned(a, b)
+        assert seeds == (22, 37) and ca.shape == cb.shape == (2, 3)
+    ca, cb, _ = aligned(zeroshot, linear)
+    assert np.array_equal(ca, [[1, 0, 1], [1, 0, 1]]) and np.array_equal(cb, [[1, 1, 1], [1, 1, 0]])
+
+
 def test_pairs_that_cannot_be_compared_are_refused():
     labels, images = np.array([0, 1, 2]), np.arange(3)
     a = {22: _preds(images, labels, np.ones(3, bool))}

@@ -11,7 +11,7 @@ from cog_pl import resources
 from cog_pl.errors import CogError
 from cog_pl.features.store import make_meta, write_store
 from cog_pl.probe.methods import get_probe_method, list_probe_methods
-from cog_pl.results import read_rows
+from cog_pl.results import NO_SEED, append_row, delete_row, read_rows, row_key
 from cog_pl.results.predictions import read_row_predictions
 
 open_clip = pytest.importorskip("open_clip", reason="zero-shot needs open_clip_torch (the vlm extra)")
@@ -66,7 +66,7 @@ def test_zeroshot_row_of_an_open_clip_model_read_from_its_file(tiny, wnids, tmp_
                       names="lemma", templates="openai7")
     assert len(rows) == 1
     row = read_rows(results)[0]
-    assert (row["method"], row["shots"], row["seed"], row["seed_is_key"]) == ("zeroshot", None, 22, True)
+    assert (row["method"], row["shots"], row["seed"], row["seedless"]) == ("zeroshot", None, NO_SEED, True)
     assert row["test_top1"] == 100.0 and row["test_rows"] == 12
     assert row["zeroshot"]["names"] == "lemma" and row["zeroshot"]["templates"] == "openai7"
     assert row["text_tower"]["model"] == f"open_clip:{NAME}" and row["text_tower"]["weights"] == str(path)
@@ -81,7 +81,7 @@ def test_zeroshot_row_of_an_open_clip_model_read_from_its_file(tiny, wnids, tmp_
     assert method.run(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemma",
                       templates="openai7") == []
     # other names or templates: refused in one line, nothing replaced
-    with pytest.raises(CogError, match=r"^\S*r.sqlite: row m/zeroshot/cog_l1/shots=all/seed=22 was made with names "
+    with pytest.raises(CogError, match=r"^\S*r.sqlite: row m/zeroshot/cog_l1/shots=all/seed=none was made with names "
                                        r"'lemma', not the study's names 'lemmas'.*\(or --overwrite\)$"):
         method.run(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemmas", templates="openai7")
     with pytest.raises(CogError, match="was made with templates 'openai7', templates_sha256"):
@@ -92,6 +92,31 @@ def test_zeroshot_row_of_an_open_clip_model_read_from_its_file(tiny, wnids, tmp_
                        overwrite=True)
     assert len(again) == 1 and [r["zeroshot"]["names"] for r in read_rows(results)] == ["lemmas"]
     assert not again[0]["classifier"]["cached"]
+
+
+def test_zeroshot_row_is_made_once_whatever_the_seeds(tiny, wnids, tmp_path):
+    path, _ = tiny
+    method = get_probe_method("zeroshot")
+    results = tmp_path / "r.sqlite"
+    for domain in ("cog_l1", "cog_l2"):
+        root = write_pair(tmp_path / "feats" / domain, path, wnids, lambda y, rng: rng.normal(size=(len(y), 32)))
+        first = method.run(root, results, model="m", domain=domain, seeds=(22, 37), names="lemma",
+                           templates="openai7")
+        again = method.run(root, results, model="m", domain=domain, seeds=(5, 6), names="lemma", templates="openai7")
+        assert len(first) == 1 and again == []  # a run with another first seed finds the row and skips it
+    assert [(r["domain"], r["seed"]) for r in read_rows(results)] == [("cog_l1", NO_SEED), ("cog_l2", NO_SEED)]
+
+    # a file of an older cog-pl: the row keyed by its run's first seed (seed_is_key) is the domain's row
+    old = {k: v for k, v in read_rows(results, domain="cog_l1")[0].items() if k != "seedless"}
+    delete_row(results, row_key(old))
+    append_row(results, {**old, "seed": 22, "seed_is_key": True})
+    root = tmp_path / "feats" / "cog_l1"
+    assert method.run(root, results, model="m", domain="cog_l1", seeds=(5,), names="lemma", templates="openai7") == []
+    assert len(read_rows(results, domain="cog_l1")) == 1
+    # --overwrite makes it again under the seedless key and drops the older one
+    method.run(root, results, model="m", domain="cog_l1", seeds=(5,), names="lemma", templates="openai7",
+               overwrite=True)
+    assert [r["seed"] for r in read_rows(results, domain="cog_l1")] == [NO_SEED]
 
 
 def test_zeroshot_refuses_a_model_without_a_text_tower(tmp_path, wnids):

@@ -34,6 +34,40 @@ def test_zeroshot_beside_the_linear_probe_with_the_ratio_per_level():
     assert zeroshot_markdown(summarize(rows[:4]), rows[:4]) == ""  # no zero-shot row: no section
 
 
+def test_a_zeroshot_cell_counts_once_whatever_the_seeds_of_its_runs(tmp_path):
+    from cog_pl.analysis.paired import aligned
+    from cog_pl.report.concepts import stored_predictions
+    from cog_pl.results import NO_SEED, append_row
+    from cog_pl.results.predictions import Predictions
+
+    rows = _rows()
+    # an older file: a second run with another first seed added an identical row (key seed 37, seed_is_key)
+    rows.append({**rows[-2], "seed": 37})
+    cells = {(c.method, c.domain): c for c in summarize(rows)}
+    assert cells["zeroshot", "cog_l1"].seeds == 1 and cells["zeroshot", "cog_l1"].top1 == 60.0
+    assert "| m | zero-shot | 60.00 | 10.00 |" in zeroshot_markdown(summarize(rows), rows)
+    assert cells["zeroshot", "cog_l1"].value == "60.00 (n = 1)"
+    # a row of this version beside them (key seed NO_SEED): still one
+    rows.append({**rows[-1], "seed": NO_SEED, "seedless": True, "test_top1": 60.0})
+    assert {(c.method, c.domain): c.seeds for c in summarize(rows)}["zeroshot", "cog_l1"] == 1
+
+    # the concept analyses: its predictions under NO_SEED, paired with every seed of the linear probe's row
+    results = tmp_path / "r.sqlite"
+    preds = Predictions.of(np.array([[0], [1], [0]]), np.array([0, 1, 2]), np.arange(3), ("a", "b", "c"))
+    stored_rows = []
+    for row in (rows[0], rows[1], rows[4], rows[-2]):  # linear seeds 22, 37; zero-shot keyed 22 and 37 (older rows)
+        row = {**row, "predictions": preds}
+        append_row(results, row)
+        stored_rows.append(row)
+    found, lacking = stored_predictions(results, stored_rows)
+    assert not lacking and set(found["m", "zeroshot", "cog_l1"]) == {NO_SEED}
+    assert aligned(found["m", "zeroshot", "cog_l1"], found["m", "linear", "cog_l1"])[2] == (22, 37)
+    from cog_pl.report.probes import probe_gains
+
+    gain = probe_gains(found, {"a": 0.1, "b": 0.2, "c": 0.3})["zeroshot"]
+    assert gain.paired["m", "cog_l1"].seeds == (22, 37) and not gain.unpaired and "m" in gain.curves
+
+
 def test_zeroshot_concept_top1_against_similarity():
     rows = _rows()
     wnids = tuple(f"n{i:08d}" for i in range(16))

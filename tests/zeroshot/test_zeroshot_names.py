@@ -5,7 +5,10 @@ CLIP_benchmark template file, and the identity fields that refuse a row made wit
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,7 @@ from cog_pl.zeroshot import (
     shared_names,
     zeroshot_identity,
 )
-from cog_pl.zeroshot.names import hypernym_path
+from cog_pl.zeroshot.names import ClassName, hypernym_path
 
 REPO = Path(__file__).resolve().parents[2]
 TIGER_CAT = "n02123159"  # tiger_cat.n.02, IN-1K class 282
@@ -31,9 +34,7 @@ ACCORDION = "n02672831"  # accordion.n.01, IN-1K class 401
 
 
 def test_the_registries_hold_the_named_choices():
-    # the built-in schemes first (cog_pl.demo, when imported in this process, adds its demo_ancestors after them)
-    assert list_name_schemes()[:5] == ("lemma", "lemmas", "lemma_gloss", "lemma_hypernym", "openai")
-    assert set(list_name_schemes()[5:]) <= {"demo_ancestors"}
+    assert list_name_schemes()[:6] == ("lemma", "lemmas", "lemma_gloss", "lemma_hypernym", "openai", "demo_ancestors")
     assert list_template_sets() == ("openai80", "openai7")
     assert [len(get_templates(n).templates) for n in ("openai80", "openai7")] == [80, 7]
 
@@ -95,6 +96,28 @@ def test_wordnet_schemes_agree_with_wordnet(wn):
     assert hypernym_path(ACCORDION) == ["accordion", "free-reed_instrument", "wind_instrument"]
     assert class_names("openai", [TIGER_CAT, in1k_wnids()[21]]) == [type(lemma)(("tiger cat",)),
                                                                    type(lemma)(("kite (bird of prey)",))]
+
+
+def test_the_demos_scheme_is_the_lemma_and_every_ancestor(wn):
+    path, synset = [], synset_of(wn, TIGER_CAT)  # up the hypernyms to the root, the first by offset at each step
+    while synset is not None:
+        path.append(synset.lemmas()[0].name())
+        synset = min(synset.hypernyms(), key=lambda s: s.offset(), default=None)
+    assert path[-1] == "entity" and len(path) < 20
+    assert class_names("demo_ancestors", [TIGER_CAT]) == [ClassName(("tiger cat",), " ".join(path))]
+
+
+def test_the_demos_scheme_is_known_to_a_process_that_never_imported_the_demo():
+    # what `cog-pl run --zeroshot-names demo_ancestors` on the demo's outputs looks up (ZeroShotOptions refuses an
+    # unknown scheme at once), in a fresh interpreter
+    code = ("import sys; from cog_pl.probe.zeroshot import ZeroShotOptions; "
+            "o = ZeroShotOptions(names='demo_ancestors', templates='openai7'); "
+            "assert not [m for m in sys.modules if m.startswith('cog_pl.demo')], 'cog_pl.demo imported'; "
+            "print(o.names)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "demo_ancestors"
 
 
 def test_openai_names_only_for_in1k_and_unknown_wnids_are_refused():

@@ -11,6 +11,13 @@ The network, as openai/CLIP at d05afc4 ``clip/model.py`` writes it (lines cited)
 - ``ln_final``, then the features at the end-of-text token, the highest id of each sequence (``text.argmax(-1)``),
   times ``text_projection`` (width, embed_dim) (lines 350-354). ``logit_scale`` (line 295) is kept with the tower.
 
+Under the causal mask (lines 328-334) a position's output depends on the positions up to it only, and only the
+end-of-text position's output is read (lines 352-354), so the positions after a batch's last end-of-text token
+change no embedding: the forward cuts each batch there (token ids, positional embedding and mask cut alike), which
+gives the full-context forward's embeddings at a fraction of its cost (prompts of ~10-20 tokens out of 77), and the
+tower encodes its texts sorted by that length (:attr:`~cog_pl.models.text.TokenTextTower.sort_by_length`) so that a
+batch holds prompts of like lengths.
+
 The sizes are read from the tensors as ``build_model`` reads them (lines 417-422: embed_dim from
 ``text_projection``, context length from ``positional_embedding``, vocabulary from ``token_embedding``, width from
 ``ln_final``, heads = width // 64, layers from the ``transformer.resblocks`` indices), so any of OpenAI's CLIP files
@@ -76,7 +83,11 @@ class Transformer(nn.Module):
 
 
 class CLIPTextTransformer(nn.Module):
-    """CLIP's text tower under OpenAI's tensor names: token ids (N, context_length) -> embeddings (N, embed_dim)."""
+    """CLIP's text tower under OpenAI's tensor names: token ids (N, context_length) -> embeddings (N, embed_dim).
+    ``cut``: each batch cut after its last end-of-text token (the same embeddings; False: the whole context, as
+    the published forward computes it, for comparison: ``benchmarks/bench_zeroshot.py``)."""
+
+    cut = True
 
     def __init__(self, embed_dim: int = 1024, context_length: int = 77, vocab_size: int = 49408, width: int = 512,
                  heads: int = 8, layers: int = 12) -> None:
@@ -93,9 +104,11 @@ class CLIPTextTransformer(nn.Module):
         self.register_buffer("attn_mask", mask, persistent=False)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        x = self.token_embedding(tokens) + self.positional_embedding
-        x = self.ln_final(self.transformer(x, self.attn_mask))
-        return x[torch.arange(x.shape[0], device=x.device), tokens.argmax(dim=-1)] @ self.text_projection
+        eot = tokens.argmax(dim=-1)  # the position read (clip/model.py line 354)
+        n = int(eot.max()) + 1 if len(tokens) and self.cut else tokens.shape[1]  # later ones change nothing (causal)
+        x = self.token_embedding(tokens[:, :n]) + self.positional_embedding[:n]
+        x = self.ln_final(self.transformer(x, self.attn_mask[:n, :n]))
+        return x[torch.arange(x.shape[0], device=x.device), eot] @ self.text_projection
 
 
 def text_state(state: Mapping[str, Tensor], where: str) -> dict[str, Tensor]:
@@ -122,6 +135,8 @@ def text_transformer_for(state: Mapping[str, Tensor]) -> CLIPTextTransformer:
 
 class CLIPTextTower(TokenTextTower):
     """OpenAI CLIP's text tower with CLIP's tokenizer: ``encode_text(texts)`` -> (N, embed_dim), not normalised."""
+
+    sort_by_length = True  # its forward cuts a batch after its last end-of-text token
 
     def __init__(self, net: CLIPTextTransformer, name: str = "clip", weights: str = "random") -> None:
         super().__init__(clip_tokenizer(net.context_length), net.text_projection.shape[1], name, weights)

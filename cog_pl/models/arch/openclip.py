@@ -10,7 +10,12 @@ says where to put them. A tag's preprocessing (mean, std) and QuickGELU setting 
 
 The image features are ``encode_image``'s output, ``model.visual(images)`` (open_clip ``model.py``
 ``CLIP.encode_image``): the embedding the text tower's texts are compared with, so the linear probe and zero-shot
-read one embedding. The text tower is ``encode_text`` on CLIP's tokenizer (``open_clip.get_tokenizer``).
+read one embedding. The text tower is ``encode_text`` on CLIP's tokenizer (``open_clip.get_tokenizer``), over the
+whole context: unlike CLIP's own tower (:mod:`cog_pl.models.arch.clip_text`) its batches are not cut after their last
+end-of-text token, since ``CLIP._encode_text`` adds the whole ``positional_embedding`` and applies ``self.attn_mask``
+of the full context (open_clip 89fb801 ``src/open_clip/model.py`` lines 396-411) and some towers pool the last
+position or attend without a causal mask (``text_global_pool``, ``src/open_clip/transformer.py`` lines 931-951):
+cutting would mean a copy of their forward.
 """
 
 from __future__ import annotations
