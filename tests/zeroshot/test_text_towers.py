@@ -144,7 +144,7 @@ def test_open_clip_model_encodes_images_and_texts_through_the_registry(tiny):
     assert backbone.spec.feature_dim == TINY["embed_dim"] and backbone.spec.image_size == 32
     assert backbone.transform_config.crop == 32 and backbone.transform_config.mean == resolve_spec("clip").mean
     assert backbone.weights == str(path) and backbone.weights_sha256
-    with pytest.raises(CogError, match="open_clip reads its own checkpoints; prefix, key_map and in_order"):
+    with pytest.raises(CogError, match="open_clip reads its own checkpoints; prefix, key_map, in_order"):
         build_backbone(f"open_clip:{TINY_NAME}", checkpoint=path, prefix="model.")
     with torch.no_grad():
         assert torch.allclose(backbone.model(images), model.encode_image(images), atol=1e-6)
