@@ -7,8 +7,10 @@ registered with ``open_clip.add_model_config`` under a name of the test's, with 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 #: A tiny ViT image tower and a 1-layer text transformer, in open_clip's config format.
@@ -49,3 +51,21 @@ def reference_classifier(model: torch.nn.Module, name: str, classes: list[str], 
             mean = emb.mean(dim=0)
             cols.append(mean / mean.norm())
     return torch.stack(cols, dim=1)
+
+
+def write_pair(root: Path, weights, wnids, features_of: Callable, *, arch: str, per_class=(4, 3),
+               seed: int = 0) -> Path:
+    """A train/test store pair of ``wnids`` under ``root`` whose features are ``features_of(labels, rng)``, made by
+    ``arch`` with ``weights`` as the extractor records them (``per_class``: train and test images per concept)."""
+    from cog_pl.features.store import make_meta, write_store
+
+    rng = np.random.default_rng(seed)
+    for split, n in zip(("train", "test"), per_class):
+        y = np.repeat(np.arange(len(wnids)), n)
+        x = features_of(y, rng)
+        meta = make_meta(model="m", arch=arch, weights=str(weights), weights_sha256="w", trusted_checkpoint=False,
+                         precision="32-true", domain=root.name, split=split, num_rows=len(y), dim=x.shape[1],
+                         num_classes=len(wnids), classes=list(wnids), transform={"size": 32},
+                         level_file_sha256=None)
+        write_store(root / split, x, y, np.arange(len(y)) + 100 * (split == "test"), meta)
+    return root

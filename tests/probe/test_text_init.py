@@ -12,7 +12,6 @@ import torch
 
 from cog_pl import resources
 from cog_pl.errors import CogError
-from cog_pl.features.store import make_meta, write_store
 from cog_pl.probe.data import ProbeData
 from cog_pl.probe.methods import get_probe_method, list_probe_methods
 from cog_pl.probe.tuner import train_probe
@@ -21,6 +20,7 @@ from cog_pl.results import read_rows
 
 open_clip = pytest.importorskip("open_clip", reason="the text-initialised probe needs open_clip_torch (vlm extra)")
 from open_clip_fixtures import SEVEN, reference_classifier, tiny_open_clip  # noqa: E402
+from open_clip_fixtures import write_pair as write_store_pair  # noqa: E402
 
 NAME = "cog-pl-ti-tiny"
 
@@ -47,16 +47,9 @@ def text(tiny, wnids):
 
 def write_pair(root, weights, wnids, centers, noise, per_class, seed=0, arch=f"open_clip:{NAME}"):
     """Train/test stores whose features are the class ``centers`` plus Gaussian ``noise``."""
-    rng = np.random.default_rng(seed)
-    for split, n in zip(("train", "test"), per_class):
-        y = np.repeat(np.arange(len(wnids)), n)
-        x = (centers[y] + noise * rng.normal(size=(len(y), centers.shape[1]))).astype(np.float32)
-        meta = make_meta(model="m", arch=arch, weights=str(weights), weights_sha256="w", trusted_checkpoint=False,
-                         precision="32-true", domain=root.name, split=split, num_rows=len(y), dim=x.shape[1],
-                         num_classes=len(wnids), classes=list(wnids), transform={"size": 32},
-                         level_file_sha256=None)
-        write_store(root / split, x, y, np.arange(len(y)) + 100 * (split == "test"), meta)
-    return root
+    return write_store_pair(root, weights, wnids,
+                            lambda y, rng: (centers[y] + noise * rng.normal(size=(len(y), centers.shape[1]))
+                                            ).astype(np.float32), arch=arch, per_class=per_class, seed=seed)
 
 
 def _start(root, tmp_path):

@@ -9,13 +9,13 @@ import pytest
 
 from cog_pl import resources
 from cog_pl.errors import CogError
-from cog_pl.features.store import make_meta, write_store
 from cog_pl.probe.methods import get_probe_method, list_probe_methods
 from cog_pl.results import NO_SEED, append_row, delete_row, read_rows, row_key
 from cog_pl.results.predictions import read_row_predictions
 
 open_clip = pytest.importorskip("open_clip", reason="zero-shot needs open_clip_torch (the vlm extra)")
 from open_clip_fixtures import SEVEN, reference_classifier, tiny_open_clip  # noqa: E402
+from open_clip_fixtures import write_pair as write_store_pair  # noqa: E402
 
 NAME = "cog-pl-zs-tiny"
 
@@ -26,18 +26,7 @@ def tiny(tmp_path_factory):
 
 
 def write_pair(root, weights, wnids, features_of, *, arch=f"open_clip:{NAME}", per_class=(4, 3), seed=0):
-    """A train/test store pair of ``wnids`` whose features are ``features_of(labels, rng)``, made by ``arch`` with
-    ``weights`` as the extractor records them."""
-    rng = np.random.default_rng(seed)
-    for split, n in zip(("train", "test"), per_class):
-        y = np.repeat(np.arange(len(wnids)), n)
-        x = features_of(y, rng)
-        meta = make_meta(model="m", arch=arch, weights=str(weights), weights_sha256="w", trusted_checkpoint=False,
-                         precision="32-true", domain=root.name, split=split, num_rows=len(y), dim=x.shape[1],
-                         num_classes=len(wnids), classes=list(wnids), transform={"size": 32},
-                         level_file_sha256=None)
-        write_store(root / split, x, y, np.arange(len(y)) + 100 * (split == "test"), meta)
-    return root
+    return write_store_pair(root, weights, wnids, features_of, arch=arch, per_class=per_class, seed=seed)
 
 
 def _lemma(wnid: str) -> str:
