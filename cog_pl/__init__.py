@@ -37,8 +37,9 @@ _EXPORTS: dict[str, str] = {
     "register_measure": "cog_pl.levels.measures",
     "list_sources": "cog_pl.data.sources",
     "register_source": "cog_pl.data.sources",
-    "list_probe_methods": "cog_pl.probe.methods",
-    "register_probe_method": "cog_pl.probe.methods",
+    "Method": "cog_pl.evaluate",
+    "list_methods": "cog_pl.evaluate",
+    "register_method": "cog_pl.evaluate",
     # the protocol, the benchmark file, the stores
     "DOMAINS": "cog_pl.protocol",
     "FeatureProtocol": "cog_pl.protocol",
@@ -59,10 +60,10 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "DOMAINS", "Backbone", "BackboneSpec", "Benchmark", "CoGEvaluationCallback", "CoGLevelDataModule", "CogError",
     "ExtractionDataModule", "FeatureDataModule", "FeatureExtractor", "FeatureProtocol", "FeatureStore",
-    "FeatureStoreWriter", "FineTuneClassifier", "ImageNetDataModule", "LevelProtocol", "LinearProbe",
+    "FeatureStoreWriter", "FineTuneClassifier", "ImageNetDataModule", "LevelProtocol", "LinearProbe", "Method",
     "OptunaTrialCallback", "ProbeOptions", "ProbeProtocol", "RunConfig", "__version__", "build_backbone",
-    "list_backbones", "list_measures", "list_probe_methods", "list_sources", "load_benchmark", "open_store",
-    "register_backbone", "register_measure", "register_probe_method", "register_source", "run",
+    "list_backbones", "list_measures", "list_methods", "list_sources", "load_benchmark", "open_store",
+    "register_backbone", "register_measure", "register_method", "register_source", "run",
 ]
 
 
@@ -87,6 +88,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from cog_pl.datamodules.features import FeatureDataModule
     from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
     from cog_pl.errors import CogError
+    from cog_pl.evaluate import Method, list_methods, register_method
     from cog_pl.extract.datamodule import ExtractionDataModule
     from cog_pl.extract.module import FeatureExtractor
     from cog_pl.extract.writer import FeatureStoreWriter
@@ -97,6 +99,5 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
     from cog_pl.models.zoo import BackboneSpec
     from cog_pl.pipeline import ProbeOptions, RunConfig, run
     from cog_pl.probe.callback import OptunaTrialCallback
-    from cog_pl.probe.methods import list_probe_methods, register_probe_method
     from cog_pl.probe.module import LinearProbe
     from cog_pl.protocol import DOMAINS, FeatureProtocol, LevelProtocol, ProbeProtocol

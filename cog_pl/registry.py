@@ -1,7 +1,7 @@
 """A table of named entries that users extend: the one rule for registering, looking up and refusing names.
 
 Similarity measures (:mod:`cog_pl.levels.measures`), image sources (:mod:`cog_pl.data.sources`) and probe methods
-(:mod:`cog_pl.probe.methods`) each keep one :class:`Registry` and expose timm-style functions over it
+(:mod:`cog_pl.evaluate`) each keep one :class:`Registry` and expose timm-style functions over it
 (``register_...``, ``get_...``, ``list_...``), and so do backbones (:mod:`cog_pl.models.registry`). Entries keep their
 registration order, which is the order of choices on the command line and in reports. An unknown name is a
 :class:`~cog_pl.errors.UnknownNameError` that suggests the closest known one.

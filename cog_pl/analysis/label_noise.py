@@ -116,7 +116,7 @@ def noise_csv(rows: Sequence[NoiseRow]) -> str:
 
 def reproduce_final_probe(pair: StorePair, row: dict[str, Any], device: str = "cpu") -> HeadsResult:
     """The final probe of a linear all-data ``row`` made again on ``pair`` (its stores): its (lr, wd), protocol,
-    precision and divergence rule, its seeds (:func:`cog_pl.probe.protocol_run.probe`'s), on the full train set;
+    precision and divergence rule, its seeds (:func:`cog_pl.probe.cell.probe`'s), on the full train set;
     evaluated on the test store."""
     from cog_pl.probe.data import sub_seed
 

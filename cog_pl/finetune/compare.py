@@ -1,4 +1,4 @@
-"""Fine-tune a backbone on each domain and add the rows beside its probes' (paper App. C.2), in one call."""
+"""Fine-tune a backbone on a domain (paper App. C.2): the Trainer's run and what its rows' numbers depend on."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
@@ -16,10 +15,9 @@ from cog_pl.console import filter_known_warnings
 from cog_pl.device import resolve_precision, trainer_options
 from cog_pl.errors import CogError
 from cog_pl.finetune.module import FineTuneClassifier, no_val_split
-from cog_pl.finetune.rows import METHOD, result_row
+from cog_pl.finetune.rows import result_row
 from cog_pl.progress.trainer import StageProgress
-from cog_pl.results import append_row, read_rows, row_key
-from cog_pl.results.identity import digest, refusal, refuse_other_protocols, remove_stale
+from cog_pl.results.identity import digest
 
 logger = logging.getLogger(__name__)
 
@@ -61,35 +59,24 @@ def finetune_identity(model: str, checkpoint: str | None, *, recipe: dict[str, A
             "identity": digest(values)}
 
 
-def _differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """The values of ``want`` a stored row differs in."""
-    if row.get("identity") == want["identity"]:
-        return []
-    have = row.get("finetune") or {}
-    diff = [(k, have.get(k, "<not recorded>"), v) for k, v in want["finetune"].items()
-            if have.get(k, "<not recorded>") != v]
-    return diff or [("identity", row.get("identity"), want["identity"])]
-
-
-def finetune_domains(model: str, checkpoint: str | None, results: str, domains: Sequence[str], *,
-                     in1k_root: str | None, in21k_root: str | None, benchmark: str | None = None,
-                     transform: Any = None, epochs: int = 10, seed: int = 22, batch_size: int = 128,
-                     recipe: dict[str, Any] | None = None, precision: str = "32-true", devices: int | str = 1,
-                     accelerator: str = "auto", cache_images: bool = False, num_workers: int = 0,
-                     progress: bool = False, overwrite: bool = False, label: str | None = None) -> list[dict[str, Any]]:
-    """One fine-tuning run per domain (train split -> test split); rows made with the same inputs (checkpoint,
-    recipe, epochs, batch size, precision, transform, benchmark: :func:`finetune_identity`) are skipped, rows made
-    with others refused before any training (``overwrite``: made again and replaced).
+def finetune_domain(model: str, checkpoint: str | None, domain: str, *, in1k_root: str | None,
+                    in21k_root: str | None, benchmark: str | None = None, transform: Any = None, epochs: int = 10,
+                    seed: int = 22, batch_size: int = 128, recipe: dict[str, Any] | None = None,
+                    precision: str = "32-true", devices: int | str = 1, accelerator: str = "auto",
+                    cache_images: bool = False, num_workers: int = 0, progress: bool = False,
+                    label: str | None = None) -> dict[str, Any]:
+    """Fine-tune ``model`` on ``domain``'s train split and test it on its test split; returns the row's fields
+    (:func:`~cog_pl.finetune.rows.result_row`: the test accuracy, recipe, epochs, precision, devices, accelerator,
+    seconds, the test predictions). The rows of a model's domains, resumed and refused by their identity
+    (:func:`finetune_identity`): :mod:`cog_pl.evaluate.finetune`.
 
     ``transform``: as the image datamodules take it; ``None``: the backbone's own
     (:func:`~cog_pl.models.transform.backbone_transform`, the transform its features are extracted with).
     ``recipe``: keyword arguments of :class:`FineTuneClassifier`. ``precision``, ``devices``, ``accelerator``: the
-    Trainer's, ``"auto"`` resolved by :func:`cog_pl.device.trainer_options`. ``cache_images``: decode each domain's
+    Trainer's, ``"auto"`` resolved by :func:`cog_pl.device.trainer_options`. ``cache_images``: decode the domain's
     images once and serve them from memory (:class:`~cog_pl.data.imagenet.DecodedImages`), for small domains read for
-    many epochs such as the demo's.
-    Each row records the recipe, epochs, precision, devices, accelerator and seconds it took. ``label``: the rows'
-    model name (:mod:`cog_pl.models.label`, ``cog-pl run``'s label of these weights); default: the model's name.
-    """
+    many epochs such as the demo's. ``label``: the row's model name (:mod:`cog_pl.models.label`); default: the
+    model's name."""
     from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
     from cog_pl.models import backbone_transform, resolve_spec
 
@@ -97,43 +84,20 @@ def finetune_domains(model: str, checkpoint: str | None, results: str, domains: 
     transform = backbone_transform(model) if transform is None else transform
     trainer_kw = trainer_options(accelerator, devices, precision)
     name = label or resolve_spec(model).name
-    want = finetune_identity(name, checkpoint, recipe=recipe, epochs=epochs, batch_size=batch_size,
-                             precision=trainer_kw["precision"], transform=transform, benchmark=benchmark)
-    existing = {row_key(r): r for r in read_rows(results, model=name, method=METHOD)}
-    todo = []
-    for domain in domains:  # every row checked before any training
-        key = (name, METHOD, domain, None, seed)
-        diff = _differences(existing[key], want) if key in existing else None
-        if diff and not overwrite:
-            raise CogError(refusal(results, key, diff))
-        if key in existing and not diff:
-            logger.info("skip fine-tuning %s on %s: row exists, made with the same inputs", name, domain)
-        else:
-            todo.append(domain)
-    for domain in domains if overwrite else ():  # the rows of other seeds and inputs this run would not make again
-        remove_stale(results, model=name, method=METHOD, domain=domain, seeds=(seed,), shots=(None,), want=want,
-                     compare=_differences)
-    for domain in () if overwrite else todo:  # nor is a row added to a cell whose other seeds had other inputs
-        refuse_other_protocols(results, list(existing.values()), model=name, method=METHOD, domain=domain,
-                               seeds=(seed,), shots=(None,), want=want, compare=_differences)
-    rows = []
-    for domain in todo:
-        common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers, "benchmark": benchmark,
-                  "cache_images": cache_images, "pin_memory": trainer_kw["accelerator"] == "cuda"}
-        dm = (ImageNetDataModule(in1k_root=in1k_root, **common) if domain == "in1k"
-              else CoGLevelDataModule(level=domain, in21k_root=in21k_root, **common))
-        L.seed_everything(seed, verbose=False)
-        net = FineTuneClassifier(model, dm.num_classes, checkpoint, **(recipe or {}))
-        start = time.perf_counter()
-        filter_known_warnings()
-        trainer = L.Trainer(max_epochs=epochs, **trainer_kw, logger=False, enable_checkpointing=False,
-                            enable_model_summary=False, enable_progress_bar=False,
-                            callbacks=[StageProgress(f"fine-tuning {name} on {domain}")] if progress else [])
-        with no_val_split():
-            trainer.fit(net, datamodule=dm)
-        trainer.test(net, datamodule=dm, verbose=False)
-        row = {**result_row(trainer, net, seed, time.perf_counter() - start), **want, "model": name}
-        append_row(results, row)
-        rows.append(row)
-        logger.info("fine-tuned %s on %s: test top-1 %.2f (%.0f s)", name, domain, row["test_top1"], row["seconds"])
-    return rows
+    common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers, "benchmark": benchmark,
+              "cache_images": cache_images, "pin_memory": trainer_kw["accelerator"] == "cuda"}
+    dm = (ImageNetDataModule(in1k_root=in1k_root, **common) if domain == "in1k"
+          else CoGLevelDataModule(level=domain, in21k_root=in21k_root, **common))
+    L.seed_everything(seed, verbose=False)
+    net = FineTuneClassifier(model, dm.num_classes, checkpoint, **(recipe or {}))
+    start = time.perf_counter()
+    filter_known_warnings()
+    trainer = L.Trainer(max_epochs=epochs, **trainer_kw, logger=False, enable_checkpointing=False,
+                        enable_model_summary=False, enable_progress_bar=False,
+                        callbacks=[StageProgress(f"fine-tuning {name} on {domain}")] if progress else [])
+    with no_val_split():
+        trainer.fit(net, datamodule=dm)
+    trainer.test(net, datamodule=dm, verbose=False)
+    row = {**result_row(trainer, net, seed, time.perf_counter() - start), "model": name}
+    logger.info("fine-tuned %s on %s: test top-1 %.2f (%.0f s)", name, domain, row["test_top1"], row["seconds"])
+    return row

@@ -1,14 +1,16 @@
-"""The result row of a fine-tuned model (method ``finetune``), written by ``cog-pl finetune test`` and by
-:func:`~cog_pl.finetune.compare.finetune_domains`."""
+"""The result row of a fine-tuned model (method ``finetune``), written by ``cog-pl finetune test`` and by the
+fine-tuning method (:func:`~cog_pl.finetune.compare.finetune_domain`)."""
 
 from __future__ import annotations
 
 import lightning as L
 
-from cog_pl.finetune.method import METHOD
 from cog_pl.finetune.module import FineTuneClassifier
 from cog_pl.provenance import versions
 from cog_pl.results.predictions import Predictions
+
+#: The ``method`` of a fine-tuned model's rows.
+METHOD = "finetune"
 
 
 def result_row(trainer: L.Trainer, pl_module: FineTuneClassifier, seed: int, seconds: float) -> dict:

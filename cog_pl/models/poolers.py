@@ -61,8 +61,17 @@ from torch import Tensor, nn
 
 from cog_pl.errors import CogError
 
-__all__ = ["INITS", "POOLER_PRESETS", "AttentivePooler", "HeadRollback", "MLPBank", "MLPProbe", "PoolerBank",
-           "PoolerConfig"]
+__all__ = [
+    "INITS",
+    "POOLER_PRESETS",
+    "AttentivePooler",
+    "HeadRollback",
+    "MLPBank",
+    "MLPProbe",
+    "PoolerBank",
+    "PoolerConfig",
+    "fitting_presets",
+]
 
 #: The initialisations :class:`PoolerConfig` knows, each its publisher's (see :func:`_init_pooler`).
 INITS = ("vjepa", "vjepa2", "capi", "ep")
@@ -400,6 +409,18 @@ class _PoolerBase(_Stacked):
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise CogError(f"attentive pooler: tokens must be [B, T, {self.dim}], got {list(x.shape)}")
         return _pool(self.stacked(), x, self.config, self.heads, self._bn(), self.training)
+
+
+def fitting_presets(dim: int) -> list[str]:
+    """The presets of :data:`POOLER_PRESETS` that split ``dim`` channels into their heads."""
+    fit = []
+    for name, config in POOLER_PRESETS.items():
+        try:
+            config.heads(dim)
+        except CogError:
+            continue
+        fit.append(name)
+    return fit
 
 
 class AttentivePooler(_PoolerBase):

@@ -6,9 +6,9 @@
   step, ``kernels`` the step's Triton kernels for CUDA (with CUDA-graph replay in ``workspace``).
 - ``storage`` / ``study`` / ``tuner``: where a study lives (SQLite in WAL mode by default), a cell's study and its
   one writer, the batched or exact TPE search.
-- ``claims`` / ``cells`` / ``workers``: who makes which cell (claims beside the results), a cell made (claim, tune,
-  write, release) and the one grid loop over an executor, how many worker processes a machine runs and their pool.
-- ``cell`` / ``protocol_run`` / ``results``: one probe, a domain's seeds x shots grid, result rows.
+- ``workers``: how many worker processes a machine runs for a grid, and their pool (the grid itself:
+  :mod:`cog_pl.evaluate.grid`).
+- ``cell``: one probe (a (seed, shots) cell) and its row.
 - ``attentive``: the attentive and MLP probes (methods ``attentive`` and ``mlp``), tuned like the linear probe, a
   batch of trials trained as one bank of heads.
 - ``module`` / ``callback``: the Lightning shell (``LinearProbe``, the Optuna trial callback;
@@ -17,8 +17,7 @@
 
 from cog_pl._lazy import lazy_exports
 
-#: Loaded on first use: importing a module of the package (``cog_pl.probe.methods``, which ``cog-pl run --help``
-#: reads) does not import torch.
+#: Loaded on first use: importing a module of the package does not import torch.
 _EXPORTS = {
     "SearchPlan": ".tuner",
     "cosine_factor": ".schedule",

@@ -43,7 +43,6 @@ grid resumes with the cells it had not written and ends with the uninterrupted r
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,32 +55,27 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 from torch import Tensor, nn
 
-from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
+from cog_pl.data.sampling import final_indices, tuning_indices
+from cog_pl.defaults import ATTENTIVE_PRESET, MLP_HIDDEN
 from cog_pl.errors import CogError
-from cog_pl.features.pair import StorePair, open_pair
+from cog_pl.features.pair import StorePair
 from cog_pl.metrics import percent, topk_correct, topk_first
 from cog_pl.models import poolers as _POOLERS
-from cog_pl.probe.data import load_store, sub_seed, train_labels
+from cog_pl.probe.data import load_store, sub_seed
 from cog_pl.probe.multihead import PRECISIONS
 from cog_pl.probe.study import ask_trials, tell_result
 from cog_pl.probe.tuner import SearchPlan, best_trial
 from cog_pl.protocol import ProbeProtocol, as_record
 from cog_pl.provenance import versions
-from cog_pl.results import FORMAT_VERSION, StoredRows, append_row, get_row, row_key
-from cog_pl.results.claims import claim, heartbeat, release, renew, worker_id
-from cog_pl.results.identity import cells_todo, digest, features_identity, format_key, remove_stale, value_differences
+from cog_pl.results import FORMAT_VERSION
+from cog_pl.results.claims import worker_id
+from cog_pl.results.identity import digest, features_identity
 from cog_pl.results.predictions import Predictions
 
 log = logging.getLogger(__name__)
 
 #: The two methods of this module (their rows' ``method``).
 KINDS = ("attentive", "mlp")
-#: The preset ``--attentive-preset`` takes by default: CAPI's pooler (one query, D/64 heads, no query or output
-#: projection), the lightest of the four, and the one protocol that selects on a held-out part of train as this
-#: benchmark does (issue 40: ``facebookresearch/capi eval_classification.py`` l.203-234, 328-330).
-DEFAULT_PRESET = "capi"
-#: The MLP probe's hidden width by default (``--mlp-hidden``).
-DEFAULT_HIDDEN = 1024
 PRECISION = "32-true"  # the heads' precision by default; the search plan's (SearchPlan.precision_on) in a grid
 
 
@@ -98,8 +92,8 @@ class HeadSettings:
     ``betas`` and ``eps``: ``torch.optim.AdamW``'s defaults, as V-JEPA 2 uses them."""
 
     kind: str = "attentive"
-    preset: str = DEFAULT_PRESET
-    hidden: int = DEFAULT_HIDDEN
+    preset: str = ATTENTIVE_PRESET
+    hidden: int = MLP_HIDDEN
     lr_range: tuple[float, float] = (1e-4, 1e-2)
     wd_range: tuple[float, float] = (1e-4, 1e-1)
     start_lr: float = 2e-4
@@ -321,30 +315,6 @@ def head_identity(features: dict | None, settings: HeadSettings, protocol: Probe
     return {**values, "identity": digest(values)}
 
 
-def differences(row: dict, want: dict) -> list[tuple[str, Any, Any]]:
-    """The identity values in which a stored row differs from this run's (none when the digests are equal)."""
-    if row.get("identity") == want["identity"]:
-        return []
-    keys = ("head", "protocol", "search", "precision", "features")
-    diff = value_differences({k: row.get(k, "<not recorded>") for k in keys}, {k: want[k] for k in keys})
-    flat = []
-    for name, have, mine in diff:
-        flat.extend(_flat_diff(name, have, mine))
-    flat.sort(key=lambda d: d[0] not in ("kind", "preset", "hidden"))  # what a user chose, named first
-    return flat or [("identity", row.get("identity"), want["identity"])]
-
-
-def _flat_diff(name: str, have: Any, mine: Any) -> list[tuple[str, Any, Any]]:
-    if isinstance(have, dict) and isinstance(mine, dict):
-        out = []
-        for k in dict.fromkeys([*have, *mine]):
-            if have.get(k, "<not recorded>") != mine.get(k, "<not recorded>"):
-                out.extend(_flat_diff(k if name in ("head", "protocol", "search") else f"{name}.{k}",
-                                      have.get(k, "<not recorded>"), mine.get(k, "<not recorded>")))
-        return out
-    return [(name, have, mine)]
-
-
 def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots: int | None, model: str,
                domain: str, protocol: ProbeProtocol, plan: SearchPlan, device: str | torch.device = "cpu",
                want: dict | None = None) -> dict[str, Any]:
@@ -411,99 +381,3 @@ def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots:
         "tune_seconds": round(tuned - start, 3), "final_seconds": round(end - tuned, 3), "versions": versions(),
         "predictions": Predictions.of(final.ranked[0], splits.test_y, images, splits.classes),
     }
-
-
-# -- a domain's grid ------------------------------------------------------------------------------------------------
-
-def settings_of(kind: str, preset: str | None = None, hidden: int | None = None) -> HeadSettings:
-    """The settings of ``kind`` with the given preset or hidden width (None: the defaults)."""
-    return HeadSettings(kind=kind, preset=preset or DEFAULT_PRESET, hidden=DEFAULT_HIDDEN if hidden is None else hidden)
-
-
-def head_todo(pair: StorePair, results: str | os.PathLike, *, settings: HeadSettings, model: str, domain: str,
-              protocol: ProbeProtocol, plan: SearchPlan, seeds: Sequence[int], shots: Sequence[int | None],
-              overwrite: bool = False, announce: bool = True, rows: StoredRows | None = None,
-              device: str | torch.device = "cpu") -> tuple[list[tuple[int | None, int]], dict]:
-    """The cells whose row is missing or (``overwrite``) made with other values, and this run's identity; a row of
-    other values (another preset, width, feature definition, protocol, search), or a shot count some class cannot
-    fill, is refused otherwise, before any work."""
-    if settings.kind == "attentive":  # a width the preset cannot split into its heads, refused before any work
-        dim = pair.train.features.shape[-1]
-        try:
-            _POOLERS.POOLER_PRESETS[settings.preset].heads(dim)
-        except CogError as err:
-            raise CogError(f"--attentive-preset {settings.preset} on {pair.root} ({dim} wide): {err}") from None
-    want = head_identity(features_identity(pair), settings, protocol, plan, plan.precision_on(device))
-    todo = cells_todo(results, model=model, method=settings.kind, domain=domain, seeds=seeds, shots=shots, want=want,
-                      overwrite=overwrite, compare=differences, announce=announce, rows=rows)
-    check_shots(train_labels(pair), protocol.val_fraction, shots)
-    return todo, want
-
-
-def run_head_protocol(root: str | os.PathLike | StorePair, results: str | os.PathLike, *, kind: str,
-                      model: str | None = None, domain: str | None = None, protocol: ProbeProtocol | None = None,
-                      plan: SearchPlan | None = None, seeds: tuple[int, ...] | None = None,
-                      shots: tuple[int | None, ...] | None = None, device: str | torch.device = "cpu",
-                      overwrite: bool = False, preset: str | None = None, hidden: int | None = None,
-                      rows: StoredRows | None = None, **_: Any) -> list[dict[str, Any]]:
-    """Every (shots, seed) cell of a domain (All and each N of the protocol by default) for the ``kind`` probe
-    (``attentive``: ``preset``; ``mlp``: ``hidden``), rows appended as they end; returns the rows written. A cell
-    another worker holds is left to it. Arguments of the linear method that do not apply (``storage``, ``workers``)
-    are accepted and ignored."""
-    from cog_pl.device import resolve_device
-
-    protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
-    settings = settings_of(kind, preset, hidden)
-    seeds, shots = protocol.grid(seeds, shots)
-    device = resolve_device(device)
-    pair = root if isinstance(root, StorePair) else open_pair(root)
-    model, domain = pair.names(model, domain)
-    todo, want = head_todo(pair, results, settings=settings, model=model, domain=domain, protocol=protocol, plan=plan,
-                           seeds=seeds, shots=shots, overwrite=overwrite, rows=rows, device=device)
-    if overwrite:  # the rows of other values this grid would not make again
-        remove_stale(results, model=model, method=kind, domain=domain, seeds=seeds, shots=shots, want=want,
-                     compare=differences)
-    if not todo:
-        return []
-    splits = TokenSplits.load(pair, "cpu")
-    written = []
-    for n, seed in sorted(todo, key=lambda c: (c[0] is not None, -(c[0] or 0), c[1])):  # as the linear grid
-        key = (model, kind, domain, n, seed)
-        held = claim(results, format_key(key), plan.stale_after)
-        if held is None:
-            log.info("%s: another worker is making this row", format_key(key))
-            continue
-        try:
-            made = get_row(results, key)
-            if made is not None and not differences(made, want):
-                continue
-            with heartbeat(held, plan.renew_every):
-                row = probe_cell(splits, settings=settings, seed=seed, shots=n, model=model, domain=domain,
-                                 protocol=protocol, plan=plan, device=device, want=want)
-            if not renew(held):
-                log.warning("%s: dropped this worker's row, its claim was taken over meanwhile", held.cell)
-                continue
-            append_row(results, row)
-            written.append(row)
-            log.info("wrote row %s", format_key(row_key(row)))
-        finally:
-            release(held)
-    return written
-
-
-def check_head_grid(root: str | os.PathLike, results: str | os.PathLike, *, kind: str, model: str | None = None,
-                    domain: str | None = None, protocol: ProbeProtocol | None = None, plan: SearchPlan | None = None,
-                    seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
-                    overwrite: bool = False, preset: str | None = None, hidden: int | None = None,
-                    rows: StoredRows | None = None, device: str | torch.device = "cpu",
-                    **_: Any) -> list[tuple[int | None, int]]:
-    """:func:`head_todo` of a grid as :func:`run_head_protocol` would run it: refuses rows of other values before any
-    work (``cog-pl run`` checks every method's grid before the first probe)."""
-    protocol, plan = protocol or ProbeProtocol(), plan or SearchPlan()
-    settings = settings_of(kind, preset, hidden)
-    seeds, shots = protocol.grid(seeds, shots)
-    pair = open_pair(root)
-    model, domain = pair.names(model, domain)
-    return head_todo(pair, results, settings=settings, model=model, domain=domain, protocol=protocol, plan=plan,
-                     seeds=seeds, shots=shots, overwrite=overwrite, announce=False, rows=rows,
-                     device=device)[0]

@@ -2,10 +2,9 @@
 them all, test; its result row.
 
 :func:`probe` runs one (seed, shots) cell on :class:`Splits` (a domain's features in memory) and returns its row; the
-grid of a domain (:func:`cog_pl.probe.protocol_run.run_protocol`) makes every cell through
-:mod:`cog_pl.probe.cells`, which claims, tunes and writes one. Studies are named after the cell and its rows'
-identity digest (:func:`study_name`), so a changed protocol, search or store never resumes a study made under other
-values. The names are importable from :mod:`cog_pl.probe.protocol_run` too.
+grid of a domain (:mod:`cog_pl.evaluate.linear`, run by :func:`cog_pl.evaluate.grid.run_grid`) claims, tunes and
+writes each cell. Studies are named after the cell and its rows' identity digest (:func:`study_name`), so a changed
+protocol, search or store never resumes a study made under other values.
 """
 
 from __future__ import annotations
@@ -136,7 +135,7 @@ def probe(splits: Splits, *, seed: int, shots: int | None, storage: str | os.Pat
     trial), ``selected_test_top1`` the held-out-selected trial's (the same heads: at most the oracle; ``test_top1``
     is its retrained probe's).
 
-    The caller is the study's one writer (it holds the cell's claim, :mod:`cog_pl.probe.cells`): an unfinished
+    The caller is the study's one writer (it holds the cell's claim, :mod:`cog_pl.evaluate.grid`): an unfinished
     study of the cell is started over (:func:`cog_pl.probe.study.open_study`). ``storage``: a path or URL (opened
     here and closed when tuning ends) or a storage object (left open). ``head_start``: every head (trials and the final
     probe) starts from it instead of a random draw (:class:`~cog_pl.probe.tuner.HeadStart`); the row is then of its

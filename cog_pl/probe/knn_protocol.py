@@ -12,8 +12,8 @@ test labels never enter the choice of k. The same pass also gives every tried k'
 chosen k's with the best of them (``oracle_test_top1``): what choosing k on test would have reported.
 
 Rows have ``method = "knn"``; a row's identity is the features' identity, the k-NN values (``ks``, temperature,
-validation fraction, normalisation) and the precision. Resuming skips rows of the same identity and refuses rows of
-another (``overwrite``: made again). Under ``torch.distributed`` (``group``) every rank holds a shard of the train
+validation fraction, normalisation) and the precision (:func:`knn_identity`; the grid: :mod:`cog_pl.evaluate.knn`).
+Under ``torch.distributed`` (``group``: ``cog-pl probe knn`` under torchrun) every rank holds a shard of the train
 rows (:func:`cog_pl.probe.knn.neighbours` merges them) and rank 0 writes the rows.
 """
 
@@ -31,15 +31,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cog_pl.data.sampling import check_shots, final_indices, tuning_indices
+from cog_pl.data.sampling import final_indices, tuning_indices
 from cog_pl.device import fits, resolve_device, resolve_precision
-from cog_pl.features.pair import StorePair, open_pair, vectors_only
-from cog_pl.probe.data import l2_normalize, load_store, train_labels
+from cog_pl.features.pair import StorePair
+from cog_pl.probe.data import l2_normalize, load_store
 from cog_pl.probe.knn import KNNSettings, accuracy, neighbours, vote
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.provenance import versions
-from cog_pl.results import FORMAT_VERSION, StoredRows, append_row, row_key
-from cog_pl.results.identity import cells_todo, digest, features_identity, format_key, remove_stale
+from cog_pl.results import FORMAT_VERSION, row_key
+from cog_pl.results.identity import digest, features_identity, format_key
 from cog_pl.results.predictions import Predictions
 
 log = logging.getLogger(__name__)
@@ -166,29 +166,6 @@ def knn_identity(features: dict | None, settings: KNNSettings, protocol: ProbePr
     return {**values, "identity": digest(values)}
 
 
-def _differences(row: dict, want: dict) -> list[tuple[str, Any, Any]]:
-    if row.get("identity") == want["identity"]:
-        return []
-    diff = [(k, row.get(k, "<not recorded>"), want[k]) for k in ("knn", "precision", "features")
-            if row.get(k, "<not recorded>") != want[k]]
-    return diff or [("identity", row.get("identity"), want["identity"])]
-
-
-def knn_todo(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, seeds: Sequence[int],
-             shots: Sequence[int | None], want: dict, protocol: ProbeProtocol,
-             overwrite: bool = False, announce: bool = True,
-             rows: StoredRows | None = None) -> list[tuple[int | None, int]]:
-    """The (shots, seed) cells whose k-NN row is missing or (``overwrite``) made with other values; a row made with
-    other values, or a shot count some class cannot fill (:func:`~cog_pl.data.sampling.check_shots`), is refused
-    otherwise, before any work. ``rows``: the rows read once by the caller, if any
-    (:func:`~cog_pl.results.identity.cells_todo`)."""
-    todo = cells_todo(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
-                      overwrite=overwrite, compare=_differences, announce=announce,
-                      rows=rows)  # the results file first
-    check_shots(train_labels(pair), protocol.val_fraction, shots)
-    return todo
-
-
 def knn_rows(pair: StorePair, cells: Sequence[tuple[int | None, int]], *, model: str, domain: str,
              protocol: ProbeProtocol, settings: KNNSettings, device: torch.device | str, precision: str,
              group: Any = None) -> list[dict[str, Any]]:
@@ -241,61 +218,6 @@ def resolve_knn_precision(precision: str | None, device: torch.device | str) -> 
     if (precision or "auto") == "auto" and resolve_device(device).type != "cuda":
         return "32-true"
     return resolve_precision(precision or "auto", device, PRECISIONS)
-
-
-def run_knn_protocol(root: str | os.PathLike | StorePair, results: str | os.PathLike, *, model: str | None = None,
-                     domain: str | None = None, protocol: ProbeProtocol | None = None,
-                     seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
-                     device: str | torch.device = "cpu", overwrite: bool = False, settings: KNNSettings | None = None,
-                     precision: str | None = None, group: Any = None, plan: Any = None,
-                     rows: StoredRows | None = None, **_: Any) -> list[dict[str, Any]]:
-    """Every (shots, seed) cell of a domain (All and each N of the protocol by default) into ``results``; returns
-    the rows written. ``precision`` defaults to the search plan's (``plan.precision``), else ``auto``. Arguments of
-    the linear method that do not apply (``storage``) are accepted and ignored, so both run from one call. ``rows``:
-    the stored rows a caller read once (:func:`cog_pl.results.read_stored`), where it runs many grids."""
-    protocol, settings = protocol or ProbeProtocol(), settings or KNNSettings()
-    seeds, shots = protocol.grid(seeds, shots)
-    device = resolve_device(device)
-    precision = resolve_knn_precision(precision or getattr(plan, "precision", None), device)
-    pair = vectors_only(root if isinstance(root, StorePair) else open_pair(root), METHOD)
-    model, domain = pair.names(model, domain)
-    want = knn_identity(features_identity(pair), settings, protocol, precision)
-    todo = knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,
-                    protocol=protocol, overwrite=overwrite, rows=rows)
-    if overwrite:  # the rows of other values this grid would not make again
-        remove_stale(results, model=model, method=METHOD, domain=domain, seeds=seeds, shots=shots, want=want,
-                     compare=_differences)
-    if not todo:
-        return []
-    rows = knn_rows(pair, todo, model=model, domain=domain, protocol=protocol, settings=settings, device=device,
-                    precision=precision, group=group)
-    if group is None or _rank(group) == 0:
-        for row in rows:
-            append_row(results, row)
-    return rows
-
-
-def _rank(group: Any) -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank(None if group is True else group)
-
-
-def check_knn_grid(root: str | os.PathLike, results: str | os.PathLike, *, model: str | None = None,
-                   domain: str | None = None, protocol: ProbeProtocol | None = None,
-                   seeds: tuple[int, ...] | None = None, shots: tuple[int | None, ...] | None = None,
-                   device: str | torch.device = "cpu", overwrite: bool = False, plan: Any = None,
-                   rows: StoredRows | None = None, **_: Any) -> list[tuple[int | None, int]]:
-    """:func:`knn_todo` of a grid as :func:`run_knn_protocol` would run it: refuses rows of other values before
-    any work (``cog-pl run`` checks every method's grid before the first probe)."""
-    protocol, settings = protocol or ProbeProtocol(), KNNSettings()
-    seeds, shots = protocol.grid(seeds, shots)
-    precision = resolve_knn_precision(getattr(plan, "precision", None), resolve_device(device))
-    pair = vectors_only(open_pair(root), METHOD)
-    model, domain = pair.names(model, domain)
-    want = knn_identity(features_identity(pair), settings, protocol, precision)
-    return knn_todo(pair, results, model=model, domain=domain, seeds=seeds, shots=shots, want=want,
-                    protocol=protocol, overwrite=overwrite, announce=False, rows=rows)  # the run says what it skips
 
 
 def launched_group(device: torch.device) -> Any:

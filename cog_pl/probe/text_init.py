@@ -14,8 +14,8 @@ fitted with the head; here the features are the linear probe's (L2-normalised ro
 paper's), so at the start a head's logits are the zero-shot cosine similarities and its first choice the zero-shot
 method's. No channel BatchNorm is applied: the two methods differ only in the heads' start.
 
-Everything else is the linear probe's (:func:`cog_pl.probe.protocol_run.run_protocol`): the same split, samples, TPE
-over (lr, wd), trials, epochs, seeds, shots, modes and oracle fields. The classifier is built exactly as the zero-shot
+Everything else is the linear probe's (:mod:`cog_pl.evaluate.text_init`): the same split, samples, TPE over (lr, wd),
+trials, epochs, seeds, shots, modes and oracle fields. The classifier is built exactly as the zero-shot
 method builds it (:func:`cog_pl.probe.zeroshot.domain_classifier`, the same names and templates options, the same
 cache beside the results file). Rows: ``method = "linear_text_init"``, with ``init`` (``from: "text"``, the names, the
 templates and their digest, the text tower's model and ``sha256``, ``scale``, ``bias``) in their identity (the search
@@ -29,28 +29,16 @@ from typing import Any
 
 import torch
 
-from cog_pl.device import resolve_device
 from cog_pl.errors import CogError
-from cog_pl.features.pair import StorePair, open_pair, vectors_only
+from cog_pl.features.pair import StorePair
 from cog_pl.probe.tuner import HeadStart
 
-__all__ = ["INIT_SCALE", "METHOD", "check_text_init_grid", "require_text_tower", "run_text_init", "text_start"]
+__all__ = ["INIT_SCALE", "METHOD", "text_start"]
 
 METHOD = "linear_text_init"
 #: The factor on the text classifier in the heads' start: ELEVATER's ``exp(logit_scale)`` with its default
 #: ``LOGIT_SCALE_INIT = 'none'`` (logit_scale 0), ``full_model_finetune.py:132-141``.
 INIT_SCALE = 1.0
-_OPTION_KEYS = ("names", "templates", "backbone", "checkpoint")
-
-
-def require_text_tower(model: str) -> None:
-    """Refuse, in one line, a model without a text tower (naming those that have one)."""
-    from cog_pl.models.registry import has_text_tower, list_text_towers
-
-    if not has_text_tower(model):
-        raise CogError(f"linear_text_init starts the probe from a text classifier and {model} has no text tower; the "
-                       f"models with one: {', '.join(list_text_towers())}, open_clip:<name> (drop linear_text_init "
-                       "from --methods)")
 
 
 def text_start(pair: StorePair, results: str | os.PathLike, *, model: str, domain: str, device: torch.device,
@@ -80,35 +68,3 @@ def text_start(pair: StorePair, results: str | os.PathLike, *, model: str, domai
                        f"dimensions and the features have {dim}: the heads cannot start from its classifier")
     weight = (INIT_SCALE * weights.float().T).contiguous()
     return HeadStart(weight, torch.zeros(weight.shape[0]), METHOD, record)
-
-
-def run_text_init(root: str | os.PathLike | StorePair, results: str | os.PathLike, *, model: str | None = None,
-                  domain: str | None = None, device: str | torch.device = "cpu", check_only: bool = False,
-                  **kwargs: Any) -> list:
-    """The text-initialised linear probe of every (seed, shots) cell of a domain (the linear probe's arguments,
-    :func:`~cog_pl.probe.protocol_run.run_protocol`, plus the zero-shot method's ``names``, ``templates``,
-    ``backbone``, ``checkpoint``: :class:`~cog_pl.probe.zeroshot.ZeroShotOptions`). ``check_only``: refuse rows of
-    other values and return the cells to make (:func:`~cog_pl.probe.protocol_run.grid_todo`), building no
-    classifier."""
-    from cog_pl.probe.protocol_run import grid_todo, run_protocol
-    from cog_pl.probe.tuner import SearchPlan
-    from cog_pl.probe.zeroshot import ZeroShotOptions
-    from cog_pl.protocol import ProbeProtocol
-
-    options = ZeroShotOptions(**{k: kwargs.pop(k) for k in _OPTION_KEYS if k in kwargs})
-    pair = vectors_only(root if isinstance(root, StorePair) else open_pair(root), METHOD)
-    model, domain = pair.names(model, domain)
-    start = text_start(pair, results, model=model, domain=domain, device=resolve_device(device), options=options,
-                       classifier=not check_only)
-    if check_only:
-        protocol, plan = kwargs.pop("protocol", None) or ProbeProtocol(), kwargs.pop("plan", None) or SearchPlan()
-        seeds, shots = protocol.grid(kwargs.pop("seeds", None), kwargs.pop("shots", None))
-        kwargs.pop("storage", None)
-        return grid_todo(pair, results, model=model, domain=domain, protocol=protocol, plan=plan, seeds=seeds,
-                         shots=shots, device=device, announce=False, head_start=start, **kwargs)
-    return run_protocol(root, results, model=model, domain=domain, device=device, head_start=start, **kwargs)
-
-
-def check_text_init_grid(root: str | os.PathLike, results: str | os.PathLike, **kwargs: Any) -> list:
-    """:func:`run_text_init`'s refusals before any work (``cog-pl run`` checks every method's grid first)."""
-    return run_text_init(root, results, check_only=True, **kwargs)

@@ -4,9 +4,10 @@
 its own (``CUDA_VISIBLE_DEVICES``) with the CPU threads split between them; otherwise one per few cores
 (:func:`threads_per_worker`) with torch's threads split, so workers never oversubscribe the cores; never more than
 the grid's cells, nor than host memory holds copies of the features. :func:`worker_pool` starts them as a
-``concurrent.futures.ProcessPoolExecutor`` of spawned processes, each with its own
-:class:`~cog_pl.probe.cells.CellMaker`, for the grid loop of :func:`cog_pl.probe.cells.make_cells`: each cell is
-tuned by one worker alone and the grid's rows equal a one-worker run's (``tests/probe/test_probe_workers_auto.py``).
+``concurrent.futures.ProcessPoolExecutor`` of spawned processes, each with its own copy of the grid's cell task
+(:class:`~cog_pl.evaluate.grid.CellTask`: anything with a ``placed(index, device)`` giving the worker's copy), for
+the grid loop of :func:`cog_pl.evaluate.grid.make_cells`: each cell is tuned by one worker alone and the grid's
+rows equal a one-worker run's (``tests/probe/test_probe_workers_auto.py``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ import optuna
 import torch
 
 from cog_pl.errors import CogError
-from cog_pl.probe.cells import CellMaker
-from cog_pl.probe.storage import resolve_storage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,9 +155,9 @@ class WorkerPool(ProcessPoolExecutor):
         return False
 
 
-def worker_pool(maker: CellMaker, slots: list[WorkerSlot]) -> WorkerPool:
-    """One spawned process per slot, each with its copy of ``maker`` (its stores and storage as paths) placed in
-    its slot (:func:`_start`); :func:`make_cell` is their task."""
+def worker_pool(maker: Any, slots: list[WorkerSlot]) -> WorkerPool:
+    """One spawned process per slot, each with its copy of ``maker`` (picklable: its stores and storage as paths)
+    placed in its slot (:func:`_start`, ``maker.placed(index, device)``); :func:`make_cell` is their task."""
     context = _WorkerContext()
     places = context.Queue()
     for place in enumerate(slots):
@@ -166,7 +165,7 @@ def worker_pool(maker: CellMaker, slots: list[WorkerSlot]) -> WorkerPool:
     return WorkerPool(len(slots), mp_context=context, initializer=_start, initargs=(maker, places))
 
 
-_MAKER: list[CellMaker] = []  # a worker process's own (:func:`_start`)
+_MAKER: list[Any] = []  # a worker process's own (:func:`_start`)
 _MAKING = threading.Event()  # set while the worker makes a cell
 
 
@@ -177,19 +176,19 @@ def _interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
 
-def _start(maker: CellMaker, places: Any) -> None:
-    """A worker process's start: its place (threads, device, environment) and its storage opened."""
+def _start(maker: Any, places: Any) -> None:
+    """A worker process's start: its place (threads, device, environment) and its copy of the task."""
     index, slot = places.get()
     os.environ.update(slot.env)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     torch.set_num_threads(slot.threads)
     signal.signal(signal.SIGINT, _interrupt)
-    _MAKER.append(dataclasses.replace(maker, storage=resolve_storage(maker.storage), device=slot.device, index=index))
+    _MAKER.append(maker.placed(index, slot.device))
 
 
 def make_cell(cell: tuple[int | None, int], delay: float = 0.0) -> tuple[str, int, dict[str, Any] | None]:
-    """A worker process's task: the cell made by its :class:`~cog_pl.probe.cells.CellMaker`."""
+    """A worker process's task: the cell made by its copy of the grid's cell task."""
     _MAKING.set()
     try:
         return _MAKER[0](cell, delay)

@@ -16,7 +16,7 @@ from typing import Any
 
 from cog_pl.analysis.concepts import N_BOOT, SLOPE_UNIT
 from cog_pl.analysis.paired import PairedDifference
-from cog_pl.methods import method_label, method_sort_key
+from cog_pl.evaluate.table import method_label, method_sort_key
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 from cog_pl.report.concepts import ConceptReport
 from cog_pl.report.tables import domain_label

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cog_pl.analysis.concepts import Curve
+from cog_pl.evaluate.table import method_label, method_sort_key
 from cog_pl.io import atomic_open
-from cog_pl.methods import method_label, method_sort_key
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 from cog_pl.report.tables import Cell, domain_label, domains_of
 from cog_pl.report.variants import OFFICIAL, VariantLine

@@ -24,7 +24,7 @@ import numpy as np
 from cog_pl.analysis import concepts as ca
 from cog_pl.analysis.paired import SEED, PairedDifference, aligned, paired_difference, positions, seeded_alike
 from cog_pl.errors import CogError
-from cog_pl.methods import is_frozen, sort_methods
+from cog_pl.evaluate.table import is_frozen, sort_methods
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.report.tables import Cell, method_table, probe_cells, probe_methods, protocol_marks
 from cog_pl.results import DEFAULT_METHOD

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from cog_pl.methods import method_label, method_sort_key
+from cog_pl.evaluate.table import method_label, method_sort_key
 from cog_pl.report.tables import cell_of, domain_key, domain_label
 from cog_pl.results import row_key
 from cog_pl.results.identity import describe, protocol_differences, protocol_key

@@ -5,7 +5,7 @@ A row is a dict with at least ``model``, ``domain``, ``shots`` (``None`` = all d
 domain and shots (the paper's "relative to ResNet-50" plots). Domains of level variants (``cog_l3@wup``) come after
 the official ones, grouped by variant; the main tables show the official domains and the variants get their own
 table (:mod:`cog_pl.report.variants`). Cells are grouped by the rows' ``method``, labelled and ordered by the method
-table (:mod:`cog_pl.methods`): the main tables are the linear probes'; fine-tuned models (method ``finetune``, paper
+table (:mod:`cog_pl.evaluate`): the main tables are the linear probes'; fine-tuned models (method ``finetune``, paper
 App. C.2) are set against their linear probes in a section of their own; other probe methods (``knn``, a registered
 one) are set beside the linear probe per domain (:func:`methods_markdown`) and get rows of their own in the few-shot
 tables.
@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cog_pl.errors import CogError
-from cog_pl.finetune.method import METHOD as FINETUNE
-from cog_pl.methods import is_frozen, method_label, method_sort_key, sort_methods
+from cog_pl.evaluate.finetune import METHOD as FINETUNE
+from cog_pl.evaluate.table import is_frozen, method_label, method_sort_key, sort_methods
 from cog_pl.protocol import DOMAINS, ProbeProtocol, split_domain
 from cog_pl.results import DEFAULT_METHOD, method_of, one_per_seedless_cell
 from cog_pl.results.identity import describe, protocol_differences, protocol_key, settings_of, value_differences

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from cog_pl.analysis import concepts as ca
-from cog_pl.methods import method_label
+from cog_pl.evaluate.table import method_label
 from cog_pl.protocol import LEVEL_OF_DOMAIN
 from cog_pl.report.tables import Cell, domain_label, domains_of
 from cog_pl.results import DEFAULT_METHOD, method_of

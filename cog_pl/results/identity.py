@@ -80,9 +80,14 @@ def _values(features: Any, protocol: dict, search: dict | None, precision: Any) 
 def wanted(features: dict | None, protocol: ProbeProtocol, search: dict[str, Any], precision: str) -> dict:
     """The identity fields a linear probe's row of this run has (``features``, ``protocol``, ``search``,
     ``precision``, ``identity``): what :func:`differences` compares a stored row with."""
-    record = as_record(protocol)
-    return {"protocol": record, "search": search, "precision": precision, "features": features,
-            "identity": digest(_values(features, record, search, precision))}
+    values = {"protocol": as_record(protocol), "search": search, "precision": precision, "features": features}
+    return {**values, "identity": linear_digest(values)}
+
+
+def linear_digest(values: dict[str, Any]) -> str:
+    """The ``identity`` of a linear probe's row from its identity fields (:func:`wanted`): the features, the
+    protocol and the search with the precision in it (the composition its rows have always been digested with)."""
+    return digest(_values(values["features"], values["protocol"], values["search"], values["precision"]))
 
 
 def study_name(model: str, domain: str, shots: int | None, seed: int, want: dict[str, Any]) -> str:
@@ -97,15 +102,17 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(name, the row's value, the run's value) of each identity value of a linear probe's row that differs; none
-    when the row's ``identity`` equals the run's."""
+    """(name, the row's value, the run's value) of each identity value of ``want`` (a method's identity values and
+    their digest ``identity``) that a stored row differs in, what the user chose first and the features last; none
+    when the row's ``identity`` equals the run's. Nested values are named by their last part (``trials`` for
+    ``protocol.trials``, :func:`value_differences`); of ``search``, the values the identity digests."""
     if row.get("identity") == want["identity"]:
         return []
-    have = _flat(_values(row.get("features"), row.get("protocol") or {}, row.get("search"), row.get("precision")))
-    mine = _flat(_values(want["features"], want["protocol"], want["search"], want["precision"]))
-    diff = [(k.rpartition(".")[2] if k.startswith(("protocol.", "search.")) else k, have.get(k, "<not recorded>"),
-             v) for k, v in mine.items() if have.get(k, "<not recorded>") != v]
-    return diff or [("identity", row.get("identity"), want["identity"])]  # the same values, digested otherwise
+    keys = [k for k in want if k != "identity"]
+    diff = value_differences(_recorded({k: row.get(k, NOT_RECORDED) for k in keys}, tuple(keys)),
+                             _recorded(want, tuple(keys)))
+    diff.sort(key=lambda d: d[0].startswith("features"))
+    return diff or [("identity", row.get("identity"), want["identity"])]
 
 
 def format_key(key: tuple) -> str:
@@ -171,8 +178,11 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
 #: ``precision`` and ``features``; the k-NN's ``knn``; fine-tuning's ``finetune``; the attentive and MLP probes'
 #: ``head``): the values named when two rows' protocols differ. A row of a method that keeps its values elsewhere is
 #: told apart by its ``identity`` alone.
-IDENTITY_FIELDS = ("protocol", "search", "precision", "features", "knn", "finetune", "head")
-_NAMED_BY_LEAF = ("protocol.", "search.", "knn.", "finetune.", "head.")  # by their last part: trials, mode, ks, preset
+IDENTITY_FIELDS = ("protocol", "search", "precision", "features", "knn", "finetune", "head", "ridge",
+                   "attentive_images", "zeroshot", "text_tower")
+#: Nested identity values named by their last part: trials, mode, ks, preset
+_NAMED_BY_LEAF = ("protocol.", "search.", "knn.", "finetune.", "head.", "ridge.", "attentive_images.", "zeroshot.")
+NOT_RECORDED = "<not recorded>"
 
 
 def protocol_key(row: dict[str, Any]) -> str | None:
@@ -193,16 +203,17 @@ def protocol_differences(row: dict[str, Any], other: dict[str, Any]) -> list[tup
 def value_differences(have: dict[str, Any], mine: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(name, value in ``have``, value in ``mine``) of each flat value in which the two differ; ``protocol.trials``
     is named ``trials``, ``search.mode`` ``mode``, and so on."""
-    none = "<not recorded>"
+    none = NOT_RECORDED
     return [(k.rpartition(".")[2] if k.startswith(_NAMED_BY_LEAF) else k, have.get(k, none), mine.get(k, none))
             for k in dict.fromkeys([*have, *mine]) if have.get(k, none) != mine.get(k, none)]
 
 
-def _recorded(row: dict[str, Any]) -> dict[str, Any]:
-    """The values of :data:`IDENTITY_FIELDS` a row records, flat; of ``search``, those the identity digests."""
-    values = {k: row[k] for k in IDENTITY_FIELDS if k in row}
+def _recorded(row: dict[str, Any], fields: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The identity values a row records (``fields``, by default :data:`IDENTITY_FIELDS`), flat; of ``search``,
+    those the identity digests (the search keys and the heads' start)."""
+    values = {k: row[k] for k in (fields or IDENTITY_FIELDS) if k in row}
     if isinstance(values.get("search"), dict):
-        values["search"] = {k: v for k, v in values["search"].items() if k in SEARCH_KEYS}
+        values["search"] = {k: v for k, v in values["search"].items() if k in (*SEARCH_KEYS, "init")}
     return _flat(values)
 
 

@@ -3,7 +3,7 @@
 Format version 2: table ``rows(model, method, domain, shots, seed, row, updated)`` with the key as primary key
 (``shots`` 0 stands for all data) and ``row`` the whole result as JSON (protocol values, mode, hyper-parameters,
 top-1/top-5, timings, versions). ``method`` is how the backbone was evaluated: any method's name, which the store does
-not check against a list (the methods, their labels and report order: :mod:`cog_pl.methods`). A level variant stays a
+not check against a list (the methods, their labels and report order: :mod:`cog_pl.evaluate`). A level variant stays a
 domain of its own (``cog_l3@wup``, :func:`cog_pl.protocol.variant_domain`). Each append is one transaction, so many
 processes (DDP ranks, cluster jobs) can write the same file and a reader never sees half a row; resuming means skipping
 keys that exist (when made with the same identity: :mod:`cog_pl.results.identity`). Tables and plots are computed from
@@ -68,7 +68,7 @@ def method_of(row: dict[str, Any]) -> str:
     method = row.get("method") or DEFAULT_METHOD
     if not isinstance(method, str) or not method.isidentifier():
         raise WrongTypeError(f"result row of {row.get('model')!r} on {row.get('domain')!r} has method {method!r}; "
-                             "a method's name is a Python identifier (cog_pl.methods)")
+                             "a method's name is a Python identifier (cog_pl.evaluate)")
     return method
 
 

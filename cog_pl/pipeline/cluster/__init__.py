@@ -3,7 +3,7 @@
 Nothing here schedules work: SLURM runs the jobs, Lightning's DDP spreads an extraction over the tasks of its job
 (``srun``, :class:`~lightning.pytorch.plugins.environments.SLURMEnvironment`), and the probe tasks share one Optuna
 storage and one results file, each cell claimed by one task before it is tuned
-(:class:`cog_pl.probe.cells.CellMaker`). Each job runs one stage's ``cog-pl`` command (``cog-pl run ... --stage
+(:class:`cog_pl.evaluate.grid.CellTask`). Each job runs one stage's ``cog-pl`` command (``cog-pl run ... --stage
 extract``), so a job that is requeued or submitted again resumes from what is finished, by the rules every stage
 already follows.
 
