@@ -13,7 +13,7 @@ from cog_pl.protocol import FeatureProtocol, ProbeProtocol
 def test_study_names_carry_the_identity_digest_of_their_rows():
     """One digest names a cell's study and identifies its rows (:mod:`cog_pl.results.identity`); resumed runs find their
     studies because it is stable."""
-    from cog_pl.probe.protocol_run import study_name
+    from cog_pl.probe.cell import study_name
     from cog_pl.probe.tuner import SearchPlan
     from cog_pl.results.identity import wanted
 

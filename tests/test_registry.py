@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from cog_pl.probe.methods import get_probe_method
 
 from cog_pl.data.sources import get_source
 from cog_pl.errors import UnknownNameError
 from cog_pl.levels.measures import get_measure
-from cog_pl.probe.methods import get_probe_method
 from cog_pl.registry import Registry, did_you_mean
 
 

@@ -177,9 +177,9 @@ def make_cells(pool: Executor, task: Callable, todo: list[Cell], *, workers: int
             if status == "held":
                 have = {(r["shots"], r["seed"]) for r in made}
                 left = [c for c in (unit if batched else (unit,)) if c not in have]
-                if not retried:
-                    log.info("%s: another worker is making %s", getattr(task, "job", None) and task.job.domain,
-                             ", ".join(f"shots={c[0] or 'all'} seed={c[1]}" for c in left))
+                where = f"{task.job.model}/{task.job.method.name}/{task.job.domain} " if isinstance(task, CellTask) else ""
+                for c in left if not retried else ():
+                    log.info("%sshots=%s seed=%s: another worker is making this row", where, c[0] or "all", c[1])
                 if wait_held and left:
                     backlog.append(((tuple(left) if batched else left[0]), 1.0))
     return rows

@@ -68,9 +68,6 @@ class Heads(Method):
     def open(self, job: Job) -> HeadState:
         return HeadState(super().open(job))
 
-    def check(self, job: Job, state: HeadState, cells: list[Cell]) -> None:
-        super().check(job, state.pair, cells)
-
     def identity(self, job: Job, state: HeadState) -> dict[str, Any]:
         from cog_pl.probe.attentive import head_identity
         from cog_pl.results.identity import features_identity

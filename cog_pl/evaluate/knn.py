@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cog_pl.errors import CogError
 from cog_pl.evaluate.method import Cell, Job, Method, register_method
 
 __all__ = ["KNN", "KNNOptions"]
@@ -26,9 +27,17 @@ class KNNOptions:
         "help": "the ks tried, the best on validation chosen (default: DINO's, cog_pl.probe.knn.KS)", "metavar": "K"})
     temperature: float | None = field(default=None, metadata={
         "help": "the vote's temperature (default: DINO's, cog_pl.probe.knn.TEMPERATURE)"})
+    precision: str | None = field(default=None, metadata={
+        "help": "the similarity products' precision: 32-true, bf16-mixed, 64-true or auto (default: "
+                "--probe-precision's; auto: bf16-mixed on a GPU that does bfloat16 fast, else 32-true)"})
 
     def __post_init__(self) -> None:
         self.settings()  # a bad k or temperature: one line, before any work
+        if self.precision is not None:
+            from cog_pl.probe.knn_protocol import PRECISIONS
+
+            if self.precision not in (*PRECISIONS, "auto"):
+                raise CogError(f"--knn-precision {self.precision!r}: choose from auto, {', '.join(PRECISIONS)}")
 
     def settings(self) -> Any:
         from cog_pl.probe.knn import KS, TEMPERATURE, KNNSettings
@@ -51,7 +60,9 @@ class KNN(Method):
         from cog_pl.device import resolve_device
         from cog_pl.probe.knn_protocol import resolve_knn_precision
 
-        return resolve_knn_precision(getattr(job.plan, "precision", None), resolve_device(job.device))
+        options = job.options or KNNOptions()
+        return resolve_knn_precision(options.precision or getattr(job.plan, "precision", None),
+                                     resolve_device(job.device))
 
     def identity(self, job: Job, state: Any) -> dict[str, Any]:
         from cog_pl.probe.knn_protocol import knn_identity

@@ -187,13 +187,13 @@ class Method:
     def check(self, job: Job, state: Any, cells: Sequence[Cell]) -> None:
         """Refuse, before any work, what would fail later (a shot count some class cannot fill, a width a preset
         cannot split): ``cells`` are the whole grid's. By default the shot counts against the train labels of a
-        method that reads stores."""
+        method that reads stores (``state``: the store pair, or an object holding it as ``pair``)."""
         if self.reads == "images" or state is None:
             return
         from cog_pl.data.sampling import check_shots
         from cog_pl.probe.data import train_labels
 
-        check_shots(train_labels(state), job.protocol.val_fraction, [n for n, _ in cells])
+        check_shots(train_labels(getattr(state, "pair", state)), job.protocol.val_fraction, [n for n, _ in cells])
 
     def run_cell(self, job: Job, state: Any, cell: Cell, want: dict[str, Any]) -> dict[str, Any]:
         """Make one cell: its row's fields (the runner adds the key, ``identity`` and the values of ``want``, the

@@ -91,20 +91,18 @@ def run_methods(methods: Sequence[str], inputs: Inputs, grid: Sequence[Grid], pl
             written += len(rows)
             made.setdefault((job.method.name, job.domain), set()).update((r["shots"], r["seed"]) for r in rows)
             bar.update(len(job.method.cells(job)))
-        written += _wait_for_others(jobs, plan, made)
+        written += _wait_for_others(jobs, plan, made, stored)
     return written
 
 
-def _wait_for_others(jobs: Sequence[Job], plan: Plan, made: Mapping[str, set]) -> int:
-    """The cells of shared grids that other workers held: waited for, and made here where their claims expired."""
-    from cog_pl.results import read_stored
-
+def _wait_for_others(jobs: Sequence[Job], plan: Plan, made: Mapping[tuple, set], stored: Any) -> int:
+    """The cells of shared grids that other workers held: waited for (the rows read again), and made here where
+    their claims expired."""
     written = 0
     for job in jobs:
         if not job.method.shares_grid:
             continue
-        have = {(r.shots, r.seed) for r in read_stored(plan.results, model=job.model, method=job.method.name,
-                                                      domain=job.domain)}
+        have = {(r.shots, r.seed) for r in stored.select(method=job.method.name, domain=job.domain)}
         mine = made.get((job.method.name, job.domain), set())
         if not plan.overwrite and all(c in have or c in mine for c in job.method.cells(job)):
             continue  # every cell's row was there or made here: no other worker's to wait for

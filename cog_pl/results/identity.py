@@ -109,8 +109,10 @@ def differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, An
     if row.get("identity") == want["identity"]:
         return []
     keys = [k for k in want if k != "identity"]
-    diff = value_differences(_recorded({k: row.get(k, NOT_RECORDED) for k in keys}, tuple(keys)),
-                             _recorded(want, tuple(keys)))
+    have = _recorded({k: row.get(k, NOT_RECORDED) for k in keys}, tuple(keys))
+    mine = _recorded(want, tuple(keys))
+    diff = [d for d in value_differences({k: have.get(k, NOT_RECORDED) for k in mine}, mine)]  # in the run's order
+    diff += [d for d in value_differences(have, mine) if d[0] not in {e[0] for e in diff}]
     diff.sort(key=lambda d: d[0].startswith("features"))
     return diff or [("identity", row.get("identity"), want["identity"])]
 

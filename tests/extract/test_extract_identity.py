@@ -122,7 +122,7 @@ def test_cli_extract_refuses_another_checkpoint_and_data_overwrite_replaces(root
 def test_run_overwrite_reaches_the_extraction(roots, checkpoints, tmp_path):
     from cog_pl.cli.main import build_parser
     from cog_pl.pipeline import RunConfig
-    from cog_pl.pipeline import _extract as run_extract
+    from cog_pl.pipeline.stages import extract as run_extract
 
     a, b = checkpoints
     args = build_parser().parse_args(["run", "--model", MODEL, "--in1k-root", str(roots[0]), "--overwrite"])

@@ -74,7 +74,7 @@ def test_a_fixed_size_vit_refuses_another_input_size_before_reading_an_image(tmp
 
 def test_run_image_size_of_another_size_is_refused_before_extraction(tmp_path):
     from cog_pl.pipeline import RunConfig
-    from cog_pl.pipeline import _extract as run_extract
+    from cog_pl.pipeline.stages import extract as run_extract
 
     (tmp_path / "in1k").mkdir()
     cfg = RunConfig(model=f"timm:{VIT_384}", random_weights=True, in1k_root=str(tmp_path / "in1k"), in21k_root=None,

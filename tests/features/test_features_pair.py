@@ -11,7 +11,7 @@ from cog_pl.datamodules.features import FeatureDataModule
 from cog_pl.features import store as store_mod
 from cog_pl.features.pair import open_pair
 from cog_pl.features.store import StoreError, make_meta, write_store
-from cog_pl.probe.protocol_run import Splits, splits_device
+from cog_pl.probe.cell import Splits, splits_device
 
 
 def _pair(root, classes=4, test_meta=None, model="resnet50", domain="cog_l2"):

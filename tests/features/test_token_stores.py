@@ -15,6 +15,8 @@ from conftest_data import tiny  # noqa: F401 - fixture
 
 from cog_pl.cli.main import main
 from cog_pl.datamodules.features import FeatureDataModule
+from cog_pl.evaluate import Method, register_method, unregister_method
+from cog_pl.evaluate.runner import run_on_stores
 from cog_pl.extract.datamodule import ExtractionDataModule
 from cog_pl.extract.module import FeatureExtractor
 from cog_pl.features.convert import export_pth
@@ -29,12 +31,8 @@ from cog_pl.features.store import (
     partial_path,
     write_store,
 )
-from cog_pl.methods import Method, register_method, unregister_method
 from cog_pl.models.arch.demo_cnn import DemoCNN
 from cog_pl.probe.cell import Splits
-from cog_pl.probe.knn_protocol import run_knn_protocol
-from cog_pl.probe.methods import _check_linear
-from cog_pl.probe.protocol_run import run_protocol
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 
@@ -155,12 +153,15 @@ def test_the_linear_probe_and_knn_refuse_a_token_store_naming_the_methods_that_t
     rng = np.random.default_rng(0)
     for split in ("train", "test"):
         _write(tmp_path / "r" / split, rng.normal(size=(4, 5, 8)).astype(np.float32), "tokens2x2")
-    register_method(Method("attentive_stub", tokens=True))
+    class Stub(Method):
+        name, reads, order = "attentive_stub", "tokens", 7.0
+
+    register_method(Stub())
     try:
-        for run in (run_protocol, _check_linear, run_knn_protocol):
+        for method, check_only in (("linear", False), ("linear", True), ("knn", False)):
             with pytest.raises(StoreError) as err:
-                run(tmp_path / "r", tmp_path / "results.jsonl", seeds=(0,), shots=(None,), storage=None)
-            method = "knn" if run is run_knn_protocol else "linear"
+                run_on_stores(method, tmp_path / "r", tmp_path / "results.jsonl", seeds=(0,), shots=(None,),
+                              check_only=check_only)
             assert str(err.value) == (f"{tmp_path / 'r' / 'train'}: a token store (5 tokens per image, feature "
                                       f"'tokens2x2'); {method} reads one vector per image: the methods that take "
                                       "token stores: attentive, mlp, attentive_stub (cog-pl run --methods)")

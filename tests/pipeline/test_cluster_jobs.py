@@ -222,7 +222,7 @@ def test_claimed_cells_are_tuned_by_one_worker_alone(tmp_path):
     import optuna
     from test_probe_fixtures import write_features
 
-    from cog_pl.probe.protocol_run import run_protocol
+    from cog_pl.evaluate.runner import run_on_stores
     from cog_pl.probe.tuner import SearchPlan
     from cog_pl.protocol import ProbeProtocol
     from cog_pl.results import has_row
@@ -234,7 +234,7 @@ def test_claimed_cells_are_tuned_by_one_worker_alone(tmp_path):
     elsewhere = claim(results, "m/linear/d/shots=all/seed=22", stale_after=3600, worker="other")
     assert elsewhere is not None
     made: list = []
-    worker = threading.Thread(target=lambda: made.extend(run_protocol(
+    worker = threading.Thread(target=lambda: made.extend(run_on_stores("linear",
         features, results, storage=storage, protocol=ProbeProtocol(trials=2, epochs=2),
         plan=SearchPlan(startup_trials=2), seeds=(22,), shots=(None, 2), device="cpu")))
     worker.start()

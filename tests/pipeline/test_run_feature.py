@@ -4,10 +4,10 @@ before any work, and a token definition with a method that reads one vector per 
 from __future__ import annotations
 
 import pytest
+from cog_pl.methods import Method, register_method, unregister_method
 
 from cog_pl.cli.main import main
 from cog_pl.errors import CogError, UnknownNameError
-from cog_pl.methods import Method, register_method, unregister_method
 from cog_pl.pipeline import RunConfig
 
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 from test_probe_fixtures import write_features
 
-from cog_pl.methods import method_label
+from cog_pl.evaluate import list_methods, method_label
+from cog_pl.evaluate.runner import run_on_stores
 from cog_pl.probe.attentive import HeadSettings, make_head, train_bank
-from cog_pl.probe.methods import get_probe_method, list_probe_methods
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import read_rows
@@ -86,7 +86,7 @@ def test_heads_trained_in_one_pass_equal_the_same_heads_trained_one_by_one(kind,
 
 
 def test_the_methods_are_registered_with_their_labels_and_order():
-    assert list_probe_methods() == ("linear", "linear_text_init", "zeroshot", "attentive", "mlp", "knn")
+    assert list_methods(probe=True) == ("linear", "linear_text_init", "zeroshot", "attentive", "mlp", "knn")
     assert (method_label("attentive"), method_label("mlp")) == ("attentive probe", "MLP probe")
 
 
@@ -98,9 +98,14 @@ KEYS = {"format_version", "model", "method", "domain", "shots", "seed", "lr", "w
         "predictions"}
 
 
-def _run(method, root, results, **kwargs):
-    return get_probe_method(method).run(root, results, model="m", domain="cog_l1", storage=None, protocol=PROTOCOL,
-                                        plan=PLAN, seeds=(22,), shots=(None, 2), device="cpu", **kwargs)
+def _options(preset=None, hidden=None):
+    return {k: v for k, v in (("preset", preset), ("hidden", hidden)) if v is not None} or None
+
+
+def _run(method, root, results, preset=None, hidden=None, **kwargs):
+    grid = {"model": "m", "domain": "cog_l1", "protocol": PROTOCOL, "plan": PLAN, "seeds": (22,), "shots": (None, 2),
+            "device": "cpu", **kwargs}
+    return run_on_stores(method, root, results, options=_options(preset, hidden), **grid)
 
 
 @pytest.fixture(scope="module")
@@ -158,8 +163,7 @@ def test_a_row_of_another_preset_or_width_is_refused_before_any_work(grid):
     root, results, _ = grid
     with pytest.raises(ValueError, match=r"row m/attentive/cog_l1/shots=all/seed=22 was made with preset=capi.*"
                                          r"this run has preset=vjepa.*--overwrite"):
-        get_probe_method("attentive").check(root, results, model="m", domain="cog_l1", protocol=PROTOCOL, plan=PLAN,
-                                            seeds=(22,), shots=(None, 2), preset="vjepa")
+        _run("attentive", root, results, preset="vjepa", check_only=True)
     with pytest.raises(ValueError, match=r"was made with hidden=16.*this run has hidden=1024"):
         _run("mlp", root, results)
     with pytest.raises(ValueError, match="--attentive-preset 'jepa': choose from vjepa, vjepa2, capi, ep"):
@@ -214,10 +218,10 @@ def test_cog_pl_run_methods_attentive_mlp_writes_and_resumes_their_rows(tmp_path
 KILL_SCRIPT = """
 import sys
 from dataclasses import replace
-from cog_pl.probe.methods import get_probe_method
+from cog_pl.evaluate.runner import run_on_stores
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
-get_probe_method("attentive").run(sys.argv[1], sys.argv[2], model="m", domain="cog_l1", storage=None,
+run_on_stores("attentive", sys.argv[1], sys.argv[2], model="m", domain="cog_l1",
     protocol=replace(ProbeProtocol(), trials=4, epochs=12, batch_size=32), plan=SearchPlan(startup_trials=2,
     trial_batch=2, stale_after=600), seeds=(22, 37), shots=(None, 2), device="cpu")
 """
@@ -309,24 +313,25 @@ def test_token_stores_the_attentive_probe_reads_every_token_the_mlp_the_class_to
     results = tmp_path / "rows.sqlite"
     protocol = replace(ProbeProtocol(), trials=2, epochs=20, batch_size=32)
     kwargs = {"model": "m", "domain": "cog_l1", "protocol": protocol, "plan": PLAN, "seeds": (22,), "shots": (None,)}
-    attentive = get_probe_method("attentive").run(root, results, **kwargs)[0]
-    mlp = get_probe_method("mlp").run(root, results, hidden=16, **kwargs)[0]
+    attentive = run_on_stores("attentive", root, results, **kwargs)[0]
+    mlp = run_on_stores("mlp", root, results, options={"hidden": 16}, **kwargs)[0]
     assert (attentive["feature"], attentive["tokens"], mlp["feature"], mlp["head"]["input"]) == (
         "tokens2x2", 5, "tokens2x2", "class token")
     assert attentive["test_top1"] >= 75.0 and mlp["test_top1"] <= 50.0
     other = _token_pair(tmp_path / "other", "tokens1x1", 2, signal_token=1)
     with pytest.raises(ValueError, match=r"row m/attentive/cog_l1/shots=all/seed=22 was made with "
-                                         r"features\.test\.feature=tokens2x2.*this run has features\.test\."
+                                         r"features\.train\.feature=tokens2x2.*this run has features\.train\."
                                          r"feature=tokens1x1"):
-        get_probe_method("attentive").run(other, results, **kwargs)
+        run_on_stores("attentive", other, results, **kwargs)
 
 
 def test_a_width_the_preset_cannot_split_into_heads_is_refused_before_any_work(tmp_path):
     root = write_features(tmp_path / "feats", classes=4, dim=96, per_class=10, test_per_class=2)
     with pytest.raises(ValueError, match=r"--attentive-preset capi on .*feats \(96 wide\): pooler config: dim 96 does "
-                                         r"not split into 1 heads of head_dim 64"):
-        get_probe_method("attentive").check(root, tmp_path / "rows.sqlite", model="m", domain="cog_l1",
-                                            protocol=PROTOCOL, plan=PLAN, seeds=(22,), shots=(None,))
+                                         r"not split into 1 heads of head_dim 64; the presets that fit 96 channels: "
+                                         r"vjepa2"):
+        run_on_stores("attentive", root, tmp_path / "rows.sqlite", model="m", domain="cog_l1", protocol=PROTOCOL,
+                      plan=PLAN, seeds=(22,), shots=(None,), check_only=True)
     assert not (tmp_path / "rows.sqlite").exists()
 
 
@@ -385,7 +390,8 @@ def test_the_heads_honour_the_plan_s_precision_close_to_float32_and_recorded_in_
     bfloat16: they end close to float32's but not equal, and the rows are distinct (precision in their identity, so a
     row of the other precision is never reused)."""
     from cog_pl.features.pair import open_pair
-    from cog_pl.probe.attentive import TokenSplits, differences, probe_cell
+    from cog_pl.probe.attentive import TokenSplits, probe_cell
+    from cog_pl.results.identity import protocol_differences
 
     torch.manual_seed(0)
     x, y = torch.randn(40, 3, 64), torch.randint(0, 4, (40,))
@@ -403,5 +409,5 @@ def test_the_heads_honour_the_plan_s_precision_close_to_float32_and_recorded_in_
     rows = {p: probe_cell(splits, settings=HeadSettings(kind="mlp", hidden=8), plan=replace(PLAN, precision=p), **cell)
             for p in ("32-true", "bf16-mixed")}
     assert rows["32-true"]["precision"] == "32-true" and rows["bf16-mixed"]["precision"] == "bf16-mixed"
-    assert differences(rows["32-true"], rows["bf16-mixed"]) == [("precision", "32-true", "bf16-mixed")]
+    assert protocol_differences(rows["32-true"], rows["bf16-mixed"]) == [("precision", "32-true", "bf16-mixed")]
     assert abs(rows["32-true"]["val_top1"] - rows["bf16-mixed"]["val_top1"]) <= 10.0

@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from run_stages import probe_stage
 from test_probe_fixtures import write_features
 
 from cog_pl.cli.main import build_parser, main
-from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+from cog_pl.pipeline import ProbeOptions, RunConfig
 from cog_pl.protocol import DOMAINS
 from cog_pl.report.build import write_report
 from cog_pl.results import append_row, read_rows
@@ -76,7 +77,7 @@ def _config(tmp_path, methods, **kw):
     from cog_pl.cli.run import _config
     from cog_pl.pipeline import ExtractOptions
 
-    return _config(args, ExtractOptions(), None, model=args.model[0], checkpoint=None, in1k_root=None,
+    return _config(args, ExtractOptions(), args.methods, model=args.model[0], checkpoint=None, in1k_root=None,
                    in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains), benchmark=None, check=False,
                    overwrite=False, random_weights=True, **kw)  # the probes of stores written here
 
@@ -88,18 +89,18 @@ def test_run_methods_linear_knn_writes_rows_of_both_methods_on_every_domain(tmp_
     out = tmp_path / "out"
     for i, domain in enumerate(cfg.domains):
         write_features(out / "features" / "m" / domain, classes=4, dim=8, per_class=25, test_per_class=5, seed=i)
-    assert _probe(cfg, out, "m") == 2 * 2 * 2  # methods x domains x shot settings
+    assert probe_stage(cfg, out, "m") == 2 * 2 * 2  # methods x domains x shot settings
     rows = read_rows(out / "results.sqlite")
     assert sorted((r["method"], r["domain"], r["shots"] or 0) for r in rows) == sorted(
         (m, d, s) for m in ("linear", "knn") for d in cfg.domains for s in (0, 2))
-    assert _probe(cfg, out, "m") == 0  # resumed: nothing to do
+    assert probe_stage(cfg, out, "m") == 0  # resumed: nothing to do
     other = replace(cfg, probe=ProbeOptions(trials=2, epochs=2, device="cpu", precision="bf16-mixed"))
     with pytest.raises(ValueError, match="row m/linear/cog_l1/shots=all/seed=22 was made with precision=32-true"):
-        _probe(other, out, "m")  # refused before any probe: no k-NN row replaced either
+        probe_stage(other, out, "m")  # refused before any probe: no k-NN row replaced either
     assert read_rows(out / "results.sqlite") == rows
     with pytest.raises(ValueError,
-                       match="methods: unknown probe method.s. svm; choose from linear, linear_text_init, zeroshot, "
-                             "attentive, mlp, knn"):
+                       match="methods: unknown method.s. svm; choose from linear, linear_text_init, zeroshot, "
+                             "attentive, mlp, finetune, attentive_images, knn"):
         _config(tmp_path, ["linear", "svm"])
     with pytest.raises(ValueError):
         RunConfig(model="m", in1k_root=None, in21k_root=str(tmp_path), domains=("cog_l1",), methods=())

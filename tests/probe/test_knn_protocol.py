@@ -14,10 +14,11 @@ from test_probe_fixtures import write_features
 
 import cog_pl.probe.cell as cell
 from cog_pl.data.sampling import final_indices, tuning_indices
+from cog_pl.evaluate.runner import run_on_stores
 from cog_pl.features.pair import open_pair
 from cog_pl.probe.data import l2_normalize, load_store
 from cog_pl.probe.knn import KNNSettings
-from cog_pl.probe.knn_protocol import KNNData, choose_k, knn_rows, rows_digest, run_knn_protocol, score_test, validate
+from cog_pl.probe.knn_protocol import KNNData, choose_k, knn_rows, rows_digest, score_test, validate
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import read_rows
@@ -91,7 +92,7 @@ def test_grid_rows_resume_and_refuse_other_values(tmp_path):
     results = tmp_path / "r.sqlite"
     kw = {"model": "m", "domain": "cog_l2", "seeds": (22, 37), "shots": (None, 1, 4), "device": "cpu",
           "precision": "32-true"}
-    rows = run_knn_protocol(root, results, **kw)
+    rows = run_on_stores("knn", root, results, **kw)
     stored = read_rows(results)
     assert len(rows) == len(stored) == 6 and {r["method"] for r in stored} == {"knn"}
     for r in stored:  # a k above the tuning rows (4 for 1 shot, 16 for 4, 96 for all) is recorded as what ran
@@ -101,11 +102,11 @@ def test_grid_rows_resume_and_refuse_other_values(tmp_path):
     assert {r["tuning_rows"]: set(r["val_top1_by_k"]) for r in stored} == {
         4: {"4"}, 16: {"10", "16"}, 96: {"10", "20", "96"}}
     assert {r["train_rows"] for r in stored if r["shots"] == 1} == {4}
-    assert run_knn_protocol(root, results, **kw) == []  # same values: skipped
+    assert run_on_stores("knn", root, results, **kw) == []  # same values: skipped
     with pytest.raises(ValueError, match=r"row m/knn/cog_l2/shots=all/seed=22 was made with precision=32-true, "
                                          r"this run has precision=64-true; pass --overwrite"):
-        run_knn_protocol(root, results, **{**kw, "precision": "64-true"})
-    assert len(run_knn_protocol(root, results, **{**kw, "precision": "64-true", "overwrite": True})) == 6
+        run_on_stores("knn", root, results, **{**kw, "precision": "64-true"})
+    assert len(run_on_stores("knn", root, results, **{**kw, "precision": "64-true", "overwrite": True})) == 6
 
 
 def _rank(rank, world, init, root, out):

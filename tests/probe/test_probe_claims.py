@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_probe_fixtures import write_features
 
-from cog_pl.probe.protocol_run import run_protocol
+from cog_pl.evaluate.runner import run_on_stores
 from cog_pl.probe.study import ask_trials, open_study
 from cog_pl.probe.tuner import SearchPlan, search_space
 from cog_pl.protocol import ProbeProtocol
@@ -103,7 +103,7 @@ def test_a_cell_whose_claim_expired_is_taken_over_and_its_study_restarted(tmp_pa
     plan = SearchPlan(startup_trials=2, trial_batch=1, stale_after=1.0)
     grid = {"model": "m", "domain": "d", "protocol": PROTOCOL, "plan": plan, "seeds": (22,), "shots": (None,),
             "device": "cpu"}
-    (whole,) = run_protocol(features, tmp_path / "whole.sqlite", storage=tmp_path / "whole.db", **grid)
+    (whole,) = run_on_stores("linear", features, tmp_path / "whole.sqlite", storage=tmp_path / "whole.db", **grid)
 
     results, storage = tmp_path / "r.sqlite", tmp_path / "s.db"
     study = open_study(storage, whole["study"], trials=PROTOCOL.trials)  # the dead worker's half-tuned study
@@ -111,7 +111,7 @@ def test_a_cell_whose_claim_expired_is_taken_over_and_its_study_restarted(tmp_pa
         study.tell(t, 50.0)
     assert claim(results, CELL, stale_after=60, worker="dead") is not None
     with caplog.at_level("INFO"):
-        (row,) = run_protocol(features, results, storage=storage, **grid)
+        (row,) = run_on_stores("linear", features, results, storage=storage, **grid)
     assert "took over the claim of worker dead" in caplog.text and "restarting the study" in caplog.text
     keys = ("lr", "wd", "best_trial", "val_top1", "test_top1", "identity", "study")
     assert {k: row[k] for k in keys} == {k: whole[k] for k in keys}
@@ -130,12 +130,12 @@ def test_a_grid_leaves_a_held_cell_to_its_holder_or_waits_for_its_row(tmp_path, 
     results, lines = tmp_path / "r.sqlite", []
     held = claim(results, CELL, stale_after=60, worker="elsewhere")  # seed 22's cell, another machine's
     with caplog.at_level("INFO"):
-        rows = run_protocol(features, results, wait=False, progress=lines.append, **grid)
+        rows = run_on_stores("linear", features, results, wait=False, show=lines.append, **grid)
     assert [r["seed"] for r in rows] == [37] and len(lines) == 1 and lines[0].startswith("[1/2] shots=all seed=37")
     assert "shots=all seed=22: another worker is making this row" in caplog.text
     threading.Timer(2.0, release, (held,)).start()  # the holder gives the cell up (its run failed, say)
     started = time.monotonic()
-    (row,) = run_protocol(features, results, progress=lines.append, **grid)
+    (row,) = run_on_stores("linear", features, results, show=lines.append, **grid)
     assert row["seed"] == 22 and time.monotonic() - started >= 2.0 and len(lines) == 2
     assert sorted(r["seed"] for r in read_rows(results)) == [22, 37]
 

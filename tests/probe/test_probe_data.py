@@ -11,8 +11,8 @@ from test_probe_fixtures import write_features
 
 from cog_pl.datamodules.features import FeatureDataModule
 from cog_pl.features.pair import open_pair
+from cog_pl.probe.cell import Splits, probe
 from cog_pl.probe.data import final_indices, tuning_indices
-from cog_pl.probe.protocol_run import Splits, probe
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 
@@ -117,7 +117,7 @@ def test_plain_stores_count_classes_over_both_splits(tmp_path):
 def test_features_go_to_the_gpu_only_when_a_probe_fits_beside_them(tmp_path):
     from cog_pl.device import FIT_FRACTION
     from cog_pl.features.pair import open_pair
-    from cog_pl.probe.protocol_run import splits_device
+    from cog_pl.probe.cell import splits_device
 
     pair = open_pair(write_features(tmp_path / "p", classes=4, dim=16, per_class=50, test_per_class=10))  # 200 + 40
     columns = 10 * 4  # 10 heads of 4 classes

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_probe_fixtures import write_features
-
 from cog_pl.methods import register_method
 from cog_pl.probe.methods import get_probe_method, list_probe_methods, register_probe_method
-from cog_pl.probe.protocol_run import Splits
+from test_probe_fixtures import write_features
+
+from cog_pl.probe.cell import Splits
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import append_row, read_rows

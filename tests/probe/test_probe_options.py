@@ -80,10 +80,10 @@ def test_probe_protocol_refuses_bad_grids_by_name(values, name):
 def test_the_library_grid_refuses_bad_seeds_and_shots(tmp_path):
     from test_probe_fixtures import write_features
 
-    from cog_pl.probe.protocol_run import run_protocol
+    from cog_pl.evaluate.runner import run_on_stores
 
     features = write_features(tmp_path / "m" / "cog_l1", classes=3, dim=4, per_class=10, test_per_class=2)
     for grid in ({"seeds": (-1,)}, {"shots": (0,)}):
         with pytest.raises(ValueError, match="must be"):
-            run_protocol(features, tmp_path / "r.sqlite", storage=tmp_path / "s.db", **grid)
+            run_on_stores("linear", features, tmp_path / "r.sqlite", storage=tmp_path / "s.db", **grid)
     assert not (tmp_path / "r.sqlite").exists()

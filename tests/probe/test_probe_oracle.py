@@ -16,10 +16,10 @@ from test_probe_fixtures import write_features
 
 from cog_pl.data.sampling import final_indices
 from cog_pl.features.pair import open_pair
+from cog_pl.probe.cell import Splits, probe
 from cog_pl.probe.data import ProbeData, sub_seed, tuning_indices
 from cog_pl.probe.knn import KNNSettings
 from cog_pl.probe.knn_protocol import knn_rows
-from cog_pl.probe.protocol_run import Splits, probe
 from cog_pl.probe.study import open_study
 from cog_pl.probe.tuner import RESULT_ATTR, TEST_TOP1, SearchPlan, run_search, train_probe
 from cog_pl.protocol import ProbeProtocol

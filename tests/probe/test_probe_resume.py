@@ -19,8 +19,8 @@ import pytest
 from test_probe_fixtures import write_features
 
 from cog_pl.cli.main import main
+from cog_pl.evaluate.runner import run_on_stores
 from cog_pl.features.store import make_meta, write_store
-from cog_pl.probe.protocol_run import run_protocol
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import read_rows
@@ -32,7 +32,8 @@ GRID = {"model": "m", "domain": "cog_l3", "seeds": (22,), "shots": (None, 2)}
 
 
 def _grid(root, results, storage, protocol=PROTOCOL, plan=PLAN, **kw):
-    return run_protocol(root, results, storage=storage, protocol=protocol, plan=plan, device="cpu", **{**GRID, **kw})
+    return run_on_stores("linear", root, results, storage=storage, protocol=protocol, plan=plan, device="cpu",
+                         **{**GRID, **kw})
 
 
 def _store_pair(root: Path, weights: str) -> Path:
@@ -212,7 +213,9 @@ def test_two_workers_on_one_grid_make_each_row_once(tmp_path):
 
 
 def test_the_run_probe_stage_refuses_other_rows_before_any_probe_and_overwrite_replaces(tmp_path):
-    from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+    from run_stages import probe_stage
+
+    from cog_pl.pipeline import ProbeOptions, RunConfig
 
     out = tmp_path / "out"
     for domain in ("cog_l1", "cog_l2"):
@@ -224,13 +227,13 @@ def test_the_run_probe_stage_refuses_other_rows_before_any_probe_and_overwrite_r
                          out=str(out), domains=domains, seeds=(22,), shots=(None,), check=False,
                          probe=ProbeOptions(trials=trials, epochs=2, device="cpu", trial_batch=1), **kw)
 
-    assert _probe(config(3, domains=("cog_l2",)), out, "m") == 1
+    assert probe_stage(config(3, domains=("cog_l2",)), out, "m") == 1
     first = read_rows(out / "results.sqlite")
     with pytest.raises(ValueError, match="row m/linear/cog_l2/shots=all/seed=22 was made with trials=3, this run "
                                          "has trials=2; pass --overwrite"):
-        _probe(config(2), out, "m")
+        probe_stage(config(2), out, "m")
     assert read_rows(out / "results.sqlite") == first  # refused before cog_l1, which comes first, was probed
-    assert _probe(config(2, overwrite=True), out, "m") == 2
+    assert probe_stage(config(2, overwrite=True), out, "m") == 2
     assert [r["protocol"]["trials"] for r in read_rows(out / "results.sqlite")] == [2, 2]
 
 

@@ -9,7 +9,8 @@ import pytest
 from optuna.trial import TrialState
 from test_probe_fixtures import write_features
 
-from cog_pl.probe.protocol_run import Splits, probe, run_protocol
+from cog_pl.evaluate.runner import run_on_stores
+from cog_pl.probe.cell import Splits, probe
 from cog_pl.probe.storage import close_storage, resolve_storage
 from cog_pl.probe.study import ask_trials, open_study
 from cog_pl.probe.tuner import SearchPlan, search_space
@@ -127,11 +128,11 @@ def test_protocol_grid_writes_one_row_per_cell_and_resumes(splits, tmp_path):
           "plan": PLAN, "seeds": (22, 37), "shots": (None, 2)}
     root = tmp_path / "feats"
     write_features(root, per_class=40)
-    assert len(run_protocol(root, results, **kw)) == 4
+    assert len(run_on_stores("linear", root, results, **kw)) == 4
     assert not (tmp_path / "grid.db-wal").exists()  # the grid's one storage is closed: the file alone holds it
     rows = read_rows(results)
     assert sorted((r["shots"] or 0, r["seed"]) for r in rows) == [(0, 22), (0, 37), (2, 22), (2, 37)]
-    assert run_protocol(root, results, **kw) == []
+    assert run_on_stores("linear", root, results, **kw) == []
     assert read_rows(results) == rows
 
 

@@ -4,6 +4,7 @@ by one worker; the grid's rows equal a one-worker run's, and the plan of workers
 from __future__ import annotations
 
 import pytest
+from run_stages import probe_stage
 from test_probe_fixtures import write_features
 
 from cog_pl.cli.main import main
@@ -73,7 +74,7 @@ def test_a_bad_workers_value_is_one_line_naming_it(tmp_path, capsys):
 @pytest.mark.slow
 def test_the_run_probe_stage_with_two_workers_writes_the_rows_of_one_process(tmp_path):
     """``cog-pl run --probe-workers 2`` goes through :func:`cog_pl.probe.workers.worker_pool` per domain."""
-    from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+    from cog_pl.pipeline import ProbeOptions, RunConfig
 
     def run(out, workers):
         write_features(out / "features" / "m" / "cog_l1", classes=4, dim=8, per_class=20, test_per_class=4)
@@ -81,7 +82,7 @@ def test_the_run_probe_stage_with_two_workers_writes_the_rows_of_one_process(tmp
         config = RunConfig(model="resnet50", random_weights=True, in1k_root=None, in21k_root=str(tmp_path / "in21k"),
                            out=str(out), domains=("cog_l1",), seeds=(22, 37), shots=(None, 2), check=False,
                            probe=ProbeOptions(trials=3, epochs=2, device="cpu", trial_batch=1, workers=workers))
-        assert _probe(config, out, "m") == 4
+        assert probe_stage(config, out, "m") == 4
         return {(r["shots"], r["seed"]): {k: r[k] for k in SAME} for r in read_rows(out / "results.sqlite")}
 
     from cog_pl.results.claims import worker_id
@@ -96,12 +97,12 @@ def test_the_run_probe_stage_with_two_workers_writes_the_rows_of_one_process(tmp
 def test_worker_processes_are_handed_a_storage_path_not_an_open_storage(tmp_path):
     """Each worker process opens the storage itself: an open storage object, which cannot cross processes, is
     refused before any process starts."""
-    from cog_pl.probe.protocol_run import run_protocol
+    from cog_pl.evaluate.runner import run_on_stores
     from cog_pl.probe.storage import resolve_storage
 
     features = write_features(tmp_path / "feats", classes=4, dim=8, per_class=10)
     with pytest.raises(TypeError, match="pass its path or URL"):
-        run_protocol(features, tmp_path / "r.sqlite", storage=resolve_storage(tmp_path / "s.db"), workers=2,
+        run_on_stores("linear", features, tmp_path / "r.sqlite", storage=resolve_storage(tmp_path / "s.db"), workers=2,
                      seeds=(22, 37), shots=(None,))
     assert not (tmp_path / "r.sqlite").exists()
 
@@ -112,7 +113,7 @@ def test_the_run_probe_stage_with_two_workers_waits_for_a_cell_another_machine_h
     ``cog-pl run --probe-workers 2`` still ends with every row."""
     import threading
 
-    from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+    from cog_pl.pipeline import ProbeOptions, RunConfig
     from cog_pl.results.claims import claim, release
     from cog_pl.results.identity import format_key
 
@@ -124,5 +125,5 @@ def test_the_run_probe_stage_with_two_workers_waits_for_a_cell_another_machine_h
                        probe=ProbeOptions(trials=3, epochs=2, device="cpu", trial_batch=1, workers=2))
     held = claim(out / "results.sqlite", format_key(("m", "linear", "cog_l1", None, 22)), 600, worker="elsewhere")
     threading.Timer(15.0, release, (held,)).start()  # after the workers' pass has left it
-    assert _probe(config, out, "m") == 2
+    assert probe_stage(config, out, "m") == 2
     assert sorted(r["seed"] for r in read_rows(out / "results.sqlite")) == [22, 37]

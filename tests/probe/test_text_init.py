@@ -9,11 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from cog_pl.probe.methods import get_probe_method, list_probe_methods
+from run_stages import probe_stage
 
 from cog_pl import resources
 from cog_pl.errors import CogError
 from cog_pl.probe.data import ProbeData
-from cog_pl.probe.methods import get_probe_method, list_probe_methods
 from cog_pl.probe.tuner import train_probe
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import read_rows
@@ -105,7 +106,7 @@ def test_one_shot_the_text_start_beats_the_random_start(tiny, wnids, text, tmp_p
 def test_run_methods_linear_linear_text_init_zeroshot(tiny, wnids, text, tmp_path):
     from cog_pl.cli.main import build_parser
     from cog_pl.cli.run import _config
-    from cog_pl.pipeline import ExtractOptions, _probe
+    from cog_pl.pipeline import ExtractOptions
 
     path, _ = tiny
 
@@ -124,7 +125,7 @@ def test_run_methods_linear_linear_text_init_zeroshot(tiny, wnids, text, tmp_pat
     out = tmp_path / "out"
     for i, domain in enumerate(cfg.domains):
         write_pair(out / "features" / "m" / domain, path, wnids, text.numpy(), 0.3, (6, 3), seed=i)
-    assert _probe(cfg, out, "m") == 2 * (2 + 2 + 1)  # domains x (linear: 2 cells, text-initialised: 2, zero-shot)
+    assert probe_stage(cfg, out, "m") == 2 * (2 + 2 + 1)  # domains x (linear: 2 cells, text-initialised: 2, zero-shot)
     rows = read_rows(out / "results.sqlite")
     by = {(r["method"], r["domain"], r["shots"]): r for r in rows}
     assert sorted({m for m, _, _ in by}) == ["linear", "linear_text_init", "zeroshot"]
@@ -142,14 +143,14 @@ def test_run_methods_linear_linear_text_init_zeroshot(tiny, wnids, text, tmp_pat
     assert (text_init["train_rows"], text_init["tuning_rows"]) == (linear["train_rows"], linear["tuning_rows"])
     # the classifier encoded once per domain, by the zero-shot method or the probe, then read from its cache
     assert len(list((out / "results.zeroshot" / "m" / "cog_l1").glob("*.npy"))) == 1
-    assert _probe(cfg, out, "m") == 0  # resumed
+    assert probe_stage(cfg, out, "m") == 0  # resumed
     from cog_pl.report.tables import methods_markdown, summarize
 
     section = methods_markdown(summarize(rows))  # the report sets the method apart, by its label, after the linear
     assert section.index("| linear probe |") < section.index("| linear probe (text-initialised) |"), section
     # rows of other templates are refused before any work
     with pytest.raises(CogError, match=r"row m/linear_text_init/cog_l1/shots=all/seed=22 was made with .*openai7"):
-        _probe(config("--methods", "linear_text_init"), out, "m")
+        probe_stage(config("--methods", "linear_text_init"), out, "m")
     with pytest.raises(CogError, match=r"^linear_text_init starts the probe from a text classifier and resnet50 "
                                        r"has no text tower; the models with one: .*drop linear_text_init from "
                                        r"--methods\)$"):

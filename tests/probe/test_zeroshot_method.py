@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cog_pl.probe.methods import get_probe_method, list_probe_methods
+from run_stages import probe_stage
 
 from cog_pl import resources
 from cog_pl.errors import CogError
-from cog_pl.probe.methods import get_probe_method, list_probe_methods
 from cog_pl.results import NO_SEED, append_row, delete_row, read_rows, row_key
 from cog_pl.results.predictions import read_row_predictions
 
@@ -119,7 +120,7 @@ def test_zeroshot_refuses_a_model_without_a_text_tower(tmp_path, wnids):
 def test_run_methods_linear_zeroshot(tiny, wnids, tmp_path):
     from cog_pl.cli.main import build_parser
     from cog_pl.cli.run import _config
-    from cog_pl.pipeline import ExtractOptions, _probe
+    from cog_pl.pipeline import ExtractOptions
 
     path, model = tiny
 
@@ -140,10 +141,10 @@ def test_run_methods_linear_zeroshot(tiny, wnids, tmp_path):
     for i, domain in enumerate(cfg.domains):
         write_pair(out / "features" / "m" / domain, path, wnids, lambda y, rng: ref.T.numpy()[y] + 0.3 * rng.normal(
             size=(len(y), ref.shape[0])), per_class=(12, 4), seed=i)
-    assert _probe(cfg, out, "m") == 2 * 2  # methods x domains
+    assert probe_stage(cfg, out, "m") == 2 * 2  # methods x domains
     assert sorted((r["method"], r["domain"]) for r in read_rows(out / "results.sqlite")) == [
         ("linear", "cog_l1"), ("linear", "cog_l2"), ("zeroshot", "cog_l1"), ("zeroshot", "cog_l2")]
-    assert _probe(cfg, out, "m") == 0  # resumed
+    assert probe_stage(cfg, out, "m") == 0  # resumed
     from cog_pl.report.tables import summarize
     from cog_pl.report.zeroshot import zeroshot_markdown
 

@@ -10,11 +10,11 @@ import io
 
 import numpy as np
 import pytest
+from cog_pl.methods import list_methods, method_label
+from cog_pl.probe.methods import register_probe_method, unregister_probe_method
 from concept_fixtures import level_concepts, write_level_file
 
 from cog_pl import resources
-from cog_pl.methods import list_methods, method_label
-from cog_pl.probe.methods import register_probe_method, unregister_probe_method
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.report.build import write_report
 from cog_pl.report.concepts import concept_report

@@ -135,16 +135,16 @@ def test_relatives_set_each_method_against_the_baselines_row_of_that_method(tmp_
 
 
 def test_knn_overwrite_removes_the_rows_of_other_values_outside_its_grid(tmp_path, caplog):
-    from cog_pl.probe.knn_protocol import run_knn_protocol
+    from cog_pl.evaluate.runner import run_on_stores
 
     root = write_features(tmp_path / "f", classes=4, dim=8, per_class=30, test_per_class=5)
     results = tmp_path / "r.sqlite"
     kw = {"model": "m", "domain": "cog_l2", "shots": (None, 4), "device": "cpu"}
-    run_knn_protocol(root, results, seeds=(22, 37, 45), precision="32-true", **kw)
-    run_knn_protocol(root, results, seeds=(22,), precision="32-true", overwrite=True, **kw)  # same values: all kept
+    run_on_stores("knn", root, results, seeds=(22, 37, 45), precision="32-true", **kw)
+    run_on_stores("knn", root, results, seeds=(22,), precision="32-true", overwrite=True, **kw)  # same values: all kept
     assert len(read_rows(results)) == 6
     with caplog.at_level(logging.INFO, logger="cog_pl.results.identity"):
-        run_knn_protocol(root, results, seeds=(22, 37), precision="64-true", overwrite=True, **kw)
+        run_on_stores("knn", root, results, seeds=(22, 37), precision="64-true", overwrite=True, **kw)
     assert sorted((r["shots"] or 0, r["seed"], r["precision"]) for r in read_rows(results)) == [
         (0, 22, "64-true"), (0, 37, "64-true"), (4, 22, "64-true"), (4, 37, "64-true")]
     assert [r.getMessage() for r in caplog.records if "stale" in r.getMessage()] == [
@@ -220,21 +220,22 @@ def test_cog_pl_run_resumed_with_other_seeds_and_settings_reports_only_its_rows(
 
 
 def test_a_run_adding_rows_to_a_cell_of_other_settings_is_refused_before_any_work(tmp_path):
-    from cog_pl.probe.protocol_run import run_protocol
+    from cog_pl.evaluate.runner import run_on_stores
     from cog_pl.probe.tuner import SearchPlan
 
     root = write_features(tmp_path / "f", classes=3, dim=8, per_class=20, test_per_class=4)
     results, storage = tmp_path / "r.sqlite", tmp_path / "optuna.db"
     kw = {"model": "m", "domain": "cog_l3", "shots": (None,), "storage": storage, "device": "cpu",
           "plan": SearchPlan(startup_trials=2, trial_batch=1)}
-    run_protocol(root, results, seeds=(22, 37), protocol=replace(ProbeProtocol(), trials=3, epochs=2), **kw)
+    run_on_stores("linear", root, results, seeds=(22, 37), protocol=replace(ProbeProtocol(), trials=3, epochs=2), **kw)
     other = replace(ProbeProtocol(), trials=2, epochs=2)
     with pytest.raises(ValueError, match=r"r\.sqlite: row m/linear/cog_l3/shots=all/seed=22 of a cell this run adds "
                                          r"rows to was made with trials=3, this run has trials=2; a cell averages "
                                          r"rows of one protocol: run with its settings, or pass --overwrite"):
-        run_protocol(root, results, seeds=(45,), protocol=other, **kw)
+        run_on_stores("linear", root, results, seeds=(45,), protocol=other, **kw)
     assert [r["seed"] for r in read_rows(results)] == [22, 37]
-    run_protocol(root, results, seeds=(45,), protocol=replace(ProbeProtocol(), trials=3, epochs=2), **kw)  # alike
+    alike = replace(ProbeProtocol(), trials=3, epochs=2)
+    run_on_stores("linear", root, results, seeds=(45,), protocol=alike, **kw)
     assert [r["seed"] for r in read_rows(results)] == [22, 37, 45]
 
 

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 from cog_pl import resources
+from cog_pl.evaluate.runner import run_on_stores
 from cog_pl.features.store import make_meta, write_store
-from cog_pl.probe.knn_protocol import run_knn_protocol
-from cog_pl.probe.protocol_run import run_protocol
 from cog_pl.probe.tuner import SearchPlan
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.results import append_row, read_rows
@@ -134,9 +133,9 @@ def test_final_probes_store_the_predictions_their_rows_score(tmp_path):
     classes = list(resources.official_levels()["L2"][:5])
     root = _stores(tmp_path / "features" / "m", "cog_l2", classes, 0)
     results = tmp_path / "results.sqlite"
-    rows = run_protocol(root, results, storage=tmp_path / "optuna.db", protocol=PROTOCOL, plan=PLAN,
+    rows = run_on_stores("linear", root, results, storage=tmp_path / "optuna.db", protocol=PROTOCOL, plan=PLAN,
                         seeds=(22,), shots=(None, 2), device="cpu")
-    rows += run_knn_protocol(root, results, protocol=PROTOCOL, seeds=(22,), shots=(None, 2), device="cpu")
+    rows += run_on_stores("knn", root, results, protocol=PROTOCOL, seeds=(22,), shots=(None, 2), device="cpu")
     assert len(rows) == 4
     test_index = np.load(root / "test" / "index.npy")
     labels = np.load(root / "test" / "labels.npy")
@@ -162,8 +161,8 @@ def test_the_label_noise_predictions_are_the_rows_probe_on_the_levels(tmp_path):
     src = _stores(features / "m", "in1k", seen, 1)
     _stores(features / "m", "cog_l1", unseen, 2)
     results = tmp_path / "results.sqlite"
-    (row,) = run_protocol(src, results, storage=tmp_path / "optuna.db", protocol=PROTOCOL, plan=PLAN, seeds=(22,),
-                          shots=(None,), device="cpu")
+    (row,) = run_on_stores("linear", src, results, storage=tmp_path / "optuna.db", protocol=PROTOCOL, plan=PLAN,
+                           seeds=(22,), shots=(None,), device="cpu")
     (row,) = read_rows(results)
     (path,) = store_noise_predictions(features, results, row, ["cog_l1"])
     assert path == predictions_root(results) / "m" / "noise" / "in1k" / "cog_l1" / "seed-22.npz"

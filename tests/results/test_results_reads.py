@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
+from run_stages import probe_stage
+
 from cog_pl.cli.main import main
 
 
@@ -62,7 +64,7 @@ def _grid(tmp_path):
     from test_probe_fixtures import write_features
 
     from cog_pl.pipeline import ProbeOptions, RunConfig
-    from cog_pl.probe.protocol_run import Splits, probe
+    from cog_pl.probe.cell import Splits, probe
 
     out = tmp_path / "out"
     for domain in ("cog_l1", "cog_l2"):
@@ -83,20 +85,19 @@ def _grid(tmp_path):
 def test_a_row_another_worker_writes_after_the_rows_were_read_is_not_made_again(tmp_path, monkeypatch):
     """The rows are read once before the probes; a cell whose row another worker writes meanwhile is found so when
     it is claimed, and kept."""
-    import cog_pl.probe.protocol_run as protocol_run
-    from cog_pl.pipeline import _probe
+    import cog_pl.evaluate.runner as runner
     from cog_pl.results import append_row, get_row
 
     cfg, out, other_row = _grid(tmp_path)
-    original = protocol_run.run_protocol
+    original = runner.run_grid
 
-    def run_protocol(root, results, **kwargs):
-        if kwargs["domain"] == "cog_l2":  # written by another worker after this one read the rows
-            append_row(results, other_row())
-        return original(root, results, **kwargs)
+    def run_grid(job, **kwargs):
+        if job.domain == "cog_l2" and not kwargs.get("check_only"):  # written by another worker after the read
+            append_row(job.results, other_row())
+        return original(job, **kwargs)
 
-    monkeypatch.setattr(protocol_run, "run_protocol", run_protocol)
-    assert _probe(cfg, out, "m") == 1  # cog_l1's row alone
+    monkeypatch.setattr(runner, "run_grid", run_grid)
+    assert probe_stage(cfg, out, "m") == 1  # cog_l1's row alone
     assert get_row(out / "results.sqlite", ("m", "linear", "cog_l2", None, 22))["made_by"] == "other"
 
 
@@ -106,7 +107,6 @@ def test_the_wait_pass_waits_for_a_cell_another_worker_holds_and_keeps_its_row(t
     import threading
     import time
 
-    from cog_pl.pipeline import _probe
     from cog_pl.results import append_row, get_row, has_row
     from cog_pl.results.claims import claim, release
     from cog_pl.results.identity import format_key
@@ -115,7 +115,7 @@ def test_the_wait_pass_waits_for_a_cell_another_worker_holds_and_keeps_its_row(t
     results, key = out / "results.sqlite", ("m", "linear", "cog_l2", None, 22)
     elsewhere = claim(results, format_key(key), stale_after=3600, worker="other")
     written: list = []
-    worker = threading.Thread(target=lambda: written.append(_probe(cfg, out, "m")))
+    worker = threading.Thread(target=lambda: written.append(probe_stage(cfg, out, "m")))
     worker.start()
     deadline = time.monotonic() + 120
     while not has_row(results, ("m", "linear", "cog_l1", None, 22)) and time.monotonic() < deadline:
