@@ -53,8 +53,7 @@ class AttentiveImages(Method):
     name = "attentive_images"
     label = "attentive probe (images, augmented)"
     order = 10.5
-    description = ("an attentive probe trained on augmented images, the backbone run every epoch "
-                   "(--attentive-images-preset)")
+    description = "an attentive probe trained on augmented images, the frozen backbone run every epoch"
     options = AttentiveImagesOptions
     reads = "images"
 

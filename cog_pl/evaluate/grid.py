@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cog_pl.evaluate.method import Cell, Job, Method
+from cog_pl.evaluate.table import list_methods
 from cog_pl.provenance import versions
 from cog_pl.results import FORMAT_VERSION, NO_SEED, append_row, delete_row, get_row, is_seedless, read_stored
 from cog_pl.results.claims import check_claims_file, claim, heartbeat, release, renew
@@ -177,7 +178,8 @@ def make_cells(pool: Executor, task: Callable, todo: list[Cell], *, workers: int
             if status == "held":
                 have = {(r["shots"], r["seed"]) for r in made}
                 left = [c for c in (unit if batched else (unit,)) if c not in have]
-                where = f"{task.job.model}/{task.job.method.name}/{task.job.domain} " if isinstance(task, CellTask) else ""
+                job = task.job if isinstance(task, CellTask) else None
+                where = f"{job.model}/{job.method.name}/{job.domain} " if job else ""
                 for c in left if not retried else ():
                     log.info("%sshots=%s seed=%s: another worker is making this row", where, c[0] or "all", c[1])
                 if wait_held and left:
@@ -205,6 +207,7 @@ def run_grid(job: Job, *, check_only: bool = False) -> list[Any]:
     """Run ``job``'s grid: the rows written (``check_only``: refuse what must be refused, and return the cells to
     make, without making any)."""
     method = job.method
+    list_methods()  # the table loaded: a refusal names the methods that would take the stores
     state = method.open(job)
     try:
         want = want_of(method, job, state)

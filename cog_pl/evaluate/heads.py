@@ -94,8 +94,8 @@ class Attentive(Heads):
     label = "attentive probe"
     order = 5.0
     kind = "attentive"
-    description = ("attentive pooler on the store's tokens (--attentive-preset), tuned like the linear probe, a batch "
-                   "of trials trained as one bank of heads")
+    description = ("attentive pooler on the store's tokens, tuned like the linear probe, a batch of trials trained as "
+                   "one bank of heads")
     options = AttentiveOptions
 
     def check(self, job: Job, state: HeadState, cells: list[Cell]) -> None:
@@ -118,8 +118,8 @@ class MLP(Heads):
     label = "MLP probe"
     order = 6.0
     kind = "mlp"
-    description = ("BatchNorm + hidden layer (--mlp-hidden) on the class token or vector, tuned like the linear probe, "
-                   "a batch of trials trained as one bank of heads")
+    description = ("BatchNorm + hidden layer on the class token or vector, tuned like the linear probe, a batch of "
+                   "trials trained as one bank of heads")
     options = MLPOptions
 
 

@@ -24,7 +24,7 @@ class LinearTextInit(Linear):
     label = "linear probe (text-initialised)"
     order = 1.0
     description = ("the linear probe with every head starting from the zero-shot text classifier (ELEVATER's "
-                   "INIT_HEAD_WITH_TEXT_ENCODER; --zeroshot-names, --zeroshot-templates)")
+                   "INIT_HEAD_WITH_TEXT_ENCODER)")
     options = ZeroShotOptions
     noise_predictions = False
 

@@ -63,8 +63,7 @@ class ZeroShot(Method):
     name = "zeroshot"
     label = "zero-shot"
     order = 3.0
-    description = ("a vision-language model's text classifier of the concepts' names and prompts (--zeroshot-names, "
-                   "--zeroshot-templates); one row per domain")
+    description = "a vision-language model's text classifier of the concepts' names and prompts; one row per domain"
     options = ZeroShotOptions
     seedless = True
 

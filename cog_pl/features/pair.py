@@ -175,10 +175,10 @@ def _check_classes(train: FeatureStore, test: FeatureStore, root: Path, allow: b
 def vectors_only(pair: StorePair, method: str, takers: str = "") -> StorePair:
     """``pair``, refused in one line when it holds token stores (``[N, T, D]``) and ``method`` reads one vector per
     image (the linear probe, k-NN): the line names the store and the methods that take token stores (``takers``: the
-    method table's, which a caller above this layer gives; else where to find them)."""
+    method table's, which a caller above this layer gives; else where they are listed)."""
     if pair.tokens is None:
         return pair
-    takers = takers or "those cog-pl run --methods marks [token stores]"
+    named = f": {takers} (cog-pl run --methods)" if takers else " are those `cog-pl run --methods` marks [token stores]"
     raise StoreError(f"{pair.train.path}: a token store ({pair.tokens} tokens per image, feature "
                      f"{pair.train.meta.get('feature')!r}); {method} reads one vector per image: the methods that take "
-                     f"token stores: {takers} (cog-pl run --methods)")
+                     f"token stores{named}")

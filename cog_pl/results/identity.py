@@ -182,8 +182,6 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
 #: told apart by its ``identity`` alone.
 IDENTITY_FIELDS = ("protocol", "search", "precision", "features", "knn", "finetune", "head", "ridge",
                    "attentive_images", "zeroshot", "text_tower")
-#: Nested identity values named by their last part: trials, mode, ks, preset
-_NAMED_BY_LEAF = ("protocol.", "search.", "knn.", "finetune.", "head.", "ridge.", "attentive_images.", "zeroshot.")
 NOT_RECORDED = "<not recorded>"
 
 
@@ -203,10 +201,11 @@ def protocol_differences(row: dict[str, Any], other: dict[str, Any]) -> list[tup
 
 
 def value_differences(have: dict[str, Any], mine: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(name, value in ``have``, value in ``mine``) of each flat value in which the two differ; ``protocol.trials``
-    is named ``trials``, ``search.mode`` ``mode``, and so on."""
+    """(name, value in ``have``, value in ``mine``) of each flat value in which the two differ; a nested value is
+    named by its last part (``protocol.trials`` is ``trials``, ``search.mode`` ``mode``, a method's own ``knn.ks``
+    ``ks``), the features' in full (``features.train.weights_sha256``)."""
     none = NOT_RECORDED
-    return [(k.rpartition(".")[2] if k.startswith(_NAMED_BY_LEAF) else k, have.get(k, none), mine.get(k, none))
+    return [(k.rpartition(".")[2] if not k.startswith("features.") else k, have.get(k, none), mine.get(k, none))
             for k in dict.fromkeys([*have, *mine]) if have.get(k, none) != mine.get(k, none)]
 
 

@@ -91,7 +91,7 @@ def test_grid_rows_resume_and_refuse_other_values(tmp_path):
     root = write_features(tmp_path / "f", classes=4, dim=8, per_class=30, test_per_class=5)
     results = tmp_path / "r.sqlite"
     kw = {"model": "m", "domain": "cog_l2", "seeds": (22, 37), "shots": (None, 1, 4), "device": "cpu",
-          "precision": "32-true"}
+          "options": {"precision": "32-true"}}
     rows = run_on_stores("knn", root, results, **kw)
     stored = read_rows(results)
     assert len(rows) == len(stored) == 6 and {r["method"] for r in stored} == {"knn"}
@@ -105,8 +105,9 @@ def test_grid_rows_resume_and_refuse_other_values(tmp_path):
     assert run_on_stores("knn", root, results, **kw) == []  # same values: skipped
     with pytest.raises(ValueError, match=r"row m/knn/cog_l2/shots=all/seed=22 was made with precision=32-true, "
                                          r"this run has precision=64-true; pass --overwrite"):
-        run_on_stores("knn", root, results, **{**kw, "precision": "64-true"})
-    assert len(run_on_stores("knn", root, results, **{**kw, "precision": "64-true", "overwrite": True})) == 6
+        run_on_stores("knn", root, results, **{**kw, "options": {"precision": "64-true"}})
+    redo = {**kw, "options": {"precision": "64-true"}, "overwrite": True}
+    assert len(run_on_stores("knn", root, results, **redo)) == 6
 
 
 def _rank(rank, world, init, root, out):

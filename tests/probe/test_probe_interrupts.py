@@ -128,7 +128,7 @@ def test_ctrl_c_stops_a_grid_of_workers_in_one_line_and_the_resume_is_identical(
 def test_ctrl_c_in_a_cell_is_one_line_status_130_and_releases_the_claim(tmp_path, capsys, monkeypatch):
     """In-process: Ctrl-C while the second cell is tuned. The command prints one line and returns 130, the cell's
     claim is released, and running it again gives the rows of an uninterrupted run."""
-    import cog_pl.probe.cells as cells
+    import cog_pl.probe.cell as cells
 
     features = write_features(tmp_path / "m" / "cog_l3", classes=3, dim=8, per_class=20, test_per_class=4)
     small = ["--trials", "2", "--epochs", "2", "--trial-batch", "1"]

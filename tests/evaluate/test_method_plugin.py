@@ -1,7 +1,9 @@
-"""A probe method added by a user's package, through the public API only: nearest class mean, registered with
-``cog_pl.register_probe_method`` in a module an installed package names under the entry point group
-``cog_pl.probe_methods``. ``cog-pl run --methods`` lists it, ``cog-pl run --methods linear ncm`` writes its rows
-beside the linear probe's and skips them when run again, and the report orders and labels them from the table."""
+"""A method added in one file, outside the package: nearest class mean, a :class:`cog_pl.Method` with an options
+dataclass, in a module an installed package names under the entry point group ``cog_pl.probe_methods``. Nothing
+else is written for it: ``cog-pl run --methods`` lists it with its options, ``cog-pl run --help`` shows its flag,
+``cog-pl run --methods linear ncm --ncm-metric euclidean`` writes its rows beside the linear probe's, skips them when
+run again and refuses them, naming the option, when run with another metric, and the report orders and labels them
+from the table. docs/development.md shows the same module."""
 
 from __future__ import annotations
 
@@ -21,39 +23,58 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: The user's module: a few lines of numpy over the public face (register_probe_method, open_store, the results API).
 PLUGIN = '''
+from dataclasses import dataclass, field
+
 import numpy as np
 
 import cog_pl
-from cog_pl.results import append_row, has_row, row_key
+from cog_pl.data.sampling import final_indices
+from cog_pl.errors import CogError
+from cog_pl.results.identity import features_identity
 
 
-def _unit(a):
-    return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+@dataclass(frozen=True)
+class NCMOptions:
+    """How a test feature is compared with the class means."""
+
+    metric: str = field(default="cosine", metadata={"help": "cosine or euclidean"})
+
+    def __post_init__(self):
+        if self.metric not in ("cosine", "euclidean"):
+            raise CogError(f"--ncm-metric {self.metric!r}: choose cosine or euclidean")
 
 
-@cog_pl.register_probe_method("ncm", label="nearest class mean", order=30,
-                              description="cosine to each class's mean train feature")
-def ncm(root, results, *, model, domain, seeds, shots, overwrite=False, **_):
-    train, test = (cog_pl.open_store(f"{root}/{split}") for split in ("train", "test"))
-    x, y = np.asarray(train.features, np.float64), np.asarray(train.labels)
-    written = []
-    for n in shots:
-        for seed in seeds:
-            row = {"model": model, "method": "ncm", "domain": domain, "shots": n, "seed": seed}
-            if not overwrite and has_row(results, row_key(row)):
-                continue  # resumed: a row made is not made again
-            rng = np.random.default_rng(seed)
-            idx = np.arange(len(y)) if n is None else np.concatenate(
-                [rng.permutation(np.flatnonzero(y == c))[:n] for c in np.unique(y)])
-            classes = np.unique(y[idx])
-            means = np.stack([x[idx][y[idx] == c].mean(0) for c in classes])
-            ranked = classes[np.argsort(-(_unit(np.asarray(test.features, np.float64)) @ _unit(means).T), axis=1)]
-            labels = np.asarray(test.labels)[:, None]
-            row.update(test_top1=100.0 * float((ranked[:, :1] == labels).any(1).mean()),
-                       test_top5=100.0 * float((ranked[:, :5] == labels).any(1).mean()))
-            append_row(results, row)
-            written.append(row)
-    return written
+class NCM(cog_pl.Method):
+    """Each test feature goes to the class of the nearest mean train feature of the cell's sample."""
+
+    name = "ncm"
+    label = "nearest class mean"
+    order = 30
+    description = "each test feature goes to the class of the nearest mean train feature"
+    options = NCMOptions
+
+    def identity(self, job, pair):  # what the rows' numbers depend on: a row of other values is refused
+        return {"features": features_identity(pair), "ncm": {"metric": job.options.metric}}
+
+    def run_cell(self, job, pair, cell, want):  # one (shots, seed) cell's numbers; the runner writes the row
+        shots, seed = cell
+        x, y = np.asarray(pair.train.features, np.float64), np.asarray(pair.train.labels)
+        rows = np.arange(len(y)) if shots is None else final_indices(y, seed, shots)
+        classes = np.unique(y[rows])
+        means = np.stack([x[rows][y[rows] == c].mean(0) for c in classes])
+        test = np.asarray(pair.test.features, np.float64)
+        if job.options.metric == "cosine":
+            unit = lambda a: a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+            score = unit(test) @ unit(means).T
+        else:
+            score = -((test[:, None, :] - means[None]) ** 2).sum(-1)
+        ranked = classes[np.argsort(-score, axis=1)]
+        labels = np.asarray(pair.test.labels)[:, None]
+        return {"test_top1": 100.0 * float((ranked[:, :1] == labels).any(1).mean()),
+                "test_top5": 100.0 * float((ranked[:, :5] == labels).any(1).mean())}
+
+
+cog_pl.register_method(NCM())
 '''
 
 
@@ -95,13 +116,16 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
     _plugin(site)
     listed = _cog_pl(site, "run", "--methods")
     assert listed.returncode == 0, listed.stderr
-    names = [line.split()[0] for line in listed.stdout.splitlines() if line.startswith("  ")]
+    names = [line.split()[0] for line in listed.stdout.splitlines() if line.startswith("  ") and
+             line.split()[0] != "options:"]
     # by order: the probes, then fine-tuning
-    assert names == ["linear", "linear_text_init", "zeroshot", "attentive", "mlp", "knn", "ncm", "finetune",
-                     "attentive_images"], listed.stdout
-    assert f"  ncm{' ' * 15}nearest class mean: cosine to each class's mean train feature" in listed.stdout
-    assert "linear, linear_text_init, zeroshot, attentive, mlp, knn, ncm" in " ".join(
-        _cog_pl(site, "run", "--help").stdout.split())
+    assert names == ["linear", "linear_text_init", "zeroshot", "attentive", "mlp", "finetune", "attentive_images",
+                     "knn", "ncm"], listed.stdout
+    assert (f"  ncm{' ' * 15}nearest class mean: each test feature goes to the class of the nearest mean train "
+            f"feature\n  {' ' * 16}  options: --ncm-metric") in listed.stdout
+    helped = " ".join(_cog_pl(site, "run", "--help").stdout.split())
+    assert "linear, linear_text_init, zeroshot, attentive, mlp, finetune, attentive_images, knn, ncm" in helped
+    assert "--ncm-metric NCM_METRIC cosine or euclidean (default: cosine)" in helped
 
     domains = ("cog_l1", "cog_l2")
     _stores(out, "resnet50", domains)
@@ -109,7 +133,7 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
     argv = ["run", "--model", "resnet50", "--checkpoint", str(tmp_path / "weights.pth"), "--name", "resnet50",
             "--in21k-root", str(tmp_path), "--domains", *domains, "--seeds", "22",
             "--shots", "all", "2", "--trials", "2", "--epochs", "2", "--probe-device", "cpu", "--probe-precision",
-            "32-true", "--out", str(out), "--methods", "linear", "ncm", "--stage", "probe"]
+            "32-true", "--out", str(out), "--methods", "linear", "ncm", "--stage", "probe", "--ncm-metric", "euclidean"]
     first = _cog_pl(site, *argv)
     assert first.returncode == 0, first.stderr
     rows = read_rows(out / "results.sqlite")
@@ -123,6 +147,13 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
     assert again.returncode == 0, again.stderr
     assert "(0 new, 8 in all)" in again.stdout + again.stderr
     assert row_times(out / "results.sqlite") == times
+    assert {r["ncm"]["metric"] for r in rows if r["method"] == "ncm"} == {"euclidean"}
+    other = _cog_pl(site, *argv[:-1], "cosine")
+    assert other.returncode == 2 and other.stderr.strip().splitlines()[-1].endswith(
+        "row resnet50/ncm/cog_l1/shots=all/seed=22 was made with metric=euclidean, this run has metric=cosine; pass "
+        "--overwrite to replace it")
+    bad = _cog_pl(site, *argv[:-1], "manhattan")
+    assert bad.returncode == 2 and "--ncm-metric 'manhattan': choose cosine or euclidean" in bad.stderr
 
     report = _cog_pl(site, "report", "--results", str(out / "results.sqlite"), "--out", str(out / "report"))
     assert report.returncode == 0, report.stderr
