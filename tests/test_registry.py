@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from cog_pl.probe.methods import get_probe_method
 
 from cog_pl.data.sources import get_source
 from cog_pl.errors import UnknownNameError
+from cog_pl.evaluate import get_method
 from cog_pl.levels.measures import get_measure
 from cog_pl.registry import Registry, did_you_mean
 
@@ -39,7 +39,7 @@ def test_an_unknown_name_suggests_the_closest_and_lists_them_all():
 
 @pytest.mark.parametrize(("lookup", "typo", "suggested"), [(get_measure, "lni", "lin"),
                                                            (get_source, "hf_tar", "hf_tars"),
-                                                           (get_probe_method, "lineer", "linear")])
+                                                           (get_method, "lineer", "linear")])
 def test_every_table_suggests(lookup, typo, suggested):
     with pytest.raises(UnknownNameError, match=f"did you mean '{suggested}'"):
         lookup(typo)

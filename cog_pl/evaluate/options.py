@@ -122,7 +122,8 @@ def given_options(args: argparse.Namespace, chosen: Iterable[Method],
         if not values:
             continue
         takers = [m for m in chosen if m.options is cls]
-        if not takers:
+        if not takers:  # the method the flags are named after first
+            users = sorted(users, key=lambda m: m.name.replace("_", "-") != prefix)
             flags = ", ".join(flag(users[0], k) for k in values)
             raise CogError(f"{flags}: set for a run without {' or '.join(m.name for m in users)}; add "
                            f"{users[0].name} to --methods")

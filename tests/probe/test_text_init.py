@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from cog_pl.probe.methods import get_probe_method, list_probe_methods
 from run_stages import probe_stage
 
 from cog_pl import resources
 from cog_pl.errors import CogError
+from cog_pl.evaluate import get_method, list_methods
 from cog_pl.probe.data import ProbeData
 from cog_pl.probe.tuner import train_probe
 from cog_pl.protocol import ProbeProtocol
@@ -54,17 +54,17 @@ def write_pair(root, weights, wnids, centers, noise, per_class, seed=0, arch=f"o
 
 
 def _start(root, tmp_path):
+    from cog_pl.evaluate.zeroshot import ZeroShotOptions
     from cog_pl.features.pair import open_pair
     from cog_pl.probe.text_init import text_start
-    from cog_pl.probe.zeroshot import ZeroShotOptions
 
     return text_start(open_pair(root), tmp_path / "r.sqlite", model="m", domain=root.name,
                       device=torch.device("cpu"), options=ZeroShotOptions(templates="openai7"))
 
 
 def test_registered_just_after_the_linear_probe():
-    assert list_probe_methods()[:3] == ("linear", "linear_text_init", "zeroshot")
-    assert get_probe_method("linear_text_init").title == "linear probe (text-initialised)"
+    assert list_methods()[:3] == ("linear", "linear_text_init", "zeroshot")
+    assert get_method("linear_text_init").title == "linear probe (text-initialised)"
 
 
 def test_the_heads_start_at_the_text_classifier(tiny, wnids, text, tmp_path):
@@ -116,12 +116,12 @@ def test_run_methods_linear_linear_text_init_zeroshot(tiny, wnids, text, tmp_pat
                                           "--seeds", "22", "--shots", "all", "2", "--trials", "2", "--epochs", "2",
                                           "--probe-device", "cpu", "--probe-precision", "32-true",
                                           "--out", str(tmp_path / "out"), *extra])
-        return _config(args, ExtractOptions(), None, model=args.model[0], checkpoint=str(path), in1k_root=None,
+        return _config(args, ExtractOptions(), args.methods, model=args.model[0], checkpoint=str(path), in1k_root=None,
                        in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains), benchmark=None,
                        check=False, overwrite=False)
 
     cfg = config("--methods", "linear", "linear_text_init", "zeroshot", "--zeroshot-templates", "openai7")
-    assert cfg.method_options == {"zeroshot": {"templates": "openai7"}, "linear_text_init": {"templates": "openai7"}}
+    assert cfg.method_options["zeroshot"].templates == cfg.method_options["linear_text_init"].templates == "openai7"
     out = tmp_path / "out"
     for i, domain in enumerate(cfg.domains):
         write_pair(out / "features" / "m" / domain, path, wnids, text.numpy(), 0.3, (6, 3), seed=i)
@@ -151,8 +151,7 @@ def test_run_methods_linear_linear_text_init_zeroshot(tiny, wnids, text, tmp_pat
     # rows of other templates are refused before any work
     with pytest.raises(CogError, match=r"row m/linear_text_init/cog_l1/shots=all/seed=22 was made with .*openai7"):
         probe_stage(config("--methods", "linear_text_init"), out, "m")
-    with pytest.raises(CogError, match=r"^linear_text_init starts the probe from a text classifier and resnet50 "
-                                       r"has no text tower; the models with one: .*drop linear_text_init from "
-                                       r"--methods\)$"):
+    with pytest.raises(CogError, match=r"^linear_text_init needs a text tower and resnet50 has none; the models "
+                                       r"with one: .*drop linear_text_init from --methods\)$"):
         cfg.__class__(model="resnet50", in1k_root=None, in21k_root=str(tmp_path), domains=("cog_l1",),
                       methods=("linear_text_init",), random_weights=True)

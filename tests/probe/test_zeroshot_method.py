@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cog_pl.probe.methods import get_probe_method, list_probe_methods
 from run_stages import probe_stage
 
 from cog_pl import resources
 from cog_pl.errors import CogError
+from cog_pl.evaluate import get_method, list_methods
+from cog_pl.evaluate.runner import run_on_stores
 from cog_pl.results import NO_SEED, append_row, delete_row, read_rows, row_key
 from cog_pl.results.predictions import read_row_predictions
 
@@ -40,8 +41,14 @@ def wnids():
 
 
 def test_zeroshot_is_registered_after_the_linear_probe():
-    assert list_probe_methods()[:3] == ("linear", "linear_text_init", "zeroshot")  # the text-initialised probe 2nd
-    assert get_probe_method("zeroshot").title == "zero-shot"
+    assert list_methods()[:3] == ("linear", "linear_text_init", "zeroshot")  # the text-initialised probe 2nd
+    assert get_method("zeroshot").title == "zero-shot"
+
+
+def _zeroshot(root, results, *, names=None, templates=None, check_only=False, **kw):
+    """The zero-shot method's grid on the stores at ``root`` (its options: ``names``, ``templates``)."""
+    options = {k: v for k, v in (("names", names), ("templates", templates)) if v is not None}
+    return run_on_stores("zeroshot", root, results, options=options, check_only=check_only, **kw)
 
 
 def test_zeroshot_row_of_an_open_clip_model_read_from_its_file(tiny, wnids, tmp_path):
@@ -51,8 +58,7 @@ def test_zeroshot_row_of_an_open_clip_model_read_from_its_file(tiny, wnids, tmp_
     root = write_pair(tmp_path / "feats" / "cog_l1", path, wnids,
                       lambda y, rng: ref.T.numpy()[y] + 0.01 * rng.normal(size=(len(y), ref.shape[0])))
     results = tmp_path / "r.sqlite"
-    method = get_probe_method("zeroshot")
-    rows = method.run(root, results, model="m", domain="cog_l1", seeds=(22, 37), shots=(None, 2),
+    rows = _zeroshot(root, results, model="m", domain="cog_l1", seeds=(22, 37), shots=(None, 2),
                       names="lemma", templates="openai7")
     assert len(rows) == 1
     row = read_rows(results)[0]
@@ -68,17 +74,19 @@ def test_zeroshot_row_of_an_open_clip_model_read_from_its_file(tiny, wnids, tmp_
     assert len(cached) == 1 and np.allclose(np.load(cached[0]), ref.numpy(), atol=1e-5)
 
     # resumed: the row of the same identity is skipped
-    assert method.run(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemma",
+    assert _zeroshot(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemma",
                       templates="openai7") == []
     # other names or templates: refused in one line, nothing replaced
-    with pytest.raises(CogError, match=r"^\S*r.sqlite: row m/zeroshot/cog_l1/shots=all/seed=none was made with names "
-                                       r"'lemma', not the study's names 'lemmas'.*\(or --overwrite\)$"):
-        method.run(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemmas", templates="openai7")
-    with pytest.raises(CogError, match="was made with templates 'openai7', templates_sha256"):
-        method.check(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemma", templates="openai80")
+    with pytest.raises(CogError, match=r"^\S*r.sqlite: row m/zeroshot/cog_l1/shots=all/seed=none was made with "
+                                       r"names=lemma, this run has names=lemmas; pass --overwrite to replace it$"):
+        _zeroshot(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemmas", templates="openai7")
+    with pytest.raises(CogError, match="was made with templates=openai7, templates_sha256=.*this run has "
+                                       "templates=openai80"):
+        _zeroshot(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemma", templates="openai80",
+                  check_only=True)
     assert read_rows(results) == [row]
     # --overwrite: made again with the new names, the classifier encoded again (a new cache entry)
-    again = method.run(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemmas", templates="openai7",
+    again = _zeroshot(root, results, model="m", domain="cog_l1", seeds=(22,), names="lemmas", templates="openai7",
                        overwrite=True)
     assert len(again) == 1 and [r["zeroshot"]["names"] for r in read_rows(results)] == ["lemmas"]
     assert not again[0]["classifier"]["cached"]
@@ -86,13 +94,12 @@ def test_zeroshot_row_of_an_open_clip_model_read_from_its_file(tiny, wnids, tmp_
 
 def test_zeroshot_row_is_made_once_whatever_the_seeds(tiny, wnids, tmp_path):
     path, _ = tiny
-    method = get_probe_method("zeroshot")
     results = tmp_path / "r.sqlite"
     for domain in ("cog_l1", "cog_l2"):
         root = write_pair(tmp_path / "feats" / domain, path, wnids, lambda y, rng: rng.normal(size=(len(y), 32)))
-        first = method.run(root, results, model="m", domain=domain, seeds=(22, 37), names="lemma",
+        first = _zeroshot(root, results, model="m", domain=domain, seeds=(22, 37), names="lemma",
                            templates="openai7")
-        again = method.run(root, results, model="m", domain=domain, seeds=(5, 6), names="lemma", templates="openai7")
+        again = _zeroshot(root, results, model="m", domain=domain, seeds=(5, 6), names="lemma", templates="openai7")
         assert len(first) == 1 and again == []  # a run with another first seed finds the row and skips it
     assert [(r["domain"], r["seed"]) for r in read_rows(results)] == [("cog_l1", NO_SEED), ("cog_l2", NO_SEED)]
 
@@ -101,10 +108,10 @@ def test_zeroshot_row_is_made_once_whatever_the_seeds(tiny, wnids, tmp_path):
     delete_row(results, row_key(old))
     append_row(results, {**old, "seed": 22, "seed_is_key": True})
     root = tmp_path / "feats" / "cog_l1"
-    assert method.run(root, results, model="m", domain="cog_l1", seeds=(5,), names="lemma", templates="openai7") == []
+    assert _zeroshot(root, results, model="m", domain="cog_l1", seeds=(5,), names="lemma", templates="openai7") == []
     assert len(read_rows(results, domain="cog_l1")) == 1
     # --overwrite makes it again under the seedless key and drops the older one
-    method.run(root, results, model="m", domain="cog_l1", seeds=(5,), names="lemma", templates="openai7",
+    _zeroshot(root, results, model="m", domain="cog_l1", seeds=(5,), names="lemma", templates="openai7",
                overwrite=True)
     assert [r["seed"] for r in read_rows(results, domain="cog_l1")] == [NO_SEED]
 
@@ -114,7 +121,7 @@ def test_zeroshot_refuses_a_model_without_a_text_tower(tmp_path, wnids):
                       arch="resnet50")
     with pytest.raises(CogError, match=r"^zero-shot needs a text tower and the features of m \(architecture "
                                        r"resnet50\) have none; the models with one: clip.*open_clip:<name>$"):
-        get_probe_method("zeroshot").run(root, tmp_path / "r.sqlite", seeds=(0,))
+        _zeroshot(root, tmp_path / "r.sqlite", seeds=(0,))
 
 
 def test_run_methods_linear_zeroshot(tiny, wnids, tmp_path):
@@ -130,12 +137,12 @@ def test_run_methods_linear_zeroshot(tiny, wnids, tmp_path):
                                           "--seeds", "22", "--shots", "all", "--trials", "2", "--epochs", "2",
                                           "--probe-device", "cpu", "--probe-precision", "32-true",
                                           "--out", str(tmp_path / "out"), *extra])
-        return _config(args, ExtractOptions(), None, model=args.model[0], checkpoint=str(path), in1k_root=None,
+        return _config(args, ExtractOptions(), args.methods, model=args.model[0], checkpoint=str(path), in1k_root=None,
                        in21k_root=args.in21k_root, out=args.out, domains=tuple(args.domains), benchmark=None,
                        check=False, overwrite=False)
 
     cfg = config("--methods", "linear", "zeroshot", "--zeroshot-templates", "openai7")
-    assert cfg.methods == ("linear", "zeroshot") and cfg.method_options == {"zeroshot": {"templates": "openai7"}}
+    assert cfg.methods == ("linear", "zeroshot") and cfg.method_options["zeroshot"].templates == "openai7"
     out = tmp_path / "out"
     ref = reference_classifier(model, NAME, [_lemma(w) for w in wnids], SEVEN)
     for i, domain in enumerate(cfg.domains):
@@ -155,10 +162,12 @@ def test_run_methods_linear_zeroshot(tiny, wnids, tmp_path):
     ratio = 100 * top1["zeroshot", "cog_l1"] / top1["linear", "cog_l1"]
     assert f"| m | ratio (%) | {ratio:.1f} |" in section
     assert "| m | L1, L2 | lemma | openai7 (7 templates, sha256 " in section
-    with pytest.raises(CogError, match="zero-shot needs a text tower and resnet50 has none"):
+    with pytest.raises(CogError, match=r"^zeroshot needs a text tower and resnet50 has none; the models with one: "
+                                       r".*\(drop zeroshot from --methods\)$"):
         config("--methods", "zeroshot").__class__(model="resnet50", in1k_root=None, in21k_root=str(tmp_path),
                                                   domains=("cog_l1",), methods=("zeroshot",), random_weights=True)
-    with pytest.raises(CogError, match="--zeroshot-names/--zeroshot-templates: set for a run without zero-shot"):
+    with pytest.raises(CogError, match="^--zeroshot-names: set for a run without zeroshot or linear_text_init; add "
+                                       "zeroshot to --methods$"):
         config("--zeroshot-names", "lemmas")
     with pytest.raises(CogError, match="unknown name scheme 'lema'"):
         config("--methods", "zeroshot", "--zeroshot-names", "lema")

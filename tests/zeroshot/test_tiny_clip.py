@@ -17,9 +17,9 @@ from PIL import Image
 from torch import nn
 
 from cog_pl import resources
+from cog_pl.evaluate.runner import run_on_stores
 from cog_pl.features.store import make_meta, write_store
 from cog_pl.models.registry import BackboneSpec, register_backbone, unregister_backbone
-from cog_pl.probe.zeroshot import run_zeroshot
 from cog_pl.results import read_rows
 from cog_pl.zeroshot import names
 from cog_pl.zeroshot.names import ClassName, NameScheme, hypernym_path, register_name_scheme
@@ -139,8 +139,8 @@ def test_a_tiny_clip_names_the_seen_concepts_and_less_and_less_the_far_levels(ti
                              num_rows=len(labels), dim=EMBED, num_classes=len(wnids), classes=wnids,
                              transform={"size": 32}, level_file_sha256=None)
             write_store(tmp_path / "features" / domain / split, np.concatenate(feats), labels, None, meta)
-        run_zeroshot(tmp_path / "features" / domain, results, seeds=(0,), names=SCHEME,
-                     templates=str(tmp_path / "templates.json"))
+        run_on_stores("zeroshot", tmp_path / "features" / domain, results, seeds=(0,),
+                      options={"names": SCHEME, "templates": str(tmp_path / "templates.json")})
     top1 = {r["domain"]: r["test_top1"] for r in read_rows(results)}
     chance = {d: 100 / len(c) for d, c in domains.items()}
     assert top1["in1k"] > 3 * chance["in1k"], top1  # the seen concepts: named well above chance

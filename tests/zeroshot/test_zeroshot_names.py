@@ -110,7 +110,7 @@ def test_the_demos_scheme_is_the_lemma_and_every_ancestor(wn):
 def test_the_demos_scheme_is_known_to_a_process_that_never_imported_the_demo():
     # what `cog-pl run --zeroshot-names demo_ancestors` on the demo's outputs looks up (ZeroShotOptions refuses an
     # unknown scheme at once), in a fresh interpreter
-    code = ("import sys; from cog_pl.probe.zeroshot import ZeroShotOptions; "
+    code = ("import sys; from cog_pl.evaluate.zeroshot import ZeroShotOptions; "
             "o = ZeroShotOptions(names='demo_ancestors', templates='openai7'); "
             "assert not [m for m in sys.modules if m.startswith('cog_pl.demo')], 'cog_pl.demo imported'; "
             "print(o.names)")
