@@ -19,9 +19,9 @@ API_INDEX = Path(__file__).resolve().parents[1] / "docs" / "reference" / "api" /
 
 
 def test_every_package_is_found():
-    assert len(PACKAGES) == 20
+    assert len(PACKAGES) == 21
     assert {"cog_pl.models.arch", "cog_pl.levels", "cog_pl.cli", "cog_pl.progress", "cog_pl.results",
-            "cog_pl.zeroshot"} <= set(PACKAGES)
+            "cog_pl.zeroshot", "cog_pl.evaluate"} <= set(PACKAGES)
 
 
 @pytest.mark.parametrize("package", ["cog_pl", *PACKAGES])
@@ -67,7 +67,7 @@ def test_the_curated_names_are_documented():
 #: Modules whose docstrings hold the public surface's examples (examples that need data are marked to skip).
 EXAMPLE_MODULES = ("cog_pl.registry", "cog_pl.errors", "cog_pl.models.registry", "cog_pl.models.zoo",
                    "cog_pl.models.build",
-                   "cog_pl.levels.measures", "cog_pl.data.sources", "cog_pl.probe.methods", "cog_pl.benchmark",
+                   "cog_pl.levels.measures", "cog_pl.data.sources", "cog_pl.evaluate.table", "cog_pl.benchmark",
                    "cog_pl.cli.options", "cog_pl.extract.module", "cog_pl.datamodules.features",
                    "cog_pl.datamodules.images", "cog_pl.finetune.module", "cog_pl.pipeline", "cog_pl.features.store",
                    "cog_pl.probe.callback", "cog_pl.probe.module", "cog_pl.callbacks.cog_eval")

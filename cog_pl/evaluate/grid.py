@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -24,6 +25,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
+from cog_pl.errors import WrongTypeError
 from cog_pl.evaluate.method import Cell, Job, Method
 from cog_pl.evaluate.table import list_methods
 from cog_pl.provenance import versions
@@ -231,6 +233,9 @@ def run_grid(job: Job, *, check_only: bool = False) -> list[Any]:
                         delete_row(job.results, r.key)
         if not todo:
             return []
+        if method.shares_grid and job.workers is not None and not isinstance(job.storage, (str, os.PathLike)):
+            raise WrongTypeError(f"worker processes open the storage themselves: pass its path or URL, not "
+                                 f"{job.storage!r}")
         check_claims_file(job.results)  # a claims file that cannot hold claims is named before any work
         return _make(job, state, want, todo)
     finally:

@@ -21,7 +21,7 @@ from cog_pl.evaluate.options import resolve_options
 from cog_pl.evaluate.table import get_method
 from cog_pl.protocol import ProbeProtocol
 
-__all__ = ["Grid", "Plan", "check_methods", "jobs_of", "run_methods", "run_on_stores"]
+__all__ = ["Grid", "Plan", "check_methods", "evaluate_domains", "jobs_of", "run_methods", "run_on_stores"]
 
 log = logging.getLogger(__name__)
 
@@ -133,3 +133,22 @@ def run_on_stores(method: str, root: str | Path, results: str | Path, *, model: 
               overwrite=overwrite, workers=workers, threads=threads, wait=wait,
               allow_class_mismatch=allow_class_mismatch, show=show, at=Path(root))
     return run_grid(job, check_only=check_only)
+
+
+def evaluate_domains(method: str, inputs: Inputs, domains: Sequence[str], results: str | Path, *,
+                     seeds: Sequence[int] = (22,), shots: Sequence[int | None] = (None,), options: Any = None,
+                     protocol: ProbeProtocol | None = None, plan: Any = None, device: str = "cpu",
+                     storage: str | None = None, overwrite: bool = False, progress: bool = False) -> list[Any]:
+    """One method on ``domains`` of ``inputs`` (a label's stores, or for a method that reads images the network and
+    the data roots), every domain's grid checked before the first runs; returns the rows written. What ``cog-pl
+    run`` does for one method, from Python (fine-tuning a model's domains, say)."""
+    from cog_pl.probe.tuner import SearchPlan
+
+    m = get_method(method)
+    grid = [Grid(d, tuple(seeds), tuple(shots)) for d in domains]
+    plan = Plan(Path(results), protocol or ProbeProtocol(), plan or SearchPlan(), device, storage,
+                {method: options} if options is not None else {}, overwrite, None, progress)
+    jobs = jobs_of(m, inputs, grid, plan)
+    for job in jobs:
+        run_grid(job, check_only=True)
+    return [row for job in jobs for row in run_grid(job)]

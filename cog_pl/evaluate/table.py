@@ -64,7 +64,12 @@ def unknown_method(name: str, known: Iterable[str], kind: str = "probe method") 
 
 
 def list_methods(*, probe: bool | None = None) -> tuple[str, ...]:
-    """Registered method names in report order (``probe``: only those on stored features, or only the others)."""
+    """Registered method names in report order (``probe``: only those on stored features, or only the others).
+
+    Example:
+        >>> list_methods(probe=False)
+        ('finetune', 'attentive_images')
+    """
     _load()
     table = registered()
     return tuple(sort_methods(n for n in table if probe is None or table.get(n).probe == probe))

@@ -113,7 +113,9 @@ def differences(row: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, An
     mine = _recorded(want, tuple(keys))
     diff = [d for d in value_differences({k: have.get(k, NOT_RECORDED) for k in mine}, mine)]  # in the run's order
     diff += [d for d in value_differences(have, mine) if d[0] not in {e[0] for e in diff}]
-    diff.sort(key=lambda d: d[0].startswith("features"))
+    depth = {k: k.count(".") for k in [*have, *mine]}
+    diff.sort(key=lambda d: (d[0].startswith("features."), min((n for k, n in depth.items()
+                                                                if k == d[0] or k.endswith("." + d[0])), default=0)))
     return diff or [("identity", row.get("identity"), want["identity"])]
 
 

@@ -241,7 +241,7 @@ def test_feature_datamodule_and_probe_tune_refuse_a_token_store_naming_it_and_th
     store's flattened or mis-shaped array: one line names the store, its definition and the methods that read it."""
     root = _token_root(tmp_path / "r")
     said = (f"{root / 'train'}: a token store (5 tokens per image, feature 'tokens2x2'); {{}} reads one vector per "
-            "image: the methods that take token stores: attentive, mlp (cog-pl run --methods)")
+            "image: the methods that take token stores are those `cog-pl run --methods` marks [token stores]")
     data = FeatureDataModule(str(root), device="cpu")
     with pytest.raises(StoreError) as err:
         _ = data.feature_dim  # what LightningCLI links into LinearProbe, at instantiation: before any batch

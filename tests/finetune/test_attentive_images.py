@@ -111,72 +111,75 @@ def test_a_diverging_head_fails_alone_and_the_bank_trains_on():
 
 
 def test_rows_written_skipped_and_refused(onto, tmp_path):
-    from cog_pl.methods import get_method, is_probe, method_label
+    from dataclasses import replace
 
     from cog_pl.data.transforms import TransformConfig
     from cog_pl.demo.synthetic import make_demo
-    from cog_pl.finetune.attentive_images import AUGMENTATION, attentive_images_domains
+    from cog_pl.evaluate import is_probe, method_label
+    from cog_pl.evaluate.runner import run_methods
+    from cog_pl.finetune.attentive_images import AUGMENTATION
+    from cog_pl.pipeline import ProbeOptions, RunConfig
     from cog_pl.results import read_rows
 
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=10, test_per_concept=3,
                       image_size=16, onto=onto)
-    results = str(tmp_path / "results.sqlite")
-    kw = {"in21k_root": str(tmp_path / "d" / "in21k"), "benchmark": str(bench),
-          "transform": TransformConfig(crop=16, resize=16), "epochs": 1, "batch_size": 8, "trials": 3,
-          "startup_trials": 2, "trial_batch": 1, "seeds": (22,), "shots": (None, 2), "cache_images": True,
-          "accelerator": "cpu", "feature": "tokens2x2"}
-    run = get_method("attentive_images").run  # through the method table, as cog-pl run calls it
-    rows = run("external:demo_cnn", None, results, ["cog_l1"], preset="ep", **kw)
+    results = tmp_path / "results.sqlite"
+    transform = TransformConfig(crop=16, resize=16)
+    own = {"epochs": 1, "batch_size": 8, "startup_trials": 2, "trial_batch": 1, "cache_images": True,
+           "accelerator": "cpu"}
+
+    def run(preset: str) -> int:  # the run's images stage, as cog-pl run calls it (the extraction's transform)
+        cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=str(tmp_path / "d" / "in21k"),
+                        domains=("cog_l1",), benchmark=str(bench), seeds=(22,), shots=(None, 2), random_weights=True,
+                        name="demo_cnn", out=str(tmp_path), feature="tokens2x2", methods=("attentive_images",),
+                        probe=ProbeOptions(trials=3, trial_batch=1), progress=False,
+                        method_options={"attentive_images": {"preset": preset, **own}})
+        inputs = replace(cfg.inputs, transform=transform)
+        return run_methods(cfg.methods_of("finetune"), inputs, cfg.grids(), cfg.evaluation_plan())
+
+    assert run("ep") == 2
+    rows = read_rows(results)
     assert [(r["method"], r["domain"], r["shots"], r["seed"]) for r in rows] == [
         ("attentive_images", "cog_l1", None, 22), ("attentive_images", "cog_l1", 2, 22)]
     assert not is_probe("attentive_images")
     assert method_label("attentive_images") == "attentive probe (images, augmented)"
-    for row in read_rows(results):
+    for row in rows:
         assert row["features"] == "on-the-fly" and row["preset"] == "ep" and row["augmentation"] == AUGMENTATION
         assert row["feature"] == "tokens2x2" and row["attentive_images"]["feature"] == "tokens2x2"
         assert row["augmentation"]["RandomResizedCrop"]["scale"] == [0.08, 1.0]
         assert len(row["trials"]) == 3 and 0 <= row["test_top1"] <= 100
+        assert row["attentive_images"]["trials"] == 3  # the probe protocol's trials
         tests = [t["test_top1"] for t in row["trials"]]
         assert row["oracle_test_top1"] == max(tests)  # from the trials run
         best = max(row["trials"], key=lambda t: (t["val_top1"], -t["number"]))
         assert row["selected_test_top1"] == best["test_top1"] <= row["oracle_test_top1"]
         assert row["attentive_images"]["preset"] == "ep" and len(row["identity"]) == 64
-    stored = read_rows(results)
-    assert run("external:demo_cnn", None, results, ["cog_l1"], preset="ep", **kw) == []  # a rerun skips
+    assert run("ep") == 0  # a rerun skips
     with pytest.raises(ValueError, match=r"row demo_cnn/attentive_images/cog_l1/shots=all/seed=22 was made with "
-                                         r".*preset=ep, this run has .*preset=capi; pass --overwrite"):
-        attentive_images_domains("external:demo_cnn", None, results, ["cog_l1"], preset="capi", **kw)
-    assert read_rows(results) == stored
-    # cog-pl run's stage passes the run's seeds, shots and trials: the same rows, skipped
-    from cog_pl.pipeline import ProbeOptions, RunConfig, _attentive_images
-
-    own = {k: kw[k] for k in ("epochs", "batch_size", "startup_trials", "cache_images", "accelerator")}  # feature:
-    # the run's --feature
-    cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=kw["in21k_root"], domains=("cog_l1",),
-                    benchmark=kw["benchmark"], seeds=(22,), shots=(None, 2), random_weights=True, out=str(tmp_path),
-                    feature="tokens2x2", methods=("attentive",),
-                    probe=ProbeOptions(trials=3, trial_batch=1), attentive_images={"preset": "ep", **own})
-    assert _attentive_images(cfg, tmp_path, kw["transform"]) == 0
-    assert read_rows(results) == stored
+                                         r".*preset=ep.*, this run has .*preset=capi.*; pass --overwrite"):
+        run("capi")
+    assert read_rows(results) == rows
 
 
 def test_run_option_chooses_the_method_and_refuses_a_bad_preset(tmp_path):
-    """``cog-pl run --attentive-images [PRESET]`` sets the RunConfig's ``attentive_images``, checked before any
-    work."""
+    """``cog-pl run --methods attentive_images --attentive-images-preset PRESET`` sets its options, checked before
+    any work."""
     from cog_pl.cli.main import build_parser
     from cog_pl.cli.run import _config
+    from cog_pl.evaluate.attentive_images import AttentiveImagesOptions
     from cog_pl.pipeline import ExtractOptions, RunConfig
 
     kw = {"model": "resnet50", "in1k_root": None, "in21k_root": str(tmp_path), "domains": ("cog_l1",),
           "random_weights": True}
-    for flag, want in ((["--attentive-images"], {"preset": "vjepa"}), (["--attentive-images", "capi"],
-                                                                      {"preset": "capi"}), ([], None)):
-        args = build_parser().parse_args(["run", "--model", "resnet50", *flag])
-        assert _config(args, ExtractOptions(), None, **kw).attentive_images == want
-    with pytest.raises(ValueError, match=r"--attentive-images 'nope': choose a preset from vjepa, vjepa2, capi, ep"):
-        RunConfig(**kw, attentive_images={"preset": "nope"})
+    for flags, preset in ((["--methods", "attentive_images"], "vjepa"),
+                          (["--methods", "attentive_images", "--attentive-images-preset", "capi"], "capi")):
+        args = build_parser().parse_args(["run", "--model", "resnet50", *flags])
+        cfg = _config(args, ExtractOptions(), args.methods, **kw)
+        assert cfg.method_options["attentive_images"] == AttentiveImagesOptions(preset=preset)
+    with pytest.raises(ValueError, match=r"--attentive-images-preset 'nope': choose from vjepa, vjepa2, capi, ep"):
+        RunConfig(**kw, methods=("attentive_images",), method_options={"attentive_images": {"preset": "nope"}})
     with pytest.raises(ValueError, match=r"attentive_images: unknown option\(s\) seed;"):  # the run sets it
-        RunConfig(**kw, attentive_images={"seed": 3})
+        RunConfig(**kw, methods=("attentive_images",), method_options={"attentive_images": {"seed": 3}})
 
 
 def test_augmentation_is_the_publishers_crop_and_flip():

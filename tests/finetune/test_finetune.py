@@ -127,19 +127,26 @@ def test_finetune_cli_fit_test_writes_a_row_the_report_compares(onto, tmp_path, 
 def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
     from cog_pl.data.transforms import TransformConfig
     from cog_pl.device import resolve_precision
-    from cog_pl.finetune.compare import finetune_domains
+    from cog_pl.evaluate import Inputs
+    from cog_pl.evaluate.runner import evaluate_domains
     from cog_pl.results import read_rows
     from cog_pl.results.predictions import read_row_predictions
 
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
                       image_size=32, onto=onto)
-    kw = {"in1k_root": str(tmp_path / "d" / "in1k"), "in21k_root": str(tmp_path / "d" / "in21k"),
-          "benchmark": str(bench), "transform": TransformConfig(crop=32, resize=32), "epochs": 1, "batch_size": 4,
-          "precision": "auto", "cache_images": True}
-    rows = finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k", "cog_l4"], **kw)
+    inputs = Inputs(label="resnet10t", model="timm:resnet10t", in1k_root=str(tmp_path / "d" / "in1k"),
+                    in21k_root=str(tmp_path / "d" / "in21k"), benchmark=str(bench),
+                    transform=TransformConfig(crop=32, resize=32))
+    options = {"epochs": 1, "batch_size": 4, "precision": "auto", "cache_images": True}
+
+    def finetune_domains(domains, overwrite=False, **changed):
+        return evaluate_domains("finetune", inputs, domains, tmp_path / "r.sqlite", options={**options, **changed},
+                                overwrite=overwrite)
+
+    rows = finetune_domains(["in1k", "cog_l4"])
     assert [(r["model"], r["method"], r["domain"]) for r in rows] == [("resnet10t", "finetune", "in1k"),
                                                                       ("resnet10t", "finetune", "cog_l4")]
-    assert finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k"], **kw) == []
+    assert finetune_domains(["in1k"]) == []
     stored = read_rows(tmp_path / "r.sqlite")
     assert len(stored) == 2
     for row in stored:  # "auto" is recorded as the precision it resolved to on this machine
@@ -154,10 +161,9 @@ def test_finetune_domains_adds_rows_and_skips_existing(onto, tmp_path):
     # a row made with other inputs is refused before any training, naming the value; --overwrite replaces it
     with pytest.raises(ValueError, match=r"r\.sqlite: row resnet10t/finetune/in1k/shots=all/seed=22 was made with "
                                          r"epochs=1, this run has epochs=2; pass --overwrite"):
-        finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k", "cog_l4"], **{**kw, "epochs": 2})
+        finetune_domains(["in1k", "cog_l4"], epochs=2)
     assert read_rows(tmp_path / "r.sqlite") == stored
-    redone = finetune_domains("timm:resnet10t", None, str(tmp_path / "r.sqlite"), ["in1k"], overwrite=True,
-                              **{**kw, "epochs": 2})
+    redone = finetune_domains(["in1k"], overwrite=True, epochs=2)
     assert len(redone) == 1 and {r["domain"]: r["epochs"] for r in read_rows(tmp_path / "r.sqlite")} == {
         "in1k": 2, "cog_l4": 1}
 

@@ -100,7 +100,8 @@ def test_time_limits_in_sbatchs_forms(text, minutes):
      "a SQLite file cannot be shared by 4 probe tasks on several nodes"),
     (["--launcher", "slurm", "--gpus-per-node", "8", "--devices", "4"], "--devices 4: under --launcher"),
     (["--launcher", "slurm", "--gpus-per-node", "0", "--accelerator", "gpu"], "--accelerator gpu: under --launcher"),
-    (["--launcher", "slurm", "--finetune", "--finetune-devices", "2"], "--finetune-devices 2: under --launcher"),
+    (["--launcher", "slurm", "--methods", "linear", "finetune", "--finetune-devices", "2"],
+     "--finetune-devices 2: under --launcher"),
     (["--model", "dino", "swav"], "--model: several models need --launcher"),
     (["--checkpoint", "a.pth", "b.pth"], "--checkpoint: 2 file(s) for 1 model(s)"),
 ])

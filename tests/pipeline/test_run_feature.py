@@ -4,10 +4,10 @@ before any work, and a token definition with a method that reads one vector per 
 from __future__ import annotations
 
 import pytest
-from cog_pl.methods import Method, register_method, unregister_method
 
 from cog_pl.cli.main import main
 from cog_pl.errors import CogError, UnknownNameError
+from cog_pl.evaluate import Method, register_method, unregister_method
 from cog_pl.pipeline import RunConfig
 
 
@@ -22,7 +22,10 @@ def test_a_token_definition_is_refused_with_methods_that_read_vectors(tmp_path):
         _config(tmp_path, feature="tokens2x2", methods=("linear", "knn"))
     assert str(err.value) == ("--feature tokens2x2: a token definition makes token stores, which linear, knn cannot "
                               "read; methods that take token stores: attentive, mlp")
-    register_method(Method("attentive_stub", tokens=True))
+    class Stub(Method):
+        name, reads, order = "attentive_stub", "tokens", 7.0
+
+    register_method(Stub())
     try:
         assert _config(tmp_path, feature="tokens2x2", methods=("attentive_stub",)).feature == "tokens2x2"
         with pytest.raises(CogError, match=r"which linear cannot read; methods that take token stores: "

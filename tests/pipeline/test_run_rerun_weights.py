@@ -17,7 +17,7 @@ from cog_pl.features.store import StoreError, open_store
 from cog_pl.io import file_sha256
 from cog_pl.models import build, build_backbone
 from cog_pl.pipeline import RunConfig
-from cog_pl.pipeline import _extract as run_extract
+from cog_pl.pipeline.stages import extract as run_extract
 
 MODEL = "timm:resnet10t"
 SPLITS = ("train", "test")

@@ -10,11 +10,10 @@ import io
 
 import numpy as np
 import pytest
-from cog_pl.methods import list_methods, method_label
-from cog_pl.probe.methods import register_probe_method, unregister_probe_method
 from concept_fixtures import level_concepts, write_level_file
 
 from cog_pl import resources
+from cog_pl.evaluate import list_methods, method_label
 from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.report.build import write_report
 from cog_pl.report.concepts import concept_report
@@ -23,21 +22,14 @@ from cog_pl.results.predictions import Predictions
 
 SEEDS = (22, 37)
 N, IMAGES = 8, 6  # concepts per domain, test images per concept
-#: The attentive and MLP methods as registered (cog_pl.probe.methods): name, label, order.
+#: The attentive and MLP methods as registered (cog_pl.evaluate.heads): name, label, order.
 NAMED = (("attentive", "attentive probe", 5), ("mlp", "MLP probe", 6))
 
 
 @pytest.fixture(scope="module")
 def named_methods():
-    """``attentive`` and ``mlp`` registered with their I4 label and order where no module registers them yet."""
-    added = []
-    for name, label, order in NAMED:
-        if name not in list_methods():
-            register_probe_method(name, label=label, order=order)(lambda *a, **k: [])
-            added.append(name)
-    yield
-    for name in added:
-        unregister_probe_method(name)
+    """``attentive`` and ``mlp`` in the table with their label and order."""
+    assert all(name in list_methods() and method_label(name) == label for name, label, _ in NAMED)
 
 
 def _top1(rng, base):
@@ -181,7 +173,7 @@ def test_the_attentive_gain_against_similarity_is_the_constructed_concepts_diffe
 def test_a_head_trained_on_images_is_set_beside_the_probes_and_fine_tuning_is_not(tmp_path):
     """``attentive_images`` (chosen by a flag, like fine-tuning, but on the frozen backbone) is in the methods table
     beside the linear probe; fine-tuning keeps its own section."""
-    from cog_pl.methods import is_frozen, is_probe
+    from cog_pl.evaluate import is_frozen, is_probe
 
     assert (is_probe("attentive_images"), is_frozen("attentive_images")) == (False, True)
     assert (is_probe("finetune"), is_frozen("finetune")) == (False, False)

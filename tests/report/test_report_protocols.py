@@ -42,7 +42,9 @@ def _csv(path: Path) -> dict[tuple, dict[str, str]]:
 
 
 def test_a_run_resumed_with_other_settings_is_never_averaged_with_the_old_rows(tmp_path, caplog):
-    from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+    from run_stages import probe_stage
+
+    from cog_pl.pipeline import ProbeOptions, RunConfig
 
     out = tmp_path / "out"
     for domain in ("cog_l1", "cog_l2"):
@@ -55,11 +57,11 @@ def test_a_run_resumed_with_other_settings_is_never_averaged_with_the_old_rows(t
                          probe=ProbeOptions(trials=trials, epochs=epochs, device="cpu", trial_batch=1), **kw)
 
     results = out / "results.sqlite"
-    assert _probe(config((22, 37, 45), 3, 2), out, "m") == 6  # the first run: three seeds, 3 trials x 2 epochs
-    assert _probe(config((22,), 3, 2, overwrite=True), out, "m") == 0  # the same settings: its other seeds stay
+    assert probe_stage(config((22, 37, 45), 3, 2), out, "m") == 6  # the first run: three seeds, 3 trials x 2 epochs
+    assert probe_stage(config((22,), 3, 2, overwrite=True), out, "m") == 0  # the same settings: its other seeds stay
     assert len(read_rows(results)) == 6
     with caplog.at_level(logging.INFO, logger="cog_pl.results.identity"):
-        assert _probe(config((22, 37), 2, 1, overwrite=True), out, "m") == 4  # resumed: other seeds and settings
+        assert probe_stage(config((22, 37), 2, 1, overwrite=True), out, "m") == 4  # resumed: other seeds and settings
     rows = read_rows(results)
     assert sorted((r["domain"], r["seed"], r["protocol"]["trials"], r["protocol"]["epochs"]) for r in rows) == [
         ("cog_l1", 22, 2, 1), ("cog_l1", 37, 2, 1), ("cog_l2", 22, 2, 1), ("cog_l2", 37, 2, 1)]
@@ -140,11 +142,12 @@ def test_knn_overwrite_removes_the_rows_of_other_values_outside_its_grid(tmp_pat
     root = write_features(tmp_path / "f", classes=4, dim=8, per_class=30, test_per_class=5)
     results = tmp_path / "r.sqlite"
     kw = {"model": "m", "domain": "cog_l2", "shots": (None, 4), "device": "cpu"}
-    run_on_stores("knn", root, results, seeds=(22, 37, 45), precision="32-true", **kw)
-    run_on_stores("knn", root, results, seeds=(22,), precision="32-true", overwrite=True, **kw)  # same values: all kept
+    fp32, fp64 = {"precision": "32-true"}, {"precision": "64-true"}
+    run_on_stores("knn", root, results, seeds=(22, 37, 45), options=fp32, **kw)
+    run_on_stores("knn", root, results, seeds=(22,), options=fp32, overwrite=True, **kw)  # same values: all kept
     assert len(read_rows(results)) == 6
     with caplog.at_level(logging.INFO, logger="cog_pl.results.identity"):
-        run_on_stores("knn", root, results, seeds=(22, 37), precision="64-true", overwrite=True, **kw)
+        run_on_stores("knn", root, results, seeds=(22, 37), options=fp64, overwrite=True, **kw)
     assert sorted((r["shots"] or 0, r["seed"], r["precision"]) for r in read_rows(results)) == [
         (0, 22, "64-true"), (0, 37, "64-true"), (4, 22, "64-true"), (4, 37, "64-true")]
     assert [r.getMessage() for r in caplog.records if "stale" in r.getMessage()] == [
@@ -153,8 +156,8 @@ def test_knn_overwrite_removes_the_rows_of_other_values_outside_its_grid(tmp_pat
 
 
 def test_finetune_overwrite_removes_the_rows_of_other_inputs_outside_its_seeds(tmp_path):
-    from cog_pl.finetune.compare import _differences, finetune_identity
-    from cog_pl.results.identity import remove_stale
+    from cog_pl.finetune.compare import finetune_identity
+    from cog_pl.results.identity import differences, remove_stale
 
     results = tmp_path / "r.sqlite"
     old, new = (finetune_identity("resnet50", None, recipe={}, epochs=e, batch_size=128, precision="32-true",
@@ -163,7 +166,7 @@ def test_finetune_overwrite_removes_the_rows_of_other_inputs_outside_its_seeds(t
         append_row(results, {"model": "resnet50", "method": "finetune", "domain": "in1k", "shots": None,
                              "seed": seed, "test_top1": 70.0, **want})
     assert remove_stale(results, model="resnet50", method="finetune", domain="in1k", seeds=(22,), shots=(None,),
-                        want=new, compare=_differences) == 1  # seed 37's other epochs; seed 45's row stays
+                        want=new, compare=differences) == 1  # seed 37's other epochs; seed 45's row stays
     assert [r["seed"] for r in read_rows(results)] == [22, 45]
 
 
@@ -240,24 +243,30 @@ def test_a_run_adding_rows_to_a_cell_of_other_settings_is_refused_before_any_wor
 
 
 def test_fine_tuning_another_seed_with_other_inputs_is_refused_before_any_training(tmp_path):
-    from cog_pl.finetune.compare import finetune_domains, finetune_identity
+    from cog_pl.evaluate import Inputs, Job, get_method
+    from cog_pl.evaluate.finetune import FinetuneOptions
+    from cog_pl.evaluate.grid import run_grid
+    from cog_pl.finetune.compare import finetune_identity
 
     results = tmp_path / "r.sqlite"
+    inputs = Inputs(label="resnet10t", model="timm:resnet10t", transform="t", in1k_root=str(tmp_path / "none"))
     want = finetune_identity("resnet10t", None, recipe={}, epochs=3, batch_size=4, precision="32-true",
-                             transform=None, benchmark=None)
+                             transform="t", benchmark=None)
     append_row(results, {"model": "resnet10t", "method": "finetune", "domain": "in1k", "shots": None, "seed": 22,
                          "test_top1": 70.0, **want})
     with pytest.raises(ValueError, match=r"row resnet10t/finetune/in1k/shots=all/seed=22 of a cell this run adds "
-                                         r"rows to was made with epochs=3, transform=None, this run has epochs=1, "):
-        finetune_domains("timm:resnet10t", None, str(results), ["in1k"], in1k_root=str(tmp_path / "none"),
-                         in21k_root=None, epochs=1, batch_size=4, seed=37, precision="32-true")
+                                         r"rows to was made with epochs=3, this run has epochs=1; "):
+        run_grid(Job(get_method("finetune"), inputs, "in1k", results, ProbeProtocol(), (22,), (None,),
+                     options=FinetuneOptions(epochs=1, batch_size=4, seeds=(37,), precision="32-true")))
 
 
 def test_the_quick_protocol_is_its_grid_recorded_in_its_rows_and_named_by_the_report(tmp_path, capsys):
     """Issue #39: ``cog-pl run --protocol quick``, a first try: one seed, all data and 4 shots, 10 trials x 30
     epochs unless given; its rows record it, the report names it and never averages its cells with the paper's."""
+    from run_stages import probe_stage
+
     from cog_pl.cli.main import main
-    from cog_pl.pipeline import ProbeOptions, RunConfig, _probe
+    from cog_pl.pipeline import ProbeOptions, RunConfig
 
     out = tmp_path / "out"
     for domain in ("cog_l1", "cog_l2"):
@@ -269,7 +278,7 @@ def test_the_quick_protocol_is_its_grid_recorded_in_its_rows_and_named_by_the_re
     assert (quick.seeds, quick.shots, quick.protocol.trials, quick.protocol.epochs) == ((22,), (None, 4), 10, 30)
     assert RunConfig(**kw).seeds == (22, 37, 45, 77, 93) and RunConfig(**kw).protocol.trials == 30  # the paper's
     cfg = RunConfig(**kw, probe=ProbeOptions(name="quick", trials=2, epochs=1, device="cpu", trial_batch=1))
-    assert _probe(cfg, out, "m") == 4  # two domains x (all, 4 shots) x seed 22
+    assert probe_stage(cfg, out, "m") == 4  # two domains x (all, 4 shots) x seed 22
     rows = read_rows(out / "results.sqlite")
     assert {(r["shots"], r["seed"], r["protocol"]["extra"]["protocol"]) for r in rows} == {(None, 22, "quick"),
                                                                                          (4, 22, "quick")}

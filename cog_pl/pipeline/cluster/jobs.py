@@ -7,7 +7,7 @@
   GPU, the stores written by rank as a local multi-GPU run writes them; after ``check``;
 - ``probe/<model>``: a job array of ``--probe-workers`` tasks on one GPU each, sharing one Optuna storage and one
   results file, each cell claimed by one task before it is tuned; after the model's extraction;
-- ``finetune/<model>`` (with ``--finetune``): one task on one GPU; after ``check``;
+- ``finetune/<model>`` (with ``--methods ... finetune``): one task on one GPU; after ``check``;
 - ``report``: one task, the report of every model in the results file; after every probe and fine-tuning job.
 
 Every job runs the user's own command with ``--stage`` (:func:`stage_argv`), so a requeued or resubmitted job
@@ -97,17 +97,12 @@ def extract_trainer_options(opts: ClusterOptions, strategy: str, flags: tuple[st
     return tuple(options)
 
 
-def _grid_rows(model: str, cfg: RunConfig) -> list[tuple]:
-    return [(model, method, domain, shots, seed) for method in cfg.methods for domain, seeds, shot_values in
-            cfg.probe_grid for seed in seeds for shots in shot_values]
-
-
 def _grid_words(cfg: RunConfig, rows: int) -> str:
     grid = cfg.probe_grid
     shapes = sorted({(len(seeds), len(shots)) for _, seeds, shots in grid})
     shape = (f"{shapes[0][0]} seeds x {shapes[0][1]} shot settings x {len(grid)} domains" if len(shapes) == 1
              else f"{len(grid)} domains")
-    methods = " and ".join(cfg.methods)
+    methods = " and ".join(cfg.methods_of("probe"))
     return f"{rows} rows: {methods} on {shape}"
 
 
@@ -139,18 +134,18 @@ def run_jobs(configs: Sequence[RunConfig], argv: Sequence[str], opts: ClusterOpt
                            + (f"; variants {', '.join(cfg.variants)} regrouped" if cfg.variants else "") + ")",
                       nodes=opts.nodes, tasks_per_node=opts.tasks_per_node, gpus_per_node=opts.gpus_per_node,
                       after=checked, stores=stores)
-        rows = _grid_rows(name, cfg)
+        rows = cfg.rows_of("probe")
         probe = Job(f"probe/{name}", "probe",
                     stage_argv(("run",), mine, "probe", "--storage", storage),
                     what=_grid_words(cfg, len(rows)), gpus_per_node=opts.task_gpus, array=probe_tasks,
                     after=(extract.key,), rows=tuple(rows))
         jobs += [extract, probe]
         ends.append(probe.key)
-        if cfg.finetune is not None:
-            tuned = tuple((name, "finetune", d, None, s) for s in cfg.finetune_seed_values for d in cfg.domains)
+        if cfg.methods_of("finetune"):  # the methods that read images: one task on one GPU
+            tuned = tuple(cfg.rows_of("finetune"))
             jobs.append(Job(f"finetune/{name}", "finetune", stage_argv(("run",), mine, "finetune"),
-                            what=f"{len(tuned)} fine-tuning rows ({len(cfg.domains)} domains x "
-                                 f"{len(cfg.finetune_seed_values)} seeds)",
+                            what=f"{len(tuned)} rows: {' and '.join(cfg.methods_of('finetune'))} on "
+                                 f"{len(cfg.domains)} domains",
                             gpus_per_node=opts.task_gpus, after=checked, rows=tuned))
             ends.append(jobs[-1].key)
     if first.report:
