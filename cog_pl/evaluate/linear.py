@@ -24,26 +24,26 @@ class LinearState:
 
     pair: Any
     start: Any = None  # a HeadStart's record only until the heads need it (:meth:`Linear.head_start`)
-    _splits: Any = None
-    _storage: Any = None
-    _opened: list = field(default_factory=list)
+    loaded: Any = None
+    study_storage: Any = None
+    opened: list = field(default_factory=list)
 
     def splits(self, job: Job) -> Any:
-        if self._splits is None:
+        if self.loaded is None:
             from cog_pl.probe.cell import Splits
 
-            self._splits = Splits.for_probes(self.pair, job.device, job.protocol, job.plan)
-        return self._splits
+            self.loaded = Splits.for_probes(self.pair, job.device, job.protocol, job.plan)
+        return self.loaded
 
     def storage(self, job: Job) -> Any:
         """The study storage, opened once per process (a storage object handed in stays its owner's)."""
-        if self._storage is None:
+        if self.study_storage is None:
             from cog_pl.probe.storage import resolve_storage
 
-            self._storage = resolve_storage(job.storage)
-            if self._storage is not job.storage:
-                self._opened.append(self._storage)
-        return self._storage
+            self.study_storage = resolve_storage(job.storage)
+            if self.study_storage is not job.storage:
+                self.opened.append(self.study_storage)
+        return self.study_storage
 
 
 class Linear(Method):
@@ -94,10 +94,10 @@ class Linear(Method):
     def close(self, state: LinearState) -> None:
         from cog_pl.probe.storage import close_storage
 
-        for storage in state._opened:
+        for storage in state.opened:
             close_storage(storage)
-        state._opened.clear()
-        state._storage = None
+        state.opened.clear()
+        state.study_storage = None
 
 
 register_method(Linear())
