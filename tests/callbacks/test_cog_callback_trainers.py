@@ -231,5 +231,8 @@ def test_each_evaluation_prints_one_line_of_the_levels_top1(bench, package, line
 def test_the_line_names_the_knn_when_only_the_knn_ran():
     from cog_pl.callbacks.cog_eval import summary_line
 
-    line = summary_line(3, {"cog/l1/knn_top1": 0.5, "cog/l5/knn_top1": 0.25}, 1.25)
+    line = summary_line(3, {"cog/l1/knn_top1": 0.5, "cog/l5/knn_top1": 0.25}, 1.25, method="knn")
     assert line == "CoG k-NN top-1 at epoch 3: l1 0.500  l5 0.250 (1.2 s)"
+    both = {"cog2/l1/top1": 0.75, "cog2/l1/knn_top1": 0.5}
+    assert summary_line(4, both, 2.0, "linear", name="cog2", when="end of fit") == (
+        "CoG top-1 at epoch 4 (cog2, end of fit): l1 0.750 (2.0 s)")
