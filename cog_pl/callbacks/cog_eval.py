@@ -259,6 +259,7 @@ class CoGEvaluationCallback(L.Callback):
         """``fit`` and ``validate``: refuse what would fail at the first evaluation (a sharding strategy, no
         backbone, a wrong root) now, and decode the subsets on rank zero; ``test`` and ``predict``: say that they run
         no evaluation."""
+        stage = str(getattr(stage, "value", stage))  # a TrainerFn
         if stage not in ("fit", "validate"):
             if trainer.is_global_zero:
                 say(trainer, f"CoGEvaluationCallback: trainer.{stage} runs no CoG evaluation (fit and validate do; "

@@ -218,12 +218,16 @@ def test_sharding_strategies_are_refused():
 
 def test_the_transform_in_every_form_reads_the_same_images(bench, tmp_path):
     from torchvision import transforms as T
+    from torchvision.transforms import v2
 
     from cog_pl.data.transforms import build_transform
 
     forms = {"config": TF, "size": 32, "dict": {"crop": 32, "resize": 32}, "compose": build_transform(TF),
              "compose_by_hand": T.Compose([T.Resize(32), T.CenterCrop(32), T.ToTensor(),
-                                           T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])}
+                                           T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]),
+             "compose_v2": v2.Compose([v2.Resize(32), v2.CenterCrop(32), v2.ToImage(),
+                                       v2.ToDtype(torch.float32, scale=True),
+                                       v2.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])}
     loaded = {}
     for name, form in forms.items():
         cog = _callback(bench, domains=("l3",))
