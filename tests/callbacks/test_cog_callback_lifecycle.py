@@ -7,21 +7,34 @@ take two names; a resume with other domains or methods keeps the history. Real T
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
+import subprocess
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-from test_cog_callback import TF, Net, _callback, bench  # noqa: F401 - the module's benchmark fixture
-from test_cog_callback_trainers import lines  # noqa: F401 - the console lines fixture
+from test_cog_callback import TF, Net, _callback
 
 from cog_pl.datamodules.images import ImageNetDataModule
+from cog_pl.demo.synthetic import make_demo
 
 KEY = "cog/l5/top1"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench(onto, tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench")
+    return root, make_demo(root, n_seen=4, n_per_level=3, train_per_concept=10, test_per_concept=4, image_size=32,
+                           onto=onto)
 
 
 class LoggingNet(Net):
@@ -47,7 +60,7 @@ class SlowNet(LoggingNet):
         return super().training_step(batch, batch_idx)
 
 
-def _data(bench) -> ImageNetDataModule:  # noqa: F811
+def _data(bench) -> ImageNetDataModule:
     root, path = bench
     return ImageNetDataModule(in1k_root=str(root / "in1k"), benchmark=str(path), transform=TF, batch_size=8,
                               num_workers=0, shuffle_train=False)  # 40 train images: 5 batches an epoch
@@ -60,7 +73,7 @@ def _trainer(tmp_path, callbacks, **kw) -> L.Trainer:
     return L.Trainer(callbacks=callbacks, **kw)
 
 
-def _fit(bench, trainer, model=None, **kw):  # noqa: F811
+def _fit(bench, trainer, model=None, **kw):
     torch.manual_seed(0)
     model = model or LoggingNet()
     with warnings.catch_warnings(record=True) as caught:
@@ -141,7 +154,7 @@ def test_max_steps_without_max_epochs_evaluates_on_the_schedule_and_at_the_end(b
 
 
 @pytest.mark.parametrize("stop", ["early_stopping", "max_time"])
-def test_a_fit_stopped_before_its_limits_gets_its_final_evaluation(bench, tmp_path, stop, lines):  # noqa: F811
+def test_a_fit_stopped_before_its_limits_gets_its_final_evaluation(bench, tmp_path, stop, lines):
     cog = _callback(bench, domains=("l5",), every_n_epochs=3)
     if stop == "early_stopping":  # asks to stop after epoch 0; min_epochs=2 lets the fit stop after epoch 1
         stopper = EarlyStopping(monitor="train_loss", mode="min", stopping_threshold=1e9,
@@ -166,7 +179,7 @@ def test_at_fit_end_false_adds_no_evaluation_after_a_stop(bench, tmp_path):
 
 
 # -- item 5: trainer.validate and fast_dev_run --------------------------------------------------------------------
-def test_validate_runs_one_evaluation_and_returns_its_keys(bench, tmp_path, lines):  # noqa: F811
+def test_validate_runs_one_evaluation_and_returns_its_keys(bench, tmp_path, lines):
     cog = _callback(bench, domains=("l1", "l5"))
     model, dm = LoggingNet(), _data(bench)
     dm.setup("test")
@@ -189,7 +202,7 @@ def test_validate_runs_one_evaluation_and_returns_its_keys(bench, tmp_path, line
 
 
 @pytest.mark.parametrize("schedule", ["evaluating", "disabled"])
-def test_fast_dev_run_runs_one_tiny_evaluation_and_says_so(bench, tmp_path, lines, schedule):  # noqa: F811
+def test_fast_dev_run_runs_one_tiny_evaluation_and_says_so(bench, tmp_path, lines, schedule):
     kw = {"every_n_epochs": 5} if schedule == "evaluating" else {"every_n_epochs": 0, "at_fit_end": False}
     cog = _callback(bench, domains=("in1k", "l5"), methods=("linear", "knn"), **kw)
     trainer = L.Trainer(fast_dev_run=True, accelerator="cpu", callbacks=[cog], enable_progress_bar=False,
@@ -205,7 +218,7 @@ def test_fast_dev_run_runs_one_tiny_evaluation_and_says_so(bench, tmp_path, line
                     "not to measure"]
     assert [h["epoch"] for h in cog.history] == [0]
     assert {"cog/in1k/top1", "cog/in1k/knn_top1", KEY, "cog/l5/knn_top1"} <= set(trainer.callback_metrics)
-    xtr, ytr, xte, yte = cog._data["cog_l5"]
+    xtr, ytr, xte, _ = cog._data["cog_l5"]
     assert (len(xtr), len(xte), int(ytr.max()) + 1) == (2 * 5, 2 * 2, 2)
     cog.evaluate(LoggingNet())  # outside fast_dev_run: the callback's own sizes again
     assert len(cog._data["cog_l5"][0]) == 3 * 10
@@ -244,3 +257,30 @@ def test_a_resume_with_other_domains_and_methods_keeps_the_history_and_says_so(b
         "CoGEvaluationCallback 'cog': the checkpoint's history (2 evaluation(s)) was made with other settings "
         "(domains cog_l1, cog_l5 -> cog_l5; methods linear -> linear, knn); it is kept as it was, each entry with "
         "the keys it was logged under, and this run evaluates with the new settings"]
+
+
+# -- item 7 and items 1-2 under DDP: every line once, the end-of-fit evaluation on every rank together -------------
+@pytest.mark.slow  # 2 processes on gloo
+def test_under_two_process_ddp_each_line_is_said_once_and_the_final_evaluation_reaches_every_rank(bench, tmp_path):
+    root, _ = bench
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(REPO / "tests" / "cog_callback_ddp.py"), "--devices", "2", "--bench", str(root),
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    reports = [json.loads((tmp_path / f"report_rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in reports] == [2, 2]
+    # every 2 epochs (epoch 1), then EarlyStopping stopped the fit after epoch 2 (min_epochs=3): evaluated at its end
+    assert [h["epoch"] for h in reports[0]["history"]] == [1, 2] and reports[1]["history"] == reports[0]["history"]
+    assert [r["current_epoch"] for r in reports] == [3, 3]
+    final = reports[0]["history"][-1][KEY]
+    assert [r["callback_metric"] for r in reports] == [pytest.approx(final)] * 2  # on every rank, after fit
+    assert reports[0]["best_model_score"] == pytest.approx(reports[0]["history"][0][KEY])  # epoch 1: its only check
+    said = [line for line in proc.stderr.splitlines() if "rank_zero: CoG" in line]
+    assert [line.split(":")[0] + ":" + line.split(":")[1] for line in said] == [
+        "[rank 0] lightning.pytorch.utilities.rank_zero: CoGEvaluationCallback",  # images read at ...
+        "[rank 0] lightning.pytorch.utilities.rank_zero: CoG top-1 at epoch 1",
+        "[rank 0] lightning.pytorch.utilities.rank_zero: CoG top-1 at epoch 2 (end of fit)"]
+    assert not [line for line in proc.stderr.splitlines() if line.startswith("[rank 1]") and "CoG" in line]
+    assert _csv_epochs(tmp_path) == [1, 2]  # one row per evaluation, not one per rank

@@ -6,7 +6,6 @@ Python; one console line per evaluation. Tiny modules on random 32 px batches, o
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 import warnings
 
@@ -32,27 +31,6 @@ def bench(onto, tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
     return root, make_demo(root, n_seen=4, n_per_level=3, train_per_concept=10, test_per_concept=4, image_size=32,
                            onto=onto)
-
-
-@pytest.fixture
-def lines():
-    """The lines the Trainer's package prints on rank zero (``GPU available: ...`` and the callback's)."""
-    got: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            got.append(record.getMessage())
-
-    handler = Keep(logging.INFO)
-    loggers = [logging.getLogger(f"{p}.utilities.rank_zero") for p in ("lightning.pytorch", "pytorch_lightning")]
-    levels = [log.level for log in loggers]
-    for log in loggers:
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-    yield got
-    for log, level in zip(loggers, levels):
-        log.removeHandler(handler)
-        log.setLevel(level)
 
 
 def _batches(size: int, n: int = 16) -> list[dict[str, torch.Tensor]]:
