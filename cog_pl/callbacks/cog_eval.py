@@ -292,10 +292,14 @@ class CoGEvaluationCallback(L.Callback):
                 "to run the code once, not to measure")
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Start this fit's record of epochs; say when a restored history was made with other settings."""
+        """Start this fit's record of epochs; warn about an EarlyStopping on a key of ours that would never see it,
+        and when a restored history was made with other settings."""
         self._last_epoch = self._evaluated = None
         saved, self._resumed_settings = self._resumed_settings, None
-        if saved is None or not trainer.is_global_zero:
+        if not trainer.is_global_zero:
+            return
+        self._check_monitors(trainer)
+        if saved is None:
             return
         now = self._settings_record()
         changed = [f"{k} {_show(saved.get(k))} -> {_show(v)}" for k, v in now.items() if saved.get(k) != v]
@@ -304,6 +308,18 @@ class CoGEvaluationCallback(L.Callback):
                           f"evaluation(s)) was made with other settings ({'; '.join(changed)}); it is kept as it "
                           "was, each entry with the keys it was logged under, and this run evaluates with the new "
                           "settings", UserWarning, stacklevel=2)
+
+    def _check_monitors(self, trainer: L.Trainer) -> None:
+        """An ``EarlyStopping`` of either package on one of our keys, checking at validation's end (resolved in its
+        ``setup``, before fit starts): our keys are never there then, and with ``strict=False`` it never stops."""
+        for callback in trainer.callbacks:
+            if "EarlyStopping" not in {c.__name__ for c in type(callback).__mro__}:
+                continue
+            if getattr(callback, "monitor", None) in self.metric_names and \
+                    getattr(callback, "_check_on_train_epoch_end", None) is False:
+                warnings.warn(f"CoGEvaluationCallback: EarlyStopping(monitor={callback.monitor!r}) checks at the end "
+                              "of validation, before the training epoch's end where the CoG keys are logged, so it "
+                              "never sees them; pass check_on_train_epoch_end=True", UserWarning, stacklevel=2)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Take the keys out of ``trainer.callback_metrics``: an epoch that does not evaluate has none, so that a

@@ -143,6 +143,16 @@ def test_the_keys_are_out_of_callback_metrics_on_epochs_without_an_evaluation(be
     assert seen == [False, True, False, True]
 
 
+def test_an_early_stopping_that_checks_at_validation_end_is_warned_about(bench, tmp_path):
+    cog = _callback(bench, domains=("l5",))
+    late = EarlyStopping(monitor=KEY, mode="max", check_on_train_epoch_end=False, strict=False)
+    other = EarlyStopping(monitor="train_loss", check_on_train_epoch_end=False)  # not a CoG key: no business of ours
+    _, caught = _fit(bench, _trainer(tmp_path, [late, other, cog], max_epochs=1))
+    assert [m for m in caught if m.startswith("CoGEvaluationCallback: EarlyStopping")] == [
+        "CoGEvaluationCallback: EarlyStopping(monitor='cog/l5/top1') checks at the end of validation, before the "
+        "training epoch's end where the CoG keys are logged, so it never sees them; pass check_on_train_epoch_end=True"]
+
+
 # -- item 2: the last epoch is the Trainer's real stop -----------------------------------------------------------
 def test_max_steps_without_max_epochs_evaluates_on_the_schedule_and_at_the_end(bench, tmp_path):
     cog = _callback(bench, domains=("l5",), every_n_epochs=2)
