@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import torchvision
 
 from cog_pl.callbacks.cog_eval import CoGEvaluationCallback
+from cog_pl.callbacks.eval_methods import linear_top1
 
 
 def main() -> None:
@@ -52,7 +53,7 @@ def main() -> None:
     xtr = F.normalize(torch.randn(len(ytr), feats.shape[1]), dim=1)
     xte = F.normalize(torch.randn(len(yte), feats.shape[1]), dim=1)
     start, cpu = time.perf_counter(), time.process_time()
-    cog._probe(xtr, ytr, xte, yte)
+    linear_top1(cog.settings, xtr, ytr, xte, yte)
     probe, cpu_probe = time.perf_counter() - start, time.process_time() - cpu
     print(json.dumps({"model": a.model, "size": a.size, "threads": a.threads, "images": n_images,
                       "forward_s": round(per_image * n_images, 1), "probes_s": round(probe * a.domains, 1),

@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """Train a small CNN on the demo benchmark's seen concepts and watch CoG accuracy with CoGEvaluationCallback.
 
-    python examples/train_with_cog_callback.py --out cog_example [--devices 2] [--epochs 6]
+    python examples/train_with_cog_callback.py --out cog_example [--devices 2] [--epochs 6] [--every 1]
 
 Prepares the demo benchmark (no downloads) under ``<out>/data``, trains with a real Lightning Trainer, logs
-``cog/in1k/top1``, ``cog/l1/top1`` .. ``cog/l5/top1`` every epoch to ``<out>/logs`` (CSV) and plots the curves to
-``<out>/cog_curves.png``.
+``cog/in1k/top1``, ``cog/l1/top1`` .. ``cog/l5/top1`` every ``--every`` epochs (and after the last) to ``<out>/logs``
+(CSV), keeps the checkpoint of the best ``cog/l5/top1`` under ``<out>/best`` and stops when it has not improved for
+``--patience`` evaluations (the recipe of docs/lightning.md), and plots the curves to ``<out>/cog_curves.png``.
+Epochs are counted from 0 everywhere: the console, ``metrics.csv`` and the plot.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch import nn
 
 from cog_pl.callbacks import CoGEvaluationCallback
@@ -50,6 +54,8 @@ def main() -> None:
     p.add_argument("--devices", type=int, default=1)
     p.add_argument("--seen", type=int, default=30)
     p.add_argument("--per-level", type=int, default=10)
+    p.add_argument("--every", type=int, default=1, help="evaluate every this many epochs")
+    p.add_argument("--patience", type=int, default=3, help="evaluations without improvement before stopping")
     a = p.parse_args()
 
     from cog_pl.data.transforms import TransformConfig
@@ -63,17 +69,24 @@ def main() -> None:
                               batch_size=64, num_workers=0)
     cog = CoGEvaluationCallback(in1k_root=str(a.out / "data" / "in1k"), in21k_root=str(a.out / "data" / "in21k"),
                                 benchmark=str(bench), transform=transform, concepts=a.per_level, train_images=30,
-                                test_images=10)
+                                test_images=10, every_n_epochs=a.every)
+    # Monitoring a CoG key (docs/lightning.md): checked at the training epoch's end, on the callback's epochs
+    best = ModelCheckpoint(dirpath=a.out / "best", monitor="cog/l5/top1", mode="max", every_n_epochs=a.every,
+                           save_on_train_epoch_end=True)
+    stop = EarlyStopping(monitor="cog/l5/top1", mode="max", patience=a.patience, check_on_train_epoch_end=True,
+                         strict=False)
     model = Classifier(data.num_classes)
     trainer = L.Trainer(max_epochs=a.epochs, accelerator="cpu", devices=a.devices,
-                        strategy="ddp" if a.devices > 1 else "auto", callbacks=[cog],
-                        logger=L.pytorch.loggers.CSVLogger(a.out, name="logs"), enable_checkpointing=False)
+                        strategy="ddp" if a.devices > 1 else "auto", callbacks=[cog, best, stop],
+                        logger=L.pytorch.loggers.CSVLogger(a.out, name="logs"))
     trainer.fit(model, datamodule=data)
     if trainer.is_global_zero:
         plot(cog.history, a.out / "cog_curves.png")
 
 
-def plot(history: list[dict], out: Path) -> None:
+def plot(history: list[dict], out: Path) -> Any:
+    """The curves of ``cog.history`` against its epochs, counted from 0 as Lightning, the console and the CSV count
+    them; saved to ``out``; returns the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,8 +94,8 @@ def plot(history: list[dict], out: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.8), dpi=110)
     for key in [k for k in history[0] if k.startswith("cog/") and k.endswith("top1")]:
-        ax.plot([h["epoch"] + 1 for h in history], [h[key] for h in history], marker="o", label=key[4:-5])
-    ax.set_xlabel("epoch")
+        ax.plot([h["epoch"] for h in history], [h[key] for h in history], marker="o", label=key[4:-5])
+    ax.set_xlabel("epoch (from 0, as the console and metrics.csv)")
     ax.set_ylabel("probe top-1 (fraction)")
     ax.set_title("Concept generalization during training")
     ax.legend(fontsize=8)
@@ -90,6 +103,7 @@ def plot(history: list[dict], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out)
     print(f"curves: {out}")
+    return fig
 
 
 if __name__ == "__main__":

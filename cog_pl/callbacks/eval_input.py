@@ -5,7 +5,8 @@ what the run declares, the one line that says so, and the size of a training bat
 ``transform_config`` (the package's own do); an input size either declares as an attribute or a hyperparameter
 (:data:`SIZE_NAMES`: lightly's ``input_size``, timm's ``img_size``, ...); a torchvision transform the datamodule
 holds (:data:`TRANSFORM_NAMES`: the evaluation transform before the training one; its crop or resize size and its
-``Normalize``); else the protocol's 224 px. Plain functions of their inputs, no Lightning.
+``Normalize``, from ``torchvision.transforms`` or ``torchvision.transforms.v2``, whose classes are not subclasses of
+the first's); else the protocol's 224 px. Plain functions of their inputs, no Lightning.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 from torchvision import transforms as T
+from torchvision.transforms import v2
 
 from cog_pl.data.transforms import TransformConfig, protocol_transform
 
@@ -23,6 +25,10 @@ from cog_pl.data.transforms import TransformConfig, protocol_transform
 SIZE_NAMES = ("input_size", "image_size", "img_size", "crop_size", "resolution")
 #: Datamodule attributes holding a torchvision transform, the evaluation ones first.
 TRANSFORM_NAMES = ("val_transform", "test_transform", "eval_transform", "transform", "train_transform")
+#: The pipeline steps whose size is the crop, the resize, and the normalisation: torchvision's v1 and v2 classes.
+CROPS = (T.CenterCrop, T.RandomResizedCrop, T.RandomCrop, v2.CenterCrop, v2.RandomResizedCrop, v2.RandomCrop)
+RESIZES = (T.Resize, v2.Resize)
+NORMALIZES = (T.Normalize, v2.Normalize)
 
 
 def declared_transform(datamodule: Any, module: Any) -> tuple[TransformConfig, str]:
@@ -66,7 +72,7 @@ def _size(value: Any) -> int | None:
 def _steps(transform: Any) -> Iterator[Any]:
     """Every step of a torchvision pipeline, nested ones (a multi-view transform's views) included."""
     inner = getattr(transform, "transforms", None)
-    if isinstance(inner, (list, tuple)):
+    if isinstance(inner, (list, tuple, torch.nn.ModuleList)):  # v2's RandomApply may hold a ModuleList
         for step in inner:
             yield from _steps(step)
     else:
@@ -74,16 +80,17 @@ def _steps(transform: Any) -> Iterator[Any]:
 
 
 def from_torchvision(transform: Any) -> TransformConfig | None:
-    """The :class:`TransformConfig` of a torchvision pipeline (its crop or resize size and its ``Normalize``), or
-    ``None`` where it has no size. The first of each kind counts: a multi-view transform's views share them."""
+    """The :class:`TransformConfig` of a torchvision pipeline, v1 or v2 (its crop or resize size and its
+    ``Normalize``), or ``None`` where it has no size. The first of each kind counts: a multi-view transform's views
+    share them."""
     crop = resize = None
     norm: Any = None
     for step in _steps(transform):
-        if isinstance(step, (T.CenterCrop, T.RandomResizedCrop, T.RandomCrop)) and crop is None:
+        if isinstance(step, CROPS) and crop is None:
             crop = _size(step.size)
-        elif isinstance(step, T.Resize) and resize is None:
+        elif isinstance(step, RESIZES) and resize is None:
             resize = _size(step.size)
-        elif isinstance(step, T.Normalize) and norm is None:
+        elif isinstance(step, NORMALIZES) and norm is None:
             norm = step
     crop = crop or resize
     if crop is None:
@@ -98,7 +105,7 @@ def describe(transform: TransformConfig | Callable[[Any], torch.Tensor], size: t
     if isinstance(transform, TransformConfig):
         return (f"{transform.crop} px (resize {transform.resize} {transform.interpolation}, center crop "
                 f"{transform.crop}), normalised with mean {_fmt(transform.mean)} std {_fmt(transform.std)}")
-    norm = next((s for s in _steps(transform) if isinstance(s, T.Normalize)), None)
+    norm = next((s for s in _steps(transform) if isinstance(s, NORMALIZES)), None)
     how = f"normalised with mean {_fmt(norm.mean)} std {_fmt(norm.std)}" if norm is not None else \
         "normalised as the callable does"
     return f"{px(size)} by the given {type(transform).__name__}, {how}"

@@ -6,6 +6,7 @@ Lightning packages, DDP)."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import subprocess
 import sys
@@ -97,13 +98,28 @@ def test_bad_configuration_is_named(bench):
 def test_two_process_ddp_example(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, str(REPO / "examples" / "train_with_cog_callback.py"), "--out", str(tmp_path),
-           "--devices", "2", "--epochs", "2", "--seen", "4", "--per-level", "3"]
+           "--devices", "2", "--epochs", "3", "--every", "2", "--seen", "4", "--per-level", "3"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(next(tmp_path.rglob("metrics.csv"))) as fh:
         rows = [r for r in csv.DictReader(fh) if r.get("cog/l5/top1")]
-    assert [int(r["epoch"]) for r in rows] == [0, 1]  # logged once per epoch, not once per rank
+    assert [int(r["epoch"]) for r in rows] == [1, 2]  # every 2nd epoch and the last, once each, not once per rank
+    # on the console, once for both ranks: how the images are read, then one line per evaluation, epochs from 0
+    assert proc.stderr.count("CoGEvaluationCallback: images read at 32 px") == 1
+    assert [line.split(":")[0] for line in proc.stderr.splitlines() if line.startswith("CoG top-1")] == [
+        "CoG top-1 at epoch 1", "CoG top-1 at epoch 2"]
+    assert [p.name.split("-")[0] for p in (tmp_path / "best").glob("*.ckpt")] == ["epoch=1"]  # its only check
     assert (tmp_path / "cog_curves.png").exists()
+
+
+def test_the_examples_plot_counts_epochs_as_the_console_and_the_csv(tmp_path):
+    spec = importlib.util.spec_from_file_location("example", REPO / "examples" / "train_with_cog_callback.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    history = [{"epoch": 1, "cog/l1/top1": 0.5, "seconds": 1.0}, {"epoch": 2, "cog/l1/top1": 0.6, "seconds": 1.0}]
+    fig = example.plot(history, tmp_path / "curves.png")
+    assert [list(line.get_xdata()) for line in fig.axes[0].lines] == [[1, 2]]  # as logged: from 0, not from 1
+    assert fig.axes[0].get_xlabel().startswith("epoch (from 0")
 
 
 @pytest.mark.slow  # 2026-12-01, shared 2 cores: 50 s; the callback's own test stays fast
@@ -218,12 +234,16 @@ def test_sharding_strategies_are_refused():
 
 def test_the_transform_in_every_form_reads_the_same_images(bench, tmp_path):
     from torchvision import transforms as T
+    from torchvision.transforms import v2
 
     from cog_pl.data.transforms import build_transform
 
     forms = {"config": TF, "size": 32, "dict": {"crop": 32, "resize": 32}, "compose": build_transform(TF),
              "compose_by_hand": T.Compose([T.Resize(32), T.CenterCrop(32), T.ToTensor(),
-                                           T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])}
+                                           T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]),
+             "compose_v2": v2.Compose([v2.Resize(32), v2.CenterCrop(32), v2.ToImage(),
+                                       v2.ToDtype(torch.float32, scale=True),
+                                       v2.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])}
     loaded = {}
     for name, form in forms.items():
         cog = _callback(bench, domains=("l3",))

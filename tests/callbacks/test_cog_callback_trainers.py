@@ -6,7 +6,6 @@ Python; one console line per evaluation. Tiny modules on random 32 px batches, o
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 import warnings
 
@@ -17,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torchvision import transforms as T
+from torchvision.transforms import v2
 
 from cog_pl.callbacks.pytorch_lightning import CoGEvaluationCallback
 from cog_pl.data.transforms import TransformConfig
@@ -31,27 +31,6 @@ def bench(onto, tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
     return root, make_demo(root, n_seen=4, n_per_level=3, train_per_concept=10, test_per_concept=4, image_size=32,
                            onto=onto)
-
-
-@pytest.fixture
-def lines():
-    """The lines the Trainer's package prints on rank zero (``GPU available: ...`` and the callback's)."""
-    got: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            got.append(record.getMessage())
-
-    handler = Keep(logging.INFO)
-    loggers = [logging.getLogger(f"{p}.utilities.rank_zero") for p in ("lightning.pytorch", "pytorch_lightning")]
-    levels = [log.level for log in loggers]
-    for log in loggers:
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-    yield got
-    for log, level in zip(loggers, levels):
-        log.removeHandler(handler)
-        log.setLevel(level)
 
 
 def _batches(size: int, n: int = 16) -> list[dict[str, torch.Tensor]]:
@@ -136,14 +115,23 @@ class _Data:
         return torch.utils.data.DataLoader(_batches(24), batch_size=8)
 
 
-DATA = {name: type(f"Data_{name}", (_Data, pl.LightningDataModule), {}) for name, pl in PACKAGES.items()}
+class _DataV2(_Data):
+    """The same with a torchvision v2 pipeline, as torchvision now recommends (its classes are not v1's)."""
+
+    train_transform = v2.Compose([v2.RandomResizedCrop(24), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                                  v2.Normalize((0.5,) * 3, (0.25,) * 3)])
 
 
+DATA = {(name, api): type(f"Data_{name}_{api}", (base, pl.LightningDataModule), {})
+        for name, pl in PACKAGES.items() for api, base in (("v1", _Data), ("v2", _DataV2))}
+
+
+@pytest.mark.parametrize("api", ["v1", "v2"])
 @pytest.mark.parametrize("package", PACKAGES)
-def test_auto_transform_takes_the_datamodules_torchvision_transform(bench, package, lines):
+def test_auto_transform_takes_the_datamodules_torchvision_transform(bench, package, api, lines):
     cog = _callback(bench)
-    trainer = _fit(package, cog, datamodule=DATA[package]())
-    assert cog.image_size == (24, 24)
+    trainer = _fit(package, cog, datamodule=DATA[package, api]())
+    assert cog.image_size == (24, 24)  # not the protocol's 224 px
     assert cog.eval_transform(trainer, trainer.lightning_module) == TransformConfig(24, 24, mean=(0.5,) * 3,
                                                                                     std=(0.25,) * 3)
     line = _transform_line(lines)
@@ -231,5 +219,8 @@ def test_each_evaluation_prints_one_line_of_the_levels_top1(bench, package, line
 def test_the_line_names_the_knn_when_only_the_knn_ran():
     from cog_pl.callbacks.cog_eval import summary_line
 
-    line = summary_line(3, {"cog/l1/knn_top1": 0.5, "cog/l5/knn_top1": 0.25}, 1.25)
+    line = summary_line(3, {"cog/l1/knn_top1": 0.5, "cog/l5/knn_top1": 0.25}, 1.25, method="knn")
     assert line == "CoG k-NN top-1 at epoch 3: l1 0.500  l5 0.250 (1.2 s)"
+    both = {"cog2/l1/top1": 0.75, "cog2/l1/knn_top1": 0.5}
+    assert summary_line(4, both, 2.0, "linear", name="cog2", when="end of fit") == (
+        "CoG top-1 at epoch 4 (cog2, end of fit): l1 0.750 (2.0 s)")

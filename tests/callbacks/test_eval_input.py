@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import torch
 from torchvision import transforms as T
+from torchvision.transforms import v2
 
 from cog_pl.callbacks.eval_input import declared_transform, describe, from_torchvision, image_size
 from cog_pl.data.transforms import TransformConfig, protocol_transform
@@ -19,6 +20,18 @@ def test_a_torchvision_pipeline_gives_its_sizes_and_normalisation():
     views = T.Compose([T.Compose([T.RandomResizedCrop((24, 24)), T.ToTensor()]), T.Compose([T.RandomCrop(24)])])
     assert from_torchvision(views) == TransformConfig(24, 24)  # lightly's multi-view: the first view's, ImageNet's
     assert from_torchvision(T.Compose([T.ToTensor(), NORM])) is None  # no size: not a declaration
+
+
+def test_a_torchvision_v2_pipeline_gives_its_sizes_and_normalisation():
+    evaluation = v2.Compose([v2.Resize(36), v2.CenterCrop(32), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                             v2.Normalize((0.5,) * 3, (0.25,) * 3)])
+    assert from_torchvision(evaluation) == TransformConfig(32, 36, mean=(0.5,) * 3, std=(0.25,) * 3)
+    jitter = v2.RandomApply(torch.nn.ModuleList([v2.ColorJitter(0.4)]), p=0.8)  # a step holding a ModuleList
+    assert from_torchvision(v2.Compose([v2.RandomResizedCrop((24, 24)), jitter, v2.ToImage()])) == \
+        TransformConfig(24, 24)
+    assert declared_transform(SimpleNamespace(transform=evaluation), None)[1] == "the datamodule's transform"
+    assert describe(evaluation, (32, 32)) == (
+        "32x32 px by the given Compose, normalised with mean (0.5, 0.5, 0.5) std (0.25, 0.25, 0.25)")
 
 
 def test_the_order_transform_config_then_input_size_then_datamodule_transform():
