@@ -6,13 +6,13 @@ registered with ``open_clip.add_model_config`` under a name of the test's, with 
 
 SigLIP-family models (:func:`tiny_siglip_config`) have the text side of open_clip 3.3.0's
 ``model_configs/ViT-B-16-SigLIP.json`` / ``ViT-B-16-SigLIP2.json`` (no causal mask, the last position read, a Hugging
-Face tokenizer, ``clean: canonicalize``), tiny. Their real tokenizers (``timm/ViT-B-16-SigLIP``, ``timm/ViT-B-16-SigLIP2``
-on the Hugging Face hub: sentencepiece vocabularies of 32,000 and 256,000 pieces) are not installed and nothing is
-downloaded, so :func:`local_tokenizer` writes a word-level stand-in with their special tokens: T5's ``<pad>`` 0,
-``</s>`` 1, ``<unk>`` 2, padding with ``</s>`` (transformers ``SiglipTokenizer``'s ``pad_token="</s>"``; big_vision's
-``pad_value=1``), and Gemma's ``<pad>`` 0, ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3, padding with ``<pad>`` (open_clip
-``tokenizer.py`` ``SigLipTokenizer``: pad 0 for Gemma); both end a text with their end-of-sequence token and add no
-start token (big_vision ``eos="sticky"``, ``bos="no"``)."""
+Face tokenizer, ``clean: canonicalize``), tiny. Their real tokenizers (``timm/ViT-B-16-SigLIP``,
+``timm/ViT-B-16-SigLIP2`` on the Hugging Face hub: sentencepiece vocabularies of 32,000 and 256,000 pieces) are not
+installed and nothing is downloaded, so :func:`local_tokenizer` writes a word-level stand-in with their special tokens:
+T5's ``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2, padding with ``</s>`` (transformers ``SiglipTokenizer``'s
+``pad_token="</s>"``; big_vision's ``pad_value=1``), and Gemma's ``<pad>`` 0, ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3,
+padding with ``<pad>`` (open_clip ``tokenizer.py`` ``SigLipTokenizer``: pad 0 for Gemma); both end a text with their
+end-of-sequence token and add no start token (big_vision ``eos="sticky"``, ``bos="no"``)."""
 
 from __future__ import annotations
 
@@ -54,9 +54,10 @@ WORDS = ("a photo of the small large dog cat crane wading bird lifting device it
          ", . ! ( )").split()
 
 
-def local_tokenizer(folder: Path, family: str = "siglip", pad: bool = True) -> Path:
+def local_tokenizer(folder: Path, family: str = "siglip", pad: bool = True, padding_side: str = "right") -> Path:
     """A word-level Hugging Face tokenizer with a SigLIP-family's special tokens (:data:`SPECIALS`) saved in
-    ``folder`` (what ``transformers.AutoTokenizer.from_pretrained(folder)`` reads offline); ``pad=False``: none."""
+    ``folder`` (what ``transformers.AutoTokenizer.from_pretrained(folder)`` reads offline); ``pad=False``: no pad
+    token; ``padding_side``: where it pads."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -67,7 +68,8 @@ def local_tokenizer(folder: Path, family: str = "siglip", pad: bool = True) -> P
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(single=f"$A {eos}", special_tokens=[(eos, vocab[eos])])
     kwargs = {"pad_token": pad_token} if pad else {}
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, unk_token=unk, **kwargs).save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, unk_token=unk, padding_side=padding_side,
+                            **kwargs).save_pretrained(folder)
     return folder
 
 

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKBONES", "CLIP_MEAN", "CLIP_STD", "ENTRY_POINT_GROUP", "IMAGENET_MEAN", "IMAGENET_STD",
            "OPEN_CLIP_TEXT_TOWER", "SOURCES", "USER_LAYOUT", "BackboneSpec", "Layout", "Published", "add_spec",
-           "check_open_clip_name", "has_text_tower", "import_open_clip", "list_backbones", "list_text_towers", "load_entry_points", "parse_model_name",
-           "register_architecture", "register_backbone", "resolve_spec", "seen_of_timm_tag", "unregister_backbone"]
+           "check_open_clip_name", "has_text_tower", "import_open_clip", "list_backbones", "list_text_towers",
+           "load_entry_points", "parse_model_name", "register_architecture", "register_backbone", "resolve_spec",
+           "seen_of_timm_tag", "unregister_backbone"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -82,15 +82,24 @@ def test_a_siglip_tower_pads_to_its_whole_context_with_its_own_pad_token(siglip)
             assert not torch.allclose(model.encode_text(wrong), ref, atol=1e-3)
 
 
-def test_a_siglip_tokenizer_without_a_pad_token_is_refused(tmp_path):
-    tokenizer = local_tokenizer(tmp_path / "tiny-SigLIP-nopad", "siglip", pad=False)
-    path, _ = tiny_open_clip(tmp_path, "cog-pl-tiny-siglip-nopad", seed=1, config=tiny_siglip_config(tokenizer))
+@pytest.mark.parametrize("family, kind, end", [
+    ("siglip", "nopad", "its tokenizer has no pad token"),
+    ("siglip", "left", "its tokenizer makes 'a photo' start with token 1 and end with token 1"),  # T5: pad = eos
+    ("siglip2", "left", "its tokenizer makes 'a photo' start with token 0 and end with token 1"),
+])
+def test_a_siglip_tokenizer_that_does_not_pad_after_the_text_with_a_pad_token_is_refused(family, kind, end, tmp_path):
+    """No pad token, or padding on the left (as transformers 5.25's Siglip2Tokenizer, ``padding_side = "left"``):
+    the last position would not be the one SigLIP was trained to read."""
+    folder = tmp_path / f"tiny-SigLIP-{kind}"
+    tokenizer = local_tokenizer(folder, family, pad=kind != "nopad", padding_side="left" if kind == "left" else "right")
+    name = f"cog-pl-tiny-{family}-{kind}"
+    path, _ = tiny_open_clip(tmp_path, name, seed=1, config=tiny_siglip_config(tokenizer))
     with pytest.raises(CogError) as err:
-        build_text_tower("open_clip:cog-pl-tiny-siglip-nopad", path)
+        build_text_tower(f"open_clip:{name}", path)
     line = str(err.value)
-    assert "\n" not in line and line.startswith("open_clip:cog-pl-tiny-siglip-nopad: its text tower reads the last "
-                                                "position, so a text must be padded to its 16 positions")
-    assert "mteb PR 1424" in line and line.endswith("its tokenizer has no pad token")
+    assert "\n" not in line and line.startswith(f"open_clip:{name}: its text tower reads the last position, so a text "
+                                                "must be padded to its 16 positions with the tokenizer's own pad token")
+    assert "mteb PR 1424" in line and line.endswith(end)
 
 
 @pytest.mark.parametrize("family", ["clip", "siglip"])

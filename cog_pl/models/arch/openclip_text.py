@@ -18,8 +18,9 @@ was done recorded in :attr:`~cog_pl.models.text.TokenTextTower.text_handling` (p
   Gemma tokenizer with ``<pad>`` (0; open_clip 3.3.0 ``tokenizer.py`` ``SigLipTokenizer``); mteb's SigLIP, padded to
   the longest text of a batch, lost up to 70 points (embeddings-benchmark/mteb PR 1424: MNIST zero-shot ~10 % ->
   80 %+ with ``padding="max_length"``). open_clip's ``HFTokenizer`` pads to ``max_length`` with its tokenizer's pad
-  token; the tower checks that a short text comes out as long as the model's context and ends in that pad token, and
-  refuses a tokenizer without one (or of another length).
+  token; the tower checks that a short text comes out as long as the model's context, padded after the text with that
+  pad token, and refuses a tokenizer without one, of another length, or padding on the left (transformers 5.25's
+  ``Siglip2Tokenizer`` has ``padding_side = "left"``).
 - **Context length.** The tokenizer's context is set to the model's, which is the checkpoint's
   (:mod:`cog_pl.models.arch.openclip`: open_clip would interpolate another length, open_clip issue 1067).
 - **Canonicalisation.** big_vision evaluates SigLIP and SigLIP 2 zero-shot on canonicalised class names and templates
@@ -105,13 +106,23 @@ def _pad_id(tokenizer: Any) -> int | None:
     return getattr(inner, "pad_token_id", None) if inner is not None else 0
 
 
-def _clean(tokenizer: Any) -> str:
+def _tokens(tokenizer: Any, texts: list[str], name: str) -> Tensor:
+    """``tokenizer(texts)``, a failure refused in one line (transformers: a tokenizer that cannot pad)."""
+    try:
+        return tokenizer(texts)
+    except Exception as err:
+        raise CogError(f"open_clip:{name}: its tokenizer cannot make the model's tokens ({type(err).__name__}: "
+                       f"{(str(err).strip().splitlines() or [''])[0][:200]})") from None
+
+
+def _clean(tokenizer: Any, name: str) -> str:
     """What the tokenizer does to a text's case and punctuation, seen on a probe: ``canonicalize``, ``lower`` or
     ``cased``."""
-    canonical = tokenizer([_CANONICAL])
-    if torch.equal(tokenizer([_CASED]), canonical):
+    canonical = _tokens(tokenizer, [_CANONICAL], name)
+    if torch.equal(_tokens(tokenizer, [_CASED], name), canonical):
         return "canonicalize"
-    return "lower" if torch.equal(tokenizer([_CASED.rstrip("!").replace(",", "").upper()]), canonical) else "cased"
+    upper = _CASED.rstrip("!").replace(",", "").upper()
+    return "lower" if torch.equal(_tokens(tokenizer, [upper], name), canonical) else "cased"
 
 
 def checked_tokenizer(model: nn.Module, tokenizer: Any, name: str) -> tuple[Any, dict[str, Any]]:
@@ -124,34 +135,32 @@ def checked_tokenizer(model: nn.Module, tokenizer: Any, name: str) -> tuple[Any,
         tokenizer.context_length = positions[0]
     pad = _pad_id(tokenizer)
     reads_padding = positions is not None and (causal is False or pool == "last")
-    where = f"open_clip:{name}: its text tower reads {'the last position' if pool == 'last' else 'every position'}"
+    reads = "the last position" if pool == "last" else "every position"
+    where = (f"open_clip:{name}: its text tower reads {reads}, so a text must be padded to its "
+             f"{positions[0] if positions else '?'} positions with the tokenizer's own pad token")
     if reads_padding and pad is None:
-        raise CogError(f"{where}, so a text must be padded to its {positions[0]} positions with the tokenizer's own pad "
-                       "token (SigLIP: embeddings-benchmark/mteb PR 1424), and its tokenizer has no pad token")
-    clean = _clean(tokenizer)
+        raise CogError(f"{where} (SigLIP: embeddings-benchmark/mteb PR 1424), and its tokenizer has no pad token")
+    clean = _clean(tokenizer, name)
     if is_siglip(name) and clean != "canonicalize":
         logger.warning("open_clip:%s: a SigLIP-family text tower whose tokenizer does not canonicalise texts "
                        "(clean %r): canonicalised, as big_vision evaluates it (NVlabs/RADIO PR 142)", name, clean)
         tokenizer = open_clip_tokenizer(name, clean="canonicalize")
         if positions is not None:
             tokenizer.context_length = positions[0]
-        clean = _clean(tokenizer)
-    try:
-        probe: Tensor = tokenizer(["a photo"])
-    except Exception as err:  # (transformers: a tokenizer that cannot pad)
-        raise CogError(f"open_clip:{name}: its tokenizer cannot make the model's tokens ({type(err).__name__}: "
-                       f"{(str(err).strip().splitlines() or [''])[0][:200]})") from None
+        clean = _clean(tokenizer, name)
+    probe = _tokens(tokenizer, ["a photo"], name)  # (two words: shorter than any context)
     if positions is not None and probe.shape[-1] != positions[0]:
         raise CogError(f"open_clip:{name}: its tokenizer gives {probe.shape[-1]} tokens per text and the text tower "
                        f"reads {positions[0]}")
-    if reads_padding and int(probe[0, -1]) != pad:
-        raise CogError(f"{where}, so a text must be padded to its {positions[0]} positions with the tokenizer's own pad "
-                       f"token {pad} (SigLIP: embeddings-benchmark/mteb PR 1424), and its tokenizer ends a short text "
-                       f"with token {int(probe[0, -1])}")
+    first, last = int(probe[0, 0]), int(probe[0, -1])
+    if reads_padding and (last != pad or first == pad):  # padded after the text, to the end (not on the left)
+        raise CogError(f"{where}, {pad}, after the text (SigLIP: embeddings-benchmark/mteb PR 1424), and its tokenizer "
+                       f"makes 'a photo' start with token {first} and end with token {last}")
     source = _tokenizer_source(name)
     handling = {"tokenizer": type(tokenizer).__name__ + (f" {source}" if source else ""), "clean": clean,
                 "context_length": positions[0] if positions is not None else int(probe.shape[-1]),
-                "padding": "max_length", "pad_id": pad, "pool": pool, "causal_mask": causal}
+                "padding": "max_length" if pad is not None and last == pad != first else "none", "pad_id": pad,
+                "pool": pool, "causal_mask": causal}
     return tokenizer, handling
 
 
