@@ -13,12 +13,12 @@ The image features are ``encode_image``'s output, ``model.visual(images)`` (open
 read one embedding. The text tower is :mod:`cog_pl.models.arch.openclip_text`.
 
 **The text context is the weights'.** A checkpoint whose text positional embedding has another number of rows than
-the model config's context length is not resized: open_clip 3.3.0 ``factory.load_checkpoint`` (line 221) passes it to
+the model config's context length is read by open_clip 3.3.0 ``factory.load_checkpoint`` (line 221) through
 ``model.resize_text_pos_embed`` (``model.py`` lines 826-856), which interpolates it linearly to the config's length
-and only logs it, a changed context that knocks a SigLIP tower's zero-shot back to chance
-(mlfoundations/open_clip issue 1067, rwightman: "it knocks zero-shot back to pretty much random"). The model is
-built instead at the checkpoint's own length (``create_model(force_context_length=...)``), and the text tower's
-tokenizer follows it (:func:`text_positions`).
+and only logs it: a changed context, which knocks a SigLIP tower's zero-shot back to chance (mlfoundations/open_clip
+issue 1067, rwightman: "it knocks zero-shot back to pretty much random"). Such a model is dropped and built again at
+the checkpoint's own length (``create_model(force_context_length=...)``, one warning), and the text tower's tokenizer
+follows the model's context (:func:`text_positions`).
 """
 
 from __future__ import annotations
@@ -55,34 +55,26 @@ def text_positions(model: nn.Module) -> tuple[int, int] | None:
     return int(getattr(holder, "context_length", own.shape[0])), int(own.shape[0])
 
 
-class _OtherContext(Exception):
-    """A checkpoint's text context differs from the config's: the context length to build the model with."""
-
-    def __init__(self, context: int, config: int) -> None:
-        super().__init__(f"text context {context}, config {config}")
-        self.context, self.config = context, config
-
-
 @contextmanager
-def _no_text_resize() -> Iterator[None]:
-    """While open_clip loads a checkpoint, raise :class:`_OtherContext` where ``load_checkpoint`` would resize the
-    text positional embedding to another length (it calls ``resize_text_pos_embed(state_dict, model)`` by the name
-    ``open_clip.factory`` imported, open_clip 3.3.0 ``factory.py`` lines 15, 221; the keys are those that function
-    reads, ``model.py`` lines 826-828)."""
+def _text_contexts_read() -> Iterator[list[tuple[int, int]]]:
+    """While open_clip loads a checkpoint, the (checkpoint's, config's) text context lengths of every load whose text
+    positional embedding ``load_checkpoint`` resizes to another length: it calls ``resize_text_pos_embed(state_dict,
+    model)`` by the name ``open_clip.factory`` imported (open_clip 3.3.0 ``factory.py`` lines 15, 221), which this
+    wraps; the keys are those that function reads (``model.py`` lines 826-828)."""
     from open_clip import factory
 
-    resize = factory.resize_text_pos_embed
+    resize, seen = factory.resize_text_pos_embed, []
 
-    def keep(state_dict: dict, model: nn.Module, *args: Any, **kwargs: Any) -> None:
+    def recording(state_dict: dict, model: nn.Module, *args: Any, **kwargs: Any) -> None:
         key = "positional_embedding" if "positional_embedding" in state_dict else "text.positional_embedding"
         found, positions = state_dict.get(key), text_positions(model)
         if found is not None and positions is not None and found.shape[0] != positions[1]:
-            raise _OtherContext(int(found.shape[0]) - (positions[1] - positions[0]), positions[0])
+            seen.append((int(found.shape[0]) - (positions[1] - positions[0]), positions[0]))
         resize(state_dict, model, *args, **kwargs)
 
-    factory.resize_text_pos_embed = keep
+    factory.resize_text_pos_embed = recording
     try:
-        yield
+        yield seen
     finally:
         factory.resize_text_pos_embed = resize
 
@@ -140,16 +132,15 @@ def open_clip_model(name: str, checkpoint: str | Path | None, trust_checkpoint: 
         raise CheckpointError(f"checkpoint {file} is a TorchScript archive: reading it runs its code, so it was not "
                               f"opened; {trust_hint()}")
     try:
-        try:
-            with _no_text_resize():
-                model = open_clip.create_model(name, pretrained=file, weights_only=not trust_checkpoint, **kwargs)
-        except _OtherContext as other:
+        with _text_contexts_read() as resized:
+            model = open_clip.create_model(name, pretrained=file, weights_only=not trust_checkpoint, **kwargs)
+        if resized:  # built again at the checkpoint's own context (the interpolated model is dropped)
+            context, config = resized[0]
             logger.warning("open_clip:%s: %s holds a text context of %d positions and the config %d: built at %d, "
                            "its tokenizer too (open_clip would interpolate the positional embedding: open_clip issue "
-                           "1067)", name, file, other.context, other.config, other.context)
-            with _no_text_resize():
-                model = open_clip.create_model(name, pretrained=file, weights_only=not trust_checkpoint,
-                                               force_context_length=other.context, **kwargs)
+                           "1067)", name, file, context, config, context)
+            model = open_clip.create_model(name, pretrained=file, weights_only=not trust_checkpoint,
+                                           force_context_length=context, **kwargs)
     except (RuntimeError, KeyError, ValueError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"checkpoint {file} does not fit open_clip:{name}: {reason[:300]}") from err
