@@ -627,6 +627,17 @@ CASES: tuple[Case, ...] = (
     Case("run: a timm model without weights", ("run", "--model", "timm:resnet10t", "--in21k-root", "{in21k}",
                                                "--domains", "cog_l1", "--out", "{root}/run-timm", "--no-check"),
          "timm:resnet10t is built without weights", owner="A", absent=("{root}/run-timm",)),
+    # issue 47: an open_clip model open_clip does not know is no question of weights
+    Case("run: an open_clip model that open_clip does not know", ("run", "--model", "open_clip:ViT-B-32x",
+                                                                 "--in21k-root", "{in21k}", "--domains", "cog_l1",
+                                                                 "--out", "{root}/run-ocx", "--no-check"),
+         "open_clip:ViT-B-32x: open_clip knows no such model; did you mean 'ViT-B-32'?", owner="A",
+         absent=("{root}/run-ocx",)),
+    Case("run: an open_clip model without weights", ("run", "--model", "open_clip:ViT-B-32", "--in21k-root",
+                                                     "{in21k}", "--domains", "cog_l1", "--out", "{root}/run-oc",
+                                                     "--no-check"),
+         "open_clip:ViT-B-32 is built without weights (open_clip's pretrained=None): give a file or one of its "
+         "pretrained tags (openai, laion400m_e31", owner="A", absent=("{root}/run-oc",)),
     Case("run: --random-weights beside --checkpoint", ("run", "--model", "timm:resnet10t", "--checkpoint", "{second}",
                                                        "--random-weights", "--in21k-root", "{in21k}", "--domains",
                                                        "cog_l1", "--out", "{root}/run-both", "--no-check"),

@@ -2,7 +2,17 @@
 
 The model is built from a config in open_clip's format (the keys of open_clip's ``model_configs/ViT-B-32.json``),
 registered with ``open_clip.add_model_config`` under a name of the test's, with seeded random weights saved as a file
-(what ``open_clip:<name> --checkpoint FILE`` reads)."""
+(what ``open_clip:<name> --checkpoint FILE`` reads).
+
+SigLIP-family models (:func:`tiny_siglip_config`) have the text side of open_clip 3.3.0's
+``model_configs/ViT-B-16-SigLIP.json`` / ``ViT-B-16-SigLIP2.json`` (no causal mask, the last position read, a Hugging
+Face tokenizer, ``clean: canonicalize``), tiny. Their real tokenizers (``timm/ViT-B-16-SigLIP``,
+``timm/ViT-B-16-SigLIP2`` on the Hugging Face hub: sentencepiece vocabularies of 32,000 and 256,000 pieces) are not
+installed and nothing is downloaded, so :func:`local_tokenizer` writes a word-level stand-in with their special tokens:
+T5's ``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2, padding with ``</s>`` (transformers ``SiglipTokenizer``'s
+``pad_token="</s>"``; big_vision's ``pad_value=1``), and Gemma's ``<pad>`` 0, ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3,
+padding with ``<pad>`` (open_clip ``tokenizer.py`` ``SigLipTokenizer``: pad 0 for Gemma); both end a text with their
+end-of-sequence token and add no start token (big_vision ``eos="sticky"``, ``bos="no"``)."""
 
 from __future__ import annotations
 
@@ -34,6 +44,45 @@ def tiny_open_clip(folder: Path, name: str, seed: int, config: dict | None = Non
     path = folder / f"{stem}.pt"
     torch.save(model.state_dict(), path)
     return path, model
+
+
+#: The stand-in tokenizers' special tokens (id order) and pad token, by family.
+SPECIALS = {"siglip": (("<pad>", "</s>", "<unk>"), "</s>", "</s>"),
+            "siglip2": (("<pad>", "<eos>", "<bos>", "<unk>"), "<eos>", "<pad>")}
+#: Their words (and the punctuation a non-canonicalised text keeps as tokens of its own).
+WORDS = ("a photo of the small large dog cat crane wading bird lifting device itap bad origami in video game art "
+         ", . ! ( )").split()
+
+
+def local_tokenizer(folder: Path, family: str = "siglip", pad: bool = True, padding_side: str = "right") -> Path:
+    """A word-level Hugging Face tokenizer with a SigLIP-family's special tokens (:data:`SPECIALS`) saved in
+    ``folder`` (what ``transformers.AutoTokenizer.from_pretrained(folder)`` reads offline); ``pad=False``: no pad
+    token; ``padding_side``: where it pads."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials, eos, pad_token = SPECIALS[family]
+    vocab = {t: i for i, t in enumerate((*specials, *WORDS))}
+    unk = "<unk>"
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single=f"$A {eos}", special_tokens=[(eos, vocab[eos])])
+    kwargs = {"pad_token": pad_token} if pad else {}
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, unk_token=unk, padding_side=padding_side,
+                            **kwargs).save_pretrained(folder)
+    return folder
+
+
+def tiny_siglip_config(tokenizer: Path, context: int = 16, clean: str | None = "canonicalize") -> dict:
+    """A tiny SigLIP-family config (open_clip ``ViT-B-16-SigLIP.json``'s text keys) reading ``tokenizer``; ``clean``
+    None: no ``tokenizer_kwargs`` (HFTokenizer's default cleaning, whitespace only)."""
+    text = {"context_length": context, "vocab_size": len(WORDS) + 4, "hf_tokenizer_name": str(tokenizer),
+            "width": 32, "heads": 2, "layers": 1, "no_causal_mask": True, "proj_bias": True, "pool_type": "last",
+            "norm_kwargs": {"eps": 1e-6}}
+    if clean:
+        text["tokenizer_kwargs"] = {"clean": clean}
+    return {"embed_dim": 32, "init_logit_bias": -10, "custom_text": True, "vision_cfg": TINY["vision_cfg"],
+            "text_cfg": text}
 
 
 def reference_classifier(model: torch.nn.Module, name: str, classes: list[str], templates: list[str]) -> torch.Tensor:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cog_pl.errors import MissingWeightsError
 from cog_pl.models.records import RECORD_SUFFIX
+from cog_pl.models.registry import check_open_clip_name, import_open_clip, parse_model_name
 from cog_pl.models.zoo import PAPER_MODELS, resolve_spec
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,14 @@ def resolve_checkpoint(model: str, checkpoint: str | os.PathLike | None = None, 
         raise MissingWeightsError(f"{model} needs weights and has none: {where}; fetch the published file with "
                                   f"cog-pl models download {spec.name}, give one with {file_option}, or pass "
                                   f"{random_option} for random initialisation")
+    source, rest = parse_model_name(model)
+    if source == "open_clip":  # an unknown model is no question of weights
+        check_open_clip_name(rest)
+        known = import_open_clip().list_pretrained_tags_by_model(rest)
+        tags = ", ".join(known[:6]) + (f" and {len(known) - 6} more" if len(known) > 6 else "") if known else "none"
+        raise MissingWeightsError(f"{model} is built without weights (open_clip's pretrained=None): give a file or one "
+                                  f"of its pretrained tags ({tags}) with {file_option}, or pass {random_option} for "
+                                  "random initialisation")
     raise MissingWeightsError(f"{model} is built without weights (timm's pretrained=False, torchvision's "
                               f"weights=None): give a file with {file_option}, or pass {random_option} for random "
                               "initialisation")

@@ -17,17 +17,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from cog_pl.errors import CogError, WrongTypeError
+from cog_pl.errors import CogError, MissingDependencyError, UnknownNameError, WrongTypeError
 from cog_pl.io import digest
-from cog_pl.registry import Registry, plugins
+from cog_pl.registry import Registry, did_you_mean, plugins
 
 if TYPE_CHECKING:
     from cog_pl.data.transforms import TransformConfig
 
 __all__ = ["BACKBONES", "CLIP_MEAN", "CLIP_STD", "ENTRY_POINT_GROUP", "IMAGENET_MEAN", "IMAGENET_STD",
            "OPEN_CLIP_TEXT_TOWER", "SOURCES", "USER_LAYOUT", "BackboneSpec", "Layout", "Published", "add_spec",
-           "has_text_tower", "list_backbones", "list_text_towers", "load_entry_points", "parse_model_name",
-           "register_architecture", "register_backbone", "resolve_spec", "seen_of_timm_tag", "unregister_backbone"]
+           "check_open_clip_name", "has_text_tower", "import_open_clip", "list_backbones", "list_text_towers",
+           "load_entry_points", "parse_model_name", "register_architecture", "register_backbone", "resolve_spec",
+           "seen_of_timm_tag", "unregister_backbone"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -143,7 +144,28 @@ def seen_of_timm_tag(name: str) -> str | None:
 #: file or a pretrained tag given as the checkpoint; its image features are ``encode_image``'s, and it has a text tower.
 SOURCES = ("timm", "torchvision", "external", "open_clip")
 #: The text tower of every ``open_clip:<name>`` (:attr:`BackboneSpec.text_tower`).
-OPEN_CLIP_TEXT_TOWER = "cog_pl.models.arch.openclip:build_open_clip_text_tower"
+OPEN_CLIP_TEXT_TOWER = "cog_pl.models.arch.openclip_text:build_open_clip_text_tower"
+
+
+def import_open_clip() -> Any:
+    """The ``open_clip`` package (PyPI ``open_clip_torch``), or a one-line refusal saying how to install it."""
+    try:
+        import open_clip
+    except ImportError as err:
+        raise MissingDependencyError("open_clip:<name> models come from the PyPI package open_clip_torch: pip install "
+                                     "'cog_pl[vlm]'") from err
+    return open_clip
+
+
+def check_open_clip_name(name: str) -> None:
+    """Refuse, in one line, ``open_clip:<name>`` when open_clip knows no model ``name`` (``open_clip.list_models()``:
+    its own configs and those added with ``open_clip.add_model_config``), naming the closest; before any question
+    of weights, which an unknown model cannot have."""
+    known = import_open_clip().list_models()
+    if name not in known:
+        raise UnknownNameError(f"open_clip:{name}: open_clip knows no such model; {did_you_mean(name, known)}"
+                               f"open_clip.list_models() names {len(known)} (e.g. {', '.join(known[:4])} ...), and "
+                               "open_clip.add_model_config adds one")
 
 
 def parse_model_name(name: str) -> tuple[str, str]:

@@ -3,17 +3,22 @@
 A backbone entry has a text tower when its :attr:`~cog_pl.models.registry.BackboneSpec.text_tower` names the
 function that builds it (``"module:function"``, called with the model name, the weights and the trust opt-in): the
 paper's ``clip`` (the text transformer of OpenAI's ``RN50.pt``, :mod:`cog_pl.models.arch.clip_text`) and every
-``open_clip:<name>`` (:mod:`cog_pl.models.arch.openclip`). :func:`build_text_tower` builds it; its image features
+``open_clip:<name>`` (:mod:`cog_pl.models.arch.openclip_text`). :func:`build_text_tower` builds it; its image features
 are those :func:`~cog_pl.models.build_backbone` gives the same name, so zero-shot and probe rows of one model
 describe one embedding. Every tower is a :class:`TextTower`: ``encode_text(texts)`` -> (N, E), not normalised.
+
+How a tower turns a text into tokens and reads them changes every embedding without changing a weight (SigLIP's
+padding, its text canonicalisation, a context length other than the weights'): a :class:`TokenTextTower` states it in
+:attr:`~TokenTextTower.text_handling`, and :func:`text_handling` gives it for any tower, for the zero-shot
+classifier's identity (:func:`cog_pl.zeroshot.zeroshot_identity`).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -22,7 +27,7 @@ from cog_pl.errors import CogError, MissingDependencyError
 from cog_pl.models.registry import has_text_tower, list_text_towers, resolve_spec
 
 __all__ = ["TextTower", "TokenTextTower", "build_text_tower", "clip_tokenizer", "has_text_tower",
-           "list_text_towers"]
+           "list_text_towers", "text_handling"]
 
 #: Texts encoded per forward by :meth:`TokenTextTower.encode_text`.
 TEXT_BATCH = 256
@@ -40,7 +45,8 @@ class TextTower(Protocol):
 class TokenTextTower(nn.Module):
     """A text tower made of a tokenizer (texts -> token ids) and a network on token ids (:meth:`encode_tokens`).
 
-    ``name``: the model name it was built for; ``weights``: the file (or pretrained tag) it was read from.
+    ``name``: the model name it was built for; ``weights``: the file (or pretrained tag) it was read from;
+    ``handling``: :attr:`text_handling`.
     :attr:`sort_by_length`: a tower whose network cuts a batch after its longest text (CLIP's,
     :mod:`cog_pl.models.arch.clip_text`) encodes its texts sorted by token length, so that a batch holds texts of
     like lengths; the embeddings come back in the order given.
@@ -49,12 +55,17 @@ class TokenTextTower(nn.Module):
     #: Encode the texts in the order of their end-of-text position (the highest token id's: CLIP's tokenizer).
     sort_by_length = False
 
-    def __init__(self, tokenizer: Callable[[list[str]], Tensor], embed_dim: int, name: str, weights: str) -> None:
+    def __init__(self, tokenizer: Callable[[list[str]], Tensor], embed_dim: int, name: str, weights: str,
+                 handling: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.tokenizer = tokenizer
         self.embed_dim = int(embed_dim)
         self.name = name
         self.weights = weights
+        #: How texts become tokens and how the network reads them: ``tokenizer``, ``clean`` (the text cleaning:
+        #: ``lower``, ``whitespace``, ``canonicalize``), ``context_length``, ``padding`` and ``pad_id``, ``pool``
+        #: (the position read: ``argmax``, ``last``...), ``causal_mask``; part of a zero-shot row's identity.
+        self.text_handling: dict[str, Any] = dict(handling or {})
 
     def encode_tokens(self, tokens: Tensor) -> Tensor:
         raise NotImplementedError
@@ -79,6 +90,15 @@ class TokenTextTower(nn.Module):
             out = torch.cat([self.encode_tokens(tokens[order[i:i + TEXT_BATCH]].to(device)).float()
                              for i in range(0, len(texts), TEXT_BATCH)])
         return out[torch.argsort(order).to(device)]
+
+
+def text_handling(tower: TextTower) -> dict[str, Any]:
+    """How ``tower`` turns texts into what its network reads (:attr:`TokenTextTower.text_handling`); for a tower
+    that states none (a user's :class:`TextTower`), its class, the one thing known about its tokenizer."""
+    handling = getattr(tower, "text_handling", None)
+    if handling:
+        return dict(handling)
+    return {"tokenizer": f"{type(tower).__module__}.{type(tower).__qualname__}"}
 
 
 def clip_tokenizer(context_length: int = 77) -> Callable[[list[str]], Tensor]:

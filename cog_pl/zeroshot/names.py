@@ -28,21 +28,31 @@ offset (NLTK's order of a synset's hypernyms is not fixed); the knowledge text i
 ``word_tokenize`` (ELEVATER l.531 spaces punctuation out with it).
 
 Concepts whose name is shared by another concept of the same domain (polysemy: ``crane`` the bird and the machine)
-confound zero-shot: :func:`shared_names` lists them.
+would get the same prompts, so the same text embedding, and the second would never be predicted (0 % on it: CuPL's
+ImageNet prompts, keyed by OpenAI's names, give ``missile`` and ``sunglasses`` twice, sarahpratt/CuPL issue 2).
+:func:`shared_names` lists them, and :func:`class_names` gives them distinct prompts (:func:`distinct_names`): a
+name two or more concepts of the domain share, with the same knowledge text, is qualified in each by the name of the
+synset's first hypernym (``crane (wading bird)``, ``crane (lifting device)``, as OpenAI's curated names qualify
+``kite (bird of prey)``), or, where two of them have hypernyms of one name, by their glosses. The rule,
+:data:`DISTINCT_NAMES`, is part of a zero-shot row's identity.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cog_pl import resources
 from cog_pl.errors import CogError
 from cog_pl.registry import Registry
 
-__all__ = ["ANCESTORS", "ClassName", "NameScheme", "class_names", "get_name_scheme", "hypernym_path",
-           "list_name_schemes", "register_name_scheme", "shared_names"]
+__all__ = ["ANCESTORS", "DISTINCT_NAMES", "ClassName", "NameScheme", "class_names", "distinct_names", "get_name_scheme",
+           "hypernym_path", "list_name_schemes", "register_name_scheme", "shared_names"]
+
+#: How :func:`distinct_names` tells apart concepts of a domain that share a name (recorded in a row's identity):
+#: each qualified by its synset's first hypernym's name, or by its gloss where those hypernym names coincide.
+DISTINCT_NAMES = "hypernym_or_gloss"
 
 
 @dataclass(frozen=True)
@@ -90,19 +100,63 @@ def list_name_schemes() -> tuple[str, ...]:
     return _SCHEMES.names()
 
 
-def class_names(scheme: str | NameScheme, wnids: Sequence[str]) -> list[ClassName]:
-    """The :class:`ClassName` of each wnid under ``scheme``, in the order given."""
-    return get_name_scheme(scheme).build(list(wnids))
+def class_names(scheme: str | NameScheme, wnids: Sequence[str], *, distinct: bool = True) -> list[ClassName]:
+    """The :class:`ClassName` of each wnid of a domain under ``scheme``, in the order given; names the domain's
+    concepts share are qualified (:func:`distinct_names`) unless ``distinct`` is False (the scheme's own names)."""
+    wnids = list(wnids)
+    classes = get_name_scheme(scheme).build(wnids)
+    return distinct_names(wnids, classes) if distinct else classes
 
 
 def shared_names(scheme: str | NameScheme, wnids: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """Polysemy within a domain: each name (case-folded, as CLIP's tokenizer lowercases) that two or more of
-    ``wnids`` carry under ``scheme``, mapped to those wnids in the order given; sorted by name."""
+    ``wnids`` carry under ``scheme`` (before :func:`distinct_names` qualifies it), mapped to those wnids in the order
+    given; sorted by name."""
     owners: dict[str, list[str]] = {}
-    for wnid, cls in zip(wnids, class_names(scheme, wnids)):
+    for wnid, cls in zip(wnids, class_names(scheme, wnids, distinct=False)):
         for name in dict.fromkeys(n.casefold() for n in cls.names):
             owners.setdefault(name, []).append(wnid)
     return {name: tuple(ws) for name, ws in sorted(owners.items()) if len(ws) > 1}
+
+
+def _same_prompts(classes: Sequence[ClassName]) -> dict[tuple[str, str], list[int]]:
+    """The (case-folded name, knowledge) pairs two or more of ``classes`` share (so some of their prompts are the
+    same text), each with the indices of those classes."""
+    owners: dict[tuple[str, str], list[int]] = {}
+    for i, cls in enumerate(classes):
+        for name in dict.fromkeys(n.casefold() for n in cls.names):
+            owners.setdefault((name, cls.knowledge), []).append(i)
+    return {key: group for key, group in owners.items() if len(group) > 1}
+
+
+def _qualifiers(wnids: Sequence[str], name: str) -> list[str]:
+    """What tells apart the concepts ``wnids`` that share ``name``: their first hypernyms' names when these differ
+    (WordNet's first lemma, ``_`` as a space), else their glosses; refused in one line when those coincide too."""
+    hypernyms = [" ".join(hypernym_path(w, 2)[1:2]).replace("_", " ") for w in wnids]
+    if all(hypernyms) and len({h.casefold() for h in hypernyms}) == len(wnids):
+        return hypernyms
+    glosses = [resources.concept_gloss(w) for w in wnids]
+    if all(glosses) and len(set(glosses)) == len(wnids):
+        return glosses
+    raise CogError(f"concepts {', '.join(wnids)} are all named {name!r} with the same hypernym and gloss in WordNet: "
+                   "zero-shot cannot give them distinct prompts; keep one of them in the domain")
+
+
+def distinct_names(wnids: Sequence[str], classes: Sequence[ClassName]) -> list[ClassName]:
+    """``classes`` (of ``wnids``, one domain) with every name that two or more of them share with the same knowledge
+    (the same prompts) qualified in each: ``crane`` becomes ``crane (wading bird)`` and ``crane (lifting device)``
+    (:func:`_qualifiers`: the hypernym's name, else the gloss). Without it the two get one text embedding and the
+    second is never predicted (sarahpratt/CuPL issue 2). Classes with nothing shared come back unchanged."""
+    qualify: dict[int, dict[str, str]] = {}
+    for (name, _), group in _same_prompts(classes).items():
+        for i, qualifier in zip(group, _qualifiers([wnids[i] for i in group], name)):
+            qualify.setdefault(i, {})[name] = qualifier
+    out = [replace(cls, names=tuple(f"{n} ({qualify[i][n.casefold()]})" if n.casefold() in qualify.get(i, {})
+                                    else n for n in cls.names)) for i, cls in enumerate(classes)]
+    for (name, _), group in _same_prompts(out).items():  # a qualified name that another class already has
+        raise CogError(f"concepts {', '.join(wnids[i] for i in group)} still share the name {name!r} once qualified: "
+                       "zero-shot cannot give them distinct prompts")
+    return out
 
 
 def _lemmas(wnid: str) -> list[str]:

@@ -2,7 +2,8 @@
 
 The towers live with the backbones (:mod:`cog_pl.models.text`: a backbone entry carries its text tower, read from
 the same weights as its image features); this module is where the zero-shot code takes them from:
-:class:`TextTower` (``encode_text(texts)`` -> (N, E), not normalised) and :func:`build_text_tower`.
+:class:`TextTower` (``encode_text(texts)`` -> (N, E), not normalised), :func:`build_text_tower`, and
+:func:`text_handling` (how a tower makes its tokens, for the classifier's identity).
 
 Example:
     >>> tower = build_text_tower("open_clip:RN50", random_weights=True)  # doctest: +SKIP
@@ -12,6 +13,6 @@ Example:
 
 from __future__ import annotations
 
-from cog_pl.models.text import TextTower, build_text_tower, has_text_tower, list_text_towers
+from cog_pl.models.text import TextTower, build_text_tower, has_text_tower, list_text_towers, text_handling
 
-__all__ = ["TextTower", "build_text_tower", "has_text_tower", "list_text_towers"]
+__all__ = ["TextTower", "build_text_tower", "has_text_tower", "list_text_towers", "text_handling"]

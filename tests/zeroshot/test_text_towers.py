@@ -81,6 +81,7 @@ def test_clip_text_tower_equals_clip_encode_text(rn50, clip_tower):
     assert ref.abs().max() > 0 and torch.isfinite(ref).all()
     assert (ours - ref).abs().max() / ref.abs().max() < 1e-5
     assert not torch.allclose(ours[0], ours[1])  # (the features are taken at each text's own end token)
+    assert clip_tower.text_handling["context_length"] == 77 and clip_tower.text_handling["pool"] == "argmax"
 
 
 def test_clip_text_tower_reads_the_archive_only_with_trust(rn50):
@@ -194,5 +195,8 @@ def test_open_clip_tag_missing_offline_is_one_line(tmp_path, monkeypatch):
         assert part in line, part
     with pytest.raises(CogError, match=r"'laion9b': neither a file nor a pretrained tag of RN50 \(its tags: openai"):
         build_text_tower("open_clip:RN50", "laion9b")
-    with pytest.raises(CogError, match="open_clip has no such model"):
+    with pytest.raises(CogError, match=r"^open_clip:NoSuchNet: open_clip knows no such model; .*add_model_config"):
         build_backbone("open_clip:NoSuchNet", checkpoint="openai")
+    with pytest.raises(CogError, match=r"^open_clip:ViT-B-32x: open_clip knows no such model; did you mean "
+                                       r"'ViT-B-32'\?"):
+        build_text_tower("open_clip:ViT-B-32x")  # (no weights given: the name is refused first, issue 47)

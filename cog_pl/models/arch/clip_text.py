@@ -139,7 +139,12 @@ class CLIPTextTower(TokenTextTower):
     sort_by_length = True  # its forward cuts a batch after its last end-of-text token
 
     def __init__(self, net: CLIPTextTransformer, name: str = "clip", weights: str = "random") -> None:
-        super().__init__(clip_tokenizer(net.context_length), net.text_projection.shape[1], name, weights)
+        # the tokenizer's context is the weights' (positional_embedding's rows), so none is ever resized; its zero
+        # padding after the end-of-text token changes nothing under the causal mask and the argmax read
+        handling = {"tokenizer": "CLIP BPE (open_clip SimpleTokenizer)", "clean": "lower",
+                    "context_length": net.context_length, "padding": "max_length", "pad_id": 0, "pool": "argmax",
+                    "causal_mask": True}
+        super().__init__(clip_tokenizer(net.context_length), net.text_projection.shape[1], name, weights, handling)
         self.net = net
 
     def encode_tokens(self, tokens: Tensor) -> Tensor:

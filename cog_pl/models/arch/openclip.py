@@ -10,27 +10,32 @@ says where to put them. A tag's preprocessing (mean, std) and QuickGELU setting 
 
 The image features are ``encode_image``'s output, ``model.visual(images)`` (open_clip ``model.py``
 ``CLIP.encode_image``): the embedding the text tower's texts are compared with, so the linear probe and zero-shot
-read one embedding. The text tower is ``encode_text`` on CLIP's tokenizer (``open_clip.get_tokenizer``), over the
-whole context: unlike CLIP's own tower (:mod:`cog_pl.models.arch.clip_text`) its batches are not cut after their last
-end-of-text token, since ``CLIP._encode_text`` adds the whole ``positional_embedding`` and applies ``self.attn_mask``
-of the full context (open_clip 89fb801 ``src/open_clip/model.py`` lines 396-411) and some towers pool the last
-position or attend without a causal mask (``text_global_pool``, ``src/open_clip/transformer.py`` lines 931-951):
-cutting would mean a copy of their forward.
+read one embedding. The text tower is :mod:`cog_pl.models.arch.openclip_text`.
+
+**The text context is the weights'.** A checkpoint whose text positional embedding has another number of rows than
+the model config's context length is read by open_clip 3.3.0 ``factory.load_checkpoint`` (line 221) through
+``model.resize_text_pos_embed`` (``model.py`` lines 826-856), which interpolates it linearly to the config's length
+and only logs it: a changed context, which knocks a SigLIP tower's zero-shot back to chance (mlfoundations/open_clip
+issue 1067, rwightman: "it knocks zero-shot back to pretty much random"). Such a model is dropped and built again at
+the checkpoint's own length (``create_model(force_context_length=...)``, one warning), and the text tower's tokenizer
+follows the model's context (:func:`text_positions`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from cog_pl.errors import CogError, MissingDependencyError
+from cog_pl.errors import CogError
 from cog_pl.models.checkpoints import CheckpointError, is_torchscript, trust_hint
-from cog_pl.models.text import TokenTextTower
+from cog_pl.models.registry import check_open_clip_name, import_open_clip
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +43,40 @@ logger = logging.getLogger(__name__)
 RANDOM_SEED = 0
 
 
-def _open_clip() -> Any:
+def text_positions(model: nn.Module) -> tuple[int, int] | None:
+    """``(context_length, rows)`` of an open_clip model's text positional embedding (``rows`` is one more than the
+    context where a class token is appended: CoCa's ``embed_cls``); None for a Hugging Face text encoder, which
+    has its own."""
+    text = getattr(model, "text", None)
+    holder = text if text is not None else model  # CustomTextCLIP's TextTransformer, or CLIP itself
+    own = getattr(holder, "positional_embedding", None)
+    if own is None:
+        return None
+    return int(getattr(holder, "context_length", own.shape[0])), int(own.shape[0])
+
+
+@contextmanager
+def _text_contexts_read() -> Iterator[list[tuple[int, int]]]:
+    """While open_clip loads a checkpoint, the (checkpoint's, config's) text context lengths of every load whose text
+    positional embedding ``load_checkpoint`` resizes to another length: it calls ``resize_text_pos_embed(state_dict,
+    model)`` by the name ``open_clip.factory`` imported (open_clip 3.3.0 ``factory.py`` lines 15, 221), which this
+    wraps; the keys are those that function reads (``model.py`` lines 826-828)."""
+    from open_clip import factory
+
+    resize, seen = factory.resize_text_pos_embed, []
+
+    def recording(state_dict: dict, model: nn.Module, *args: Any, **kwargs: Any) -> None:
+        key = "positional_embedding" if "positional_embedding" in state_dict else "text.positional_embedding"
+        found, positions = state_dict.get(key), text_positions(model)
+        if found is not None and positions is not None and found.shape[0] != positions[1]:
+            seen.append((int(found.shape[0]) - (positions[1] - positions[0]), positions[0]))
+        resize(state_dict, model, *args, **kwargs)
+
+    factory.resize_text_pos_embed = recording
     try:
-        import open_clip
-    except ImportError as err:
-        raise MissingDependencyError("open_clip:<name> models come from the PyPI package open_clip_torch: pip install "
-                                     "'cog_pl[vlm]'") from err
-    return open_clip
+        yield seen
+    finally:
+        factory.resize_text_pos_embed = resize
 
 
 def _tag_file(name: str, tag: str, cfg: dict) -> str:
@@ -77,10 +109,8 @@ def open_clip_model(name: str, checkpoint: str | Path | None, trust_checkpoint: 
                     ) -> tuple[nn.Module, str | None]:
     """``open_clip.create_model(name)`` with ``checkpoint`` (a file or a pretrained tag) loaded, in eval mode, and
     the file read (None for random weights from :data:`RANDOM_SEED`, without a checkpoint)."""
-    open_clip = _open_clip()
-    if name not in open_clip.list_models():
-        raise CogError(f"open_clip:{name}: open_clip has no such model (open_clip.list_models(): e.g. "
-                       f"{', '.join(open_clip.list_models()[:6])} ...)")
+    open_clip = import_open_clip()
+    check_open_clip_name(name)
     kwargs: dict[str, Any] = {"pretrained_text": False}  # (never the base text weights of an HF text tower)
     if checkpoint is None:
         with torch.random.fork_rng(devices=[]):
@@ -102,7 +132,15 @@ def open_clip_model(name: str, checkpoint: str | Path | None, trust_checkpoint: 
         raise CheckpointError(f"checkpoint {file} is a TorchScript archive: reading it runs its code, so it was not "
                               f"opened; {trust_hint()}")
     try:
-        model = open_clip.create_model(name, pretrained=file, weights_only=not trust_checkpoint, **kwargs)
+        with _text_contexts_read() as resized:
+            model = open_clip.create_model(name, pretrained=file, weights_only=not trust_checkpoint, **kwargs)
+        if resized:  # built again at the checkpoint's own context (the interpolated model is dropped)
+            context, config = resized[0]
+            logger.warning("open_clip:%s: %s holds a text context of %d positions and the config %d: built at %d, "
+                           "its tokenizer too (open_clip would interpolate the positional embedding: open_clip issue "
+                           "1067)", name, file, context, config, context)
+            model = open_clip.create_model(name, pretrained=file, weights_only=not trust_checkpoint,
+                                           force_context_length=context, **kwargs)
     except (RuntimeError, KeyError, ValueError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"checkpoint {file} does not fit open_clip:{name}: {reason[:300]}") from err
@@ -126,27 +164,3 @@ def build_open_clip_image(name: str, checkpoint: str | Path | None, trust_checkp
     """The image backbone of ``open_clip:<name>`` (images -> ``encode_image``'s embedding) and the file read."""
     model, file = open_clip_model(name, checkpoint, trust_checkpoint)
     return OpenCLIPImage(model), file
-
-
-class OpenCLIPTextTower(TokenTextTower):
-    """``encode_text`` of an ``open_clip`` model on its own tokenizer."""
-
-    def __init__(self, model: nn.Module, name: str, weights: str) -> None:
-        open_clip = _open_clip()
-        tokenizer = open_clip.get_tokenizer(name.split(":", 1)[1])
-        with torch.inference_mode():  # (the projection is a tensor, a Linear or absent, by model)
-            embed_dim = model.encode_text(tokenizer(["a"])).shape[-1]
-        super().__init__(tokenizer, embed_dim, name, weights)
-        self.model = model
-
-    def encode_tokens(self, tokens: Tensor) -> Tensor:
-        return self.model.encode_text(tokens)
-
-
-def build_open_clip_text_tower(name: str, checkpoint: str | Path | None, trust_checkpoint: bool = False
-                               ) -> OpenCLIPTextTower:
-    """The text tower of ``open_clip:<name>`` (``name`` with its prefix) with ``checkpoint`` (a file or a tag)."""
-    model, _ = open_clip_model(name.split(":", 1)[1], checkpoint, trust_checkpoint)
-    model.visual = None  # the text side only
-    tower = OpenCLIPTextTower(model, name, "random" if checkpoint is None else str(checkpoint))
-    return tower.eval().requires_grad_(False)
