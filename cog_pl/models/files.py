@@ -74,7 +74,7 @@ def resolve_checkpoint(model: str, checkpoint: str | os.PathLike | None = None, 
     ``cog-pl models download NAME``, the file option, the folder searched (and the files there when they are
     several) and the random-weights option (``options``: how the caller spells the last two).
     """
-    from cog_pl.models.label import needs_weights
+    from cog_pl.models.label import is_own_builder, needs_weights
 
     file_option, random_option = options
     if checkpoint is not None:
@@ -96,6 +96,10 @@ def resolve_checkpoint(model: str, checkpoint: str | os.PathLike | None = None, 
         raise MissingWeightsError(f"{model} needs weights and has none: {where}; fetch the published file with "
                                   f"cog-pl models download {spec.name}, give one with {file_option}, or pass "
                                   f"{random_option} for random initialisation")
+    if is_own_builder(spec) and spec.group == "demo":  # cog-pl demo pretrains their files
+        raise MissingWeightsError(f"{model} is built without weights ({spec.builder} initialises it at "
+                                  f"random): give a file with {file_option} (cog-pl demo writes OUT/data/"
+                                  f"{spec.name}.pt), or pass {random_option} for random initialisation")
     raise MissingWeightsError(f"{model} is built without weights (timm's pretrained=False, torchvision's "
                               f"weights=None): give a file with {file_option}, or pass {random_option} for random "
                               "initialisation")

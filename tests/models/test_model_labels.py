@@ -67,10 +67,10 @@ def section(report: str, title: str) -> str:
 @pytest.mark.slow
 def test_a_users_resnet50_beside_the_papers_in_one_folder_relative_to_the_real_baseline(bench, tmp_path):
     """The paper's resnet50 (a replica of its published file, whose digest cannot be the published one: named
-    ``resnet50`` with ``--name``) and the user's ``torchvision:resnet50 --checkpoint my_r50.pth`` in one output
-    folder: two labels, two stores, rows of both, the report relative to the paper's model and its models table
-    naming each file; a second file under the same label is refused in one line naming both files and digests,
-    nothing written."""
+    ``resnet50@replica`` with ``--name``, since ``resnet50`` is the published file's alone) and the user's
+    ``torchvision:resnet50 --checkpoint my_r50.pth`` in one output folder: two labels, two stores, rows of both, the
+    report relative to the paper's model and its models table naming each file; a second file under the same label is
+    refused in one line naming both files and digests, nothing written."""
     from replicas.torchvision_family import publish_resnet50
 
     paper = tmp_path / "models" / "resnet50" / "resnet50-replica.pth"
@@ -81,23 +81,24 @@ def test_a_users_resnet50_beside_the_papers_in_one_folder_relative_to_the_real_b
 
     got = cog("run", "--model", "torchvision:resnet50", "--checkpoint", mine, *run_args(bench, out))
     assert got.returncode == 0, got.stderr[-3000:]
-    got = cog("run", "--model", "resnet50", "--checkpoint", paper, "--name", "resnet50", "--baseline", "resnet50",
-              *run_args(bench, out))
+    got = cog("run", "--model", "resnet50", "--checkpoint", paper, "--name", "resnet50@replica", "--baseline",
+              "resnet50@replica", *run_args(bench, out))
     assert got.returncode == 0, got.stderr[-3000:]
 
     rows = {r["model"]: r for r in read_rows(out / "results.sqlite")}
-    assert sorted(rows) == ["resnet50", "resnet50@my_r50"]  # both evaluated, under their own labels
-    for label, file in (("resnet50", paper), ("resnet50@my_r50", mine)):
+    assert sorted(rows) == ["resnet50@my_r50", "resnet50@replica"]  # both evaluated, under their own labels
+    for label, file in (("resnet50@replica", paper), ("resnet50@my_r50", mine)):
         meta = json.loads((out / "features" / label / "cog_l2" / "train" / "meta.json").read_text())
         assert (meta["model"], meta["weights"], meta["weights_sha256"]) == (label, str(file), file_sha256(file))
         assert rows[label]["features"]["train"]["weights_sha256"] == file_sha256(file)
     report = (out / "report" / "report.md").read_text()
-    diff = rows["resnet50@my_r50"]["test_top1"] - rows["resnet50"]["test_top1"]
-    [line] = [ln for ln in section(report, "Relative to resnet50").splitlines() if ln.startswith("| resnet50@my_r50 |")]
+    diff = rows["resnet50@my_r50"]["test_top1"] - rows["resnet50@replica"]["test_top1"]
+    [line] = [ln for ln in section(report, "Relative to resnet50@replica").splitlines()
+              if ln.startswith("| resnet50@my_r50 |")]
     assert line.split("|")[2].strip().startswith(f"{diff:+.2f}")  # the user's model against the paper's
     table = section(report, "Models")
-    assert f"| resnet50 | torchvision:resnet50 | {paper.name} | {file_sha256(paper)[:12]} | torchvision:resnet50 " \
-           "penultimate 2048-d" in table
+    assert f"| resnet50@replica | torchvision:resnet50 | {paper.name} | {file_sha256(paper)[:12]} | " \
+           "torchvision:resnet50 penultimate 2048-d" in table
     assert f"| resnet50@my_r50 | torchvision:resnet50 | my_r50.pth | {file_sha256(mine)[:12]} |" in table
 
     other = resnet50_file(tmp_path / "other" / "my_r50.pth", seed=2)  # the same stem: the same label

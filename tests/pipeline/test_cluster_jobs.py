@@ -258,16 +258,17 @@ def test_extract_and_probe_protocol_take_the_launcher_too(tmp_path, capsys, monk
     _roots(tmp_path)
     paper = tmp_path / "models" / "resnet50" / "resnet50-19c8e357.pth"  # the config's model, downloaded
     paper.parent.mkdir(parents=True)
-    paper.write_bytes(b"resnet50")  # not the published file's digest: its label is given (--model.name)
+    paper.write_bytes(b"resnet50")  # not the published file's digest: its label is given (--model.name), not
+    # resnet50, which only the published file takes
     record_download(paper, "resnet50", paper.name)
     monkeypatch.setenv("COG_PL_MODELS", str(tmp_path / "models"))
-    argv = ["extract", "--config", str(REPO / "configs/extract/resnet50.yaml"), "--model.name", "resnet50",
+    argv = ["extract", "--config", str(REPO / "configs/extract/resnet50.yaml"), "--model.name", "r50_fake",
             "--data.in1k_root",
             str(tmp_path / "data/in1k"), "--data.in21k_root", str(tmp_path / "data/in21k"), "--data.out",
             str(tmp_path / "features"), "--launcher", "slurm", "--nodes", "2", "--gpus-per-node", "4", "--dry-run"]
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "extract/resnet50  2 nodes x 4 tasks, 4 GPUs a node" in out and "12 feature stores" in out
+    assert "extract/r50_fake  2 nodes x 4 tasks, 4 GPUs a node" in out and "12 feature stores" in out
     assert out.rstrip().endswith("--trainer.num_nodes 2 --trainer.devices 4 --trainer.accelerator gpu "
                                  "--trainer.strategy ddp")
     assert main([*argv[:-5], "--trainer.devices", "2", *argv[-5:]]) == 2

@@ -138,7 +138,7 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     only recorded) reads the images with the extraction's transform, with the first of the seeds."""
     from test_features_regroup import write_level_stores
 
-    import cog_pl.demo  # registers external:demo_cnn, whose random weights are never used here
+    import cog_pl.demo  # registers external:demo_cnn, whose (requested) random weights are never used here
     import cog_pl.finetune.compare
     from cog_pl.data.transforms import TransformConfig
     from cog_pl.extract.datamodule import ExtractionDataModule
@@ -149,15 +149,16 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     own = TransformConfig(crop=40, resize=48)  # the backbone's own transform, unlike the registry's for external:
     # stores this run made (its model, weights, precision, transform) from images no longer there: the data half of
     # their identity is what this run's data would give (the run's official levels have more concepts)
-    made_by = FeatureExtractor("external:demo_cnn").store_meta(transform=own)  # the model half: this run's
-    write_level_stores(out / "features", model="demo_cnn", arch="external:demo_cnn", feature="penultimate",
+    made_by = FeatureExtractor("external:demo_cnn", random_weights=True).store_meta(transform=own)  # this run's
+    write_level_stores(out / "features", model="demo_cnn@random", arch="external:demo_cnn", feature="penultimate",
                        definition=made_by["definition"], trusted_checkpoint=False, weights_sha256=None,
                        precision="32-true", transform=own.as_record())
     monkeypatch.setattr(ExtractionDataModule, "_finished_meta", lambda self, dm, split: {
         k: v for k, v in open_store(self.store_path(dm.domain, split)).meta.items()
         if k in ("domain", "split", "classes", "num_classes", "level_file_sha256", "split_sha256")})
-    cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=str(tmp_path), out=str(out),
-                    domains=("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), seeds=(22, 37), shots=(None,),
+    cfg = RunConfig(model="external:demo_cnn", random_weights=True, in1k_root=None, in21k_root=str(tmp_path),
+                    out=str(out), domains=("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), seeds=(22, 37),
+                    shots=(None,),
                     probe=ProbeOptions(trials=2, epochs=3, device="cpu"), check=False, progress=False,
                     variants=("wup",), variant_seeds=(37,), finetune={"epochs": 1})
     monkeypatch.setattr(FeatureExtractor, "transform_config", property(lambda self: own))
@@ -171,12 +172,12 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     variant = {r["domain"]: r for r in rows if "@" in r["domain"]}
     assert sorted(variant) == [f"cog_l{i}@wup" for i in range(1, 6)] and len(rows) == 5 * 2 + 5
     for domain, r in variant.items():
-        store = open_store(out / "features" / "demo_cnn" / domain / "train")
+        store = open_store(out / "features" / "demo_cnn@random" / domain / "train")
         assert r["seed"] == 37 and r["shots"] is None and r["train_rows"] == len(store)
         assert r["protocol"]["trials"] == 2 and r["protocol"]["epochs"] == 3 and 0 <= r["test_top1"] <= 100
     assert len(summary.stores) == 20 and "regroup" in summary.seconds
     report = summary.report["markdown"].read_text()
-    assert "| demo_cnn | lin (official) |" in report and "| demo_cnn | wup |" in report
+    assert "| demo_cnn@random | lin (official) |" in report and "| demo_cnn@random | wup |" in report
     assert summary.report["variants"].is_file()
     caplog.clear()
     with caplog.at_level("INFO", logger="cog_pl.results.identity"):
@@ -202,9 +203,9 @@ def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys)
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
                       image_size=32, onto=onto)
     out = tmp_path / "out"
-    argv = ["run", "--model", "external:demo_cnn", "--in21k-root", str(tmp_path / "d" / "in21k"), "--benchmark",
-            str(bench), "--out", str(out), "--domains", "cog_l2", "--no-check", "--num-workers", "0", "--batch-size",
-            "16", "--seeds", "22", "--shots", "all"]
+    argv = ["run", "--model", "external:demo_cnn", "--random-weights", "--in21k-root", str(tmp_path / "d" / "in21k"),
+            "--benchmark", str(bench), "--out", str(out), "--domains", "cog_l2", "--no-check", "--num-workers", "0",
+            "--batch-size", "16", "--seeds", "22", "--shots", "all"]
     stages = ["--accelerator", "cpu", "--devices", "1", "--precision", "bf16-mixed",
               "--trials", "2", "--epochs", "2", "--probe-device", "cpu", "--probe-precision", "bf16-mixed",
               "--trial-batch", "1", "--stale-after", "45",
@@ -212,7 +213,7 @@ def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys)
               "--finetune-precision", "bf16-mixed"]
     assert main([*argv, *stages]) == 0, capsys.readouterr().err
     for split in ("train", "test"):
-        meta = json.loads((out / "features" / "demo_cnn" / "cog_l2" / split / "meta.json").read_text())
+        meta = json.loads((out / "features" / "demo_cnn@random" / "cog_l2" / split / "meta.json").read_text())
         assert meta["precision"] == "bf16-mixed"
     rows = read_rows(out / "results.sqlite")
     probes = [r for r in rows if r["method"] == "linear"]
