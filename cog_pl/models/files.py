@@ -96,10 +96,12 @@ def resolve_checkpoint(model: str, checkpoint: str | os.PathLike | None = None, 
         raise MissingWeightsError(f"{model} needs weights and has none: {where}; fetch the published file with "
                                   f"cog-pl models download {spec.name}, give one with {file_option}, or pass "
                                   f"{random_option} for random initialisation")
-    if is_own_builder(spec) and spec.group == "demo":  # cog-pl demo pretrains their files
-        raise MissingWeightsError(f"{model} is built without weights ({spec.builder} initialises it at "
-                                  f"random): give a file with {file_option} (cog-pl demo writes OUT/data/"
-                                  f"{spec.name}.pt), or pass {random_option} for random initialisation")
+    if is_own_builder(spec):  # cog_pl's own architectures; cog-pl demo pretrains the demo's files
+        builder = spec.builder if isinstance(spec.builder, str) else spec.arch.removeprefix("external:")
+        demo = f" (cog-pl demo writes OUT/data/{spec.name}.pt)" if spec.group == "demo" else ""
+        raise MissingWeightsError(f"{model} is built without weights ({builder} initialises it at random): give a "
+                                  f"file with {file_option}{demo}, or pass {random_option} for random "
+                                  "initialisation")
     raise MissingWeightsError(f"{model} is built without weights (timm's pretrained=False, torchvision's "
                               f"weights=None): give a file with {file_option}, or pass {random_option} for random "
                               "initialisation")

@@ -70,8 +70,10 @@ def needs_weights(spec: BackboneSpec) -> bool:
 
 
 def is_own_builder(spec: BackboneSpec) -> bool:
-    """Whether ``spec``'s network is built by a builder of cog_pl's own architectures (:data:`OWN_BUILDERS`)."""
-    return isinstance(spec.builder, str) and spec.builder.startswith(OWN_BUILDERS)
+    """Whether ``spec``'s network is built by a builder of cog_pl's own architectures (:data:`OWN_BUILDERS`): the
+    entry's builder, or one named by its import path (``external:cog_pl.models.arch.demo_cnn:DemoCNN``)."""
+    path = spec.builder if isinstance(spec.builder, str) else spec.arch.removeprefix("external:")
+    return path.startswith(OWN_BUILDERS)
 
 
 def published_prefix(spec: BackboneSpec) -> str | None:

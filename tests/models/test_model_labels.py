@@ -197,3 +197,66 @@ def test_the_baseline_resolves_to_a_label():
     with pytest.raises(CogError, match=r"--baseline dino: no results under that label; the labels are resnet50, "
                                        r"resnet50@my_r50"):
         resolve_baseline("dino", labels)
+
+
+def test_the_demos_cnn_needs_weights_and_its_random_ones_are_labelled(tmp_path):
+    """Issue 47, item 1: the demo's CNN (and its self-supervised twin and tiny CLIP, cog_pl's own builders) has no
+    weights of its own: without a file it is refused, in resolve_checkpoint, which RunConfig and FeatureExtractor
+    call (the Python API refuses as the commands do); with random weights on request it is ``demo_cnn@random``; with
+    a file it keeps its name; a registered builder of the user's (which may load its own weights) is left alone."""
+    from cog_pl.errors import MissingWeightsError
+    from cog_pl.extract import FeatureExtractor
+    from cog_pl.models.files import resolve_checkpoint
+    from cog_pl.models.label import model_label, needs_weights
+    from cog_pl.models.zoo import DEMO_MODELS, resolve_spec
+    from cog_pl.pipeline import RunConfig
+
+    assert all(needs_weights(spec) for spec in DEMO_MODELS.values())
+    with pytest.raises(MissingWeightsError, match=r"^external:demo_cnn is built without weights \(cog_pl\.models\."
+                                                  r"arch\.demo_cnn:DemoCNN initialises it at random\): give a file "
+                                                  r"with --checkpoint FILE \(cog-pl demo writes OUT/data/demo_cnn\.pt"
+                                                  r"\), or pass --random-weights"):
+        resolve_checkpoint("external:demo_cnn")
+    with pytest.raises(MissingWeightsError, match=r"^demo_cnn is built without weights"):
+        RunConfig(model="demo_cnn", in1k_root=None, in21k_root=str(tmp_path), domains=("cog_l1",))
+    with pytest.raises(MissingWeightsError, match=r"--model\.checkpoint FILE \(checkpoint=\)"):
+        FeatureExtractor("external:demo_cnn")
+    assert model_label("external:demo_cnn", random_weights=True) == "demo_cnn@random"  # as docs/models.md says
+    assert model_label("demo_cnn_ssl", random_weights=True) == "demo_cnn_ssl@random"
+    assert FeatureExtractor("external:demo_cnn", random_weights=True).model_name == "demo_cnn@random"
+    assert model_label("external:demo_cnn", tmp_path / "demo_cnn.pt") == "demo_cnn"
+    assert needs_weights(resolve_spec("external:cog_pl.models.arch.demo_cnn:DemoCNN"))  # named by its import path
+    assert not needs_weights(resolve_spec("external:torch.nn:Identity"))  # a builder of the user's
+
+
+def test_a_paper_models_name_is_the_label_of_its_published_file_alone(tmp_path):
+    """Issue 47, item 2: ``--name dino`` on other weights and ``--name resnet50`` on the demo's CNN were accepted;
+    a label that is a paper model's name is refused (in model_label, naming the option) unless the weights are that
+    model's published file on its network (here a recorded download: CompReSS's digest is published nowhere)."""
+    from torch import nn
+
+    from cog_pl.extract import FeatureExtractor
+    from cog_pl.models.label import model_label
+    from cog_pl.models.records import record_download
+
+    file = tmp_path / "models" / "compress" / "model.ckpt"
+    file.parent.mkdir(parents=True)
+    file.write_bytes(b"the published bytes")
+    with pytest.raises(CogError, match=r"^--name compress: the label of the paper's CompReSS \(its published "
+                                       r"model\.ckpt on torchvision:resnet50\), and these weights are .*model\.ckpt, "
+                                       r"not its published file; choose another label \(e\.g\. compress@mine\)$"):
+        model_label("compress", file, name="compress")
+    record_download(file, "compress", "https://example.org/model.ckpt")  # now the published file
+    assert model_label("compress", file, name="compress") == "compress"
+    assert model_label("torchvision:resnet50", file, name="compress") == "compress"  # the same network
+    with pytest.raises(CogError, match=r"these weights are .*model\.ckpt, not its published file"):
+        model_label("torchvision:resnet50", file, name="dino")  # another paper model's file
+    with pytest.raises(CogError, match=r"--model\.name resnet50: .* these weights are of another network, "
+                                       r"timm:resnet10t"):
+        model_label("timm:resnet10t", file, name="resnet50", option="--model.name")
+    with pytest.raises(CogError, match=r"--name dino: .* these weights are random weights"):
+        model_label("torchvision:resnet50", None, name="dino", random_weights=True)
+    with pytest.raises(CogError, match=r"--model\.name resnet50: .* these weights are those of a module of yours "
+                                       r"\(Linear\)"):
+        FeatureExtractor(nn.Linear(3, 2), name="resnet50")
+    assert model_label("timm:resnet10t", file, name="resnet50@mine") == "resnet50@mine"  # any other label

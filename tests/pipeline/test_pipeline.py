@@ -490,3 +490,55 @@ def test_one_data_folder_names_the_demos_imagenet_for_run_and_data_check(onto, t
     assert main(["data", "check", "--data", str(data)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"data file {data / DATA_FILE}: expected a JSON object of in1k_root, in21k_root, benchmark" in line, line
+
+
+def test_the_demos_data_is_read_at_its_recorded_size_and_extract_names_its_benchmark(onto, tmp_path):
+    """Issue 47, item 8, through the installed command: ``cog-pl extract`` on the demo's roots without a benchmark
+    failed listing the IN-1K synsets they lack; it now names ``--data.benchmark`` and the images' size the data file
+    records, and runs with them. ``cog-pl run --data`` read the demo's 16 px images at 224 px unless
+    ``--image-size 16``; it now reads them at the size the folder's cog_data.json records, saying so, unless
+    ``--image-size`` is given."""
+    import json
+
+    from cog_pl.data.roots import DATA_FILE, write_data_file
+    from cog_pl.demo.domains import write_comparable
+    from cog_pl.demo.synthetic import make_demo
+
+    data = tmp_path / "data"
+    make_demo(data, n_seen=6, n_per_level=3, train_per_concept=10, test_per_concept=4, image_size=16, onto=onto)
+    evaluated = write_comparable(data)
+    write_data_file(data, benchmark=evaluated.name, image_size=16)  # as cog_pl.demo.prepare writes it
+    cog_pl = Path(sys.executable).with_name("cog-pl")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+    def cog(*argv: str | Path) -> subprocess.CompletedProcess:
+        return subprocess.run([str(cog_pl), *map(str, argv)], env=env, capture_output=True, text=True, timeout=600)
+
+    xout = tmp_path / "xout"
+    extract = ["extract", "--model.model", "external:demo_cnn", "--model.random_weights", "true", "--data.in1k_root",
+               data / "in1k", "--data.in21k_root", data / "in21k", "--data.out", xout, "--data.domains", "[cog_l1]",
+               "--data.num_workers", "0", "--trainer.accelerator", "cpu"]
+    done = cog(*extract)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"cog-pl extract: error: {data / 'in1k'} and {data / 'in21k'} hold the concepts of the benchmark file "
+        f"{evaluated}, not the official ImageNet-CoG: pass --data.benchmark {evaluated} and --model.transform 16 (its "
+        f"images' size, which {data / DATA_FILE} records)")
+    assert not list(xout.glob("*/*/*/meta.json"))
+    done = cog(*extract, "--data.benchmark", evaluated, "--model.transform", "16")  # as the line says
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((xout / "demo_cnn@random" / "cog_l1" / "train" / "meta.json").read_text())["transform"][
+        "crop"] == 16
+
+    out = tmp_path / "out"
+    run_args = ["run", "--model", "external:demo_cnn", "--random-weights", "--data", data, "--out", out, "--domains",
+                "cog_l1", "--seeds", "22", "--shots", "all", "--trials", "1", "--epochs", "1", "--probe-device", "cpu",
+                "--accelerator", "cpu", "--num-workers", "0", "--no-html", "--no-noise-predictions"]
+    done = cog(*run_args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = f"reading the images at 16 px, the size {data / DATA_FILE} records (--image-size to read them at another)"
+    assert said in done.stdout + done.stderr
+    meta = json.loads((out / "features" / "demo_cnn@random" / "cog_l1" / "train" / "meta.json").read_text())
+    assert (meta["transform"]["crop"], meta["transform"]["resize"]) == (16, 16)
+    done = cog(*run_args[:-2], "--image-size", "32", "--stage", "check")  # given: taken, nothing said
+    assert done.returncode == 0 and "reading the images at" not in done.stdout + done.stderr, done.stderr[-3000:]
