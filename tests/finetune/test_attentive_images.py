@@ -123,7 +123,8 @@ def test_rows_written_skipped_and_refused(onto, tmp_path):
     kw = {"in21k_root": str(tmp_path / "d" / "in21k"), "benchmark": str(bench),
           "transform": TransformConfig(crop=16, resize=16), "epochs": 1, "batch_size": 8, "trials": 3,
           "startup_trials": 2, "trial_batch": 1, "seeds": (22,), "shots": (None, 2), "cache_images": True,
-          "accelerator": "cpu", "feature": "tokens2x2"}
+          "accelerator": "cpu", "feature": "tokens2x2", "label": "demo_cnn@random"}  # (random weights: the run's
+    # label of them, issue 47)
     run = get_method("attentive_images").run  # through the method table, as cog-pl run calls it
     rows = run("external:demo_cnn", None, results, ["cog_l1"], preset="ep", **kw)
     assert [(r["method"], r["domain"], r["shots"], r["seed"]) for r in rows] == [
@@ -142,8 +143,8 @@ def test_rows_written_skipped_and_refused(onto, tmp_path):
         assert row["attentive_images"]["preset"] == "ep" and len(row["identity"]) == 64
     stored = read_rows(results)
     assert run("external:demo_cnn", None, results, ["cog_l1"], preset="ep", **kw) == []  # a rerun skips
-    with pytest.raises(ValueError, match=r"row demo_cnn/attentive_images/cog_l1/shots=all/seed=22 was made with "
-                                         r".*preset=ep, this run has .*preset=capi; pass --overwrite"):
+    with pytest.raises(ValueError, match=r"row demo_cnn@random/attentive_images/cog_l1/shots=all/seed=22 was made "
+                                         r"with .*preset=ep, this run has .*preset=capi; pass --overwrite"):
         attentive_images_domains("external:demo_cnn", None, results, ["cog_l1"], preset="capi", **kw)
     assert read_rows(results) == stored
     # cog-pl run's stage passes the run's seeds, shots and trials: the same rows, skipped
