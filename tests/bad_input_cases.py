@@ -262,6 +262,7 @@ def make_data(root: Path) -> dict[str, str]:
     _passing_inputs(root, d)
     _claims_inputs(root)
     _label_inputs(root, d)
+    _trap_inputs(root, d)
     return d
 
 
@@ -333,6 +334,28 @@ def _label_inputs(root: Path, d: dict[str, str]) -> None:
     d["run_label"] = str(root / "run-label")
     d["second"] = str(root / "second.pth")
     Path(d["second"]).write_bytes(b"other weights")
+
+
+def _trap_inputs(root: Path, d: dict[str, str]) -> None:
+    """The inputs of issue 47 (the last quiet traps), into ``d``: a pair of one-class stores (plain, and with meta in
+    a run's output folder), a vocabulary of three counted entries."""
+    import hashlib
+
+    from cog_pl.features.store import make_meta, write_store
+
+    d["oneclass"] = str(root / "oneclass" / "m" / "cog_l2")
+    _store(Path(d["oneclass"]) / "train", classes=1)
+    _store(Path(d["oneclass"]) / "test", classes=1, per_class=2, seed=1)
+    d["run_oneclass"] = str(root / "run-oneclass")  # a run's finished stores of one class (`run --stage probe`)
+    digest = hashlib.sha256(Path(d["second"]).read_bytes()).hexdigest()
+    for split, n in (("train", 6), ("test", 2)):
+        x = np.random.default_rng(n).normal(size=(n, 4)).astype(np.float32)
+        write_store(root / "run-oneclass" / "features" / "resnet10t" / "cog_l1" / split, x, np.zeros(n, np.int64),
+                    None, make_meta(model="resnet10t", weights_sha256=digest, domain="cog_l1", split=split,
+                                    num_rows=n, dim=4, num_classes=1, classes=[L1_WNID], transform="t",
+                                    level_file_sha256="0" * 64))
+    d["vocab"] = str(root / "vocab.json")  # MetaCLIP's entry counts, each below 10
+    Path(d["vocab"]).write_text('{"dog": 1, "cat": 2, "goldfish": 3}')
 
 
 P = ("--probe-device", "cpu", "--trials", "1", "--epochs", "1", "--workdir", "{root}/w")  # a quick probe's options
@@ -449,7 +472,8 @@ CASES: tuple[Case, ...] = (
          "{missing}", slow=True),
     Case("probe fit: missing config", ("probe", "fit", "--config", "{missing}.yaml"), "{missing}.yaml", slow=True),
     # report
-    Case("report: missing results", ("report", "--results", "{missing}.sqlite"), "{missing}.sqlite"),
+    Case("report: missing results", ("report", "--results", "{missing}.sqlite", "--out", "{root}/rep-none"),
+         "results file {missing}.sqlite does not exist", absent=("{root}/rep-none",)),  # (issue 47: not "no rows")
     Case("report: another app's SQLite", ("report", "--results", "{foreign}"), "{foreign}"),
     Case("report: results not a database", ("report", "--results", "{notdb}"), "{notdb}"),
     # run, demo, noise
@@ -658,4 +682,93 @@ CASES: tuple[Case, ...] = (
          "no file in {models_empty}/resnet50; fetch the published file with cog-pl models download resnet50, give "
          "one with --model.checkpoint FILE", owner="A", env={"COG_PL_MODELS": "{models_empty}"},
          absent=("{root}/xout-nofile",), slow=True),
+    # issue 47: the last quiet traps (the demo's CNN without weights, a paper model's name on other weights, a
+    # one-class store, a token grid past the feature map, a count threshold past every count, the report's inputs,
+    # SLURM options sbatch misreads)
+    Case("run: the demo's CNN without a file", ("run", "--model", "external:demo_cnn", "--in21k-root", "{in21k}",
+                                                 "--domains", "cog_l1", "--out", "{root}/run-demo", "--no-check"),
+         "external:demo_cnn is built without weights (cog_pl.models.arch.demo_cnn:DemoCNN initialises it at random): "
+         "give a file with --checkpoint FILE (cog-pl demo writes OUT/data/demo_cnn.pt), or pass --random-weights",
+         absent=("{root}/run-demo",)),
+    Case("extract: the demo's CNN without a file", ("extract", "--model.model", "external:demo_cnn",
+                                                     "--data.out", "{root}/xout-demo", "--data.in21k_root", "{in21k}",
+                                                     "--data.domains", "[cog_l1]"),
+         "external:demo_cnn is built without weights", absent=("{root}/xout-demo",), slow=True),
+    Case("run: --name dino on other weights", ("run", "--model", "torchvision:resnet50", "--checkpoint", "{second}",
+                                               "--name", "dino", "--in21k-root", "{in21k}", "--domains", "cog_l1",
+                                               "--out", "{root}/run-dino", "--no-check"),
+         "--name dino: the label of the paper's DINO (its published dino_resnet50_pretrain.pth on "
+         "torchvision:resnet50), and these weights are {second}, not its published file", absent=("{root}/run-dino",)),
+    Case("run: --name resnet50 on the demo's CNN", ("run", "--model", "external:demo_cnn", "--random-weights",
+                                                    "--name", "resnet50", "--in21k-root", "{in21k}", "--domains",
+                                                    "cog_l1", "--out", "{root}/run-r50", "--no-check"),
+         "--name resnet50: the label of the paper's ResNet50 (its published resnet50-19c8e357.pth on "
+         "torchvision:resnet50), and these weights are of another network, external:demo_cnn",
+         absent=("{root}/run-r50",)),
+    Case("extract: --model.name resnet50 on the demo's CNN", ("extract", *XO[4:], "--model.model",
+                                                              "external:demo_cnn", "--model.random_weights", "true",
+                                                              "--model.name", "resnet50", "--data.out",
+                                                              "{root}/xout-r50"),
+         "--model.name resnet50: the label of the paper's ResNet50", absent=("{root}/xout-r50",), slow=True),
+    Case("probe tune: a one-class store", ("probe", "tune", "--features", "{oneclass}", *_cell("one")),
+         "{oneclass}/train: the train store's 6 rows hold one class (label 0); a probe needs at least 2 classes",
+         absent=_none("one"), slow=True),
+    Case("probe knn: a one-class store", ("probe", "knn", "--features", "{oneclass}", *_cell("kone", True)),
+         "{oneclass}/train: the train store's 6 rows hold one class", absent=_none("kone")),
+    Case("probe fit: a one-class store", ("probe", "fit", "--config", "configs/probe/linear_probe.yaml",
+                                          "--data.features", "{oneclass}", "--trainer.accelerator", "cpu",
+                                          "--trainer.default_root_dir", "{root}/fit-one"),
+         "{oneclass}/train: the train store's 6 rows hold one class", absent=("{root}/fit-one",), slow=True),
+    Case("run: the attentive probe on a one-class store", ("run", "--model", "timm:resnet10t", "--checkpoint",
+                                                           "{second}", "--in21k-root", "{in21k}", "--domains",
+                                                           "cog_l1", "--out", "{run_oneclass}", "--stage", "probe",
+                                                           "--methods", "attentive", "--seeds", "22", "--shots",
+                                                           "all", "--trials", "1", "--epochs", "1", "--probe-device",
+                                                           "cpu", "--no-check"),
+         "{run_oneclass}/features/resnet10t/cog_l1/train: the train store's 6 rows hold one class",
+         absent=("{run_oneclass}/optuna.db", "{run_oneclass}/report"), slow=True),  # (results.sqlite: no row)
+    Case("extract: a token grid larger than the feature map", ("extract", *XO[4:], "--model.model",
+                                                               "external:demo_cnn", "--model.random_weights", "true",
+                                                               "--model.feature", "tokens9x9", "--model.transform",
+                                                               "16", "--data.out", "{root}/xout-grid",
+                                                               "--data.in21k_root", "{in21k}", "--data.domains",
+                                                               "[cog_l1]", "--data.benchmark", "{root}/bench.json"),
+         "feature 'tokens9x9': demo_cnn's last feature map is 4 x 4 at 16 px, smaller than the 9 x 9 grid",
+         absent=("{root}/xout-grid",), slow=True),
+    Case("run: a token grid larger than the feature map", ("run", "--model", "external:demo_cnn", "--random-weights",
+                                                           "--feature", "tokens9x9", "--image-size", "16",
+                                                           "--methods", "attentive", "--in21k-root", "{in21k}",
+                                                           "--benchmark", "{root}/bench.json", "--domains", "cog_l1",
+                                                           "--out", "{root}/run-grid", "--no-check",
+                                                           "--num-workers", "0", "--accelerator", "cpu"),
+         "feature 'tokens9x9': demo_cnn's last feature map is 4 x 4 at 16 px", absent=("{root}/run-grid/features/*/*",),
+         slow=True),
+    Case("levels build: --seen-min-count above every count", ("levels", "build", "--out", "{root}/lv-seen.json",
+                                                              "--seen", "{vocab}", "--seen-min-count", "10"),
+         "vocabulary {vocab}: none of its 3 entries is counted 10 times or more (the highest count is 3)",
+         absent=("{root}/lv-seen.json",)),
+    Case("report: --out is a file", ("report", "--results", "{noise_results}", "--levels", "{noise_levels}", "--out",
+                                     "{afile}"),
+         "report folder {afile} cannot be made: it is a file"),
+    Case("report: --features names a missing folder", ("report", "--results", "{noise_results}", "--out",
+                                                       "{root}/rep-feat", "--features", "{missing}"),
+         "features {missing} does not exist", absent=("{root}/rep-feat",)),
+    *(Case(f"run --launcher: {option} {value!r}", ("run", "--model", "resnet50", "--random-weights", "--in21k-root",
+                                                   "{in21k}", "--domains", "cog_l1", "--out", "{root}/run-slurm",
+                                                   "--launcher", "sbatch-scripts", "{root}/run-slurm/s", option,
+                                                   value, "--dry-run"), said, absent=("{root}/run-slurm",))
+      for option, value, said in (
+          ("--partition", "", "argument --partition: partition '': a name of letters, digits"),
+          ("--partition", "a b", "argument --partition: partition 'a b'"),
+          ("--partition", "gpu;touch pwned", "argument --partition: partition 'gpu;touch pwned'"),
+          ("--mem", "abc", "argument --mem: memory 'abc': use a whole number of megabytes or one with a K, M, G or T"),
+          ("--time", "25:99:99", "argument --time: time '25:99:99': minutes 99 and seconds 99 out of range"),
+          ("--time", "1-25:00:00", "argument --time: time '1-25:00:00': hours 25 out of range"),
+          ("--sbatch-option", "time=5", "--sbatch-option time=5: sets sbatch's --time, which --time sets for every "
+                                        "job; give --time instead"),
+          ("--sbatch-option", "t=5", "--sbatch-option t=5: sets sbatch's --time"),
+          ("--sbatch-option", "gres=gpu:2", "--sbatch-option gres=gpu:2: sets sbatch's --gres, which "
+                                            "--gpus-per-node sets"),
+          ("--sbatch-option", "array=0-9", "--sbatch-option array=0-9: sets sbatch's --array, which cog-pl sets for "
+                                           "every job; it cannot be given"))),
 )

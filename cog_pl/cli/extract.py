@@ -134,7 +134,7 @@ def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
 
     m = config["model"]
     checkpoint = resolve_checkpoint(m["model"], m["checkpoint"], m["random_weights"], options=EXTRACT_OPTIONS)
-    name = model_label(m["model"], checkpoint, m["name"], m["random_weights"])  # the folder of its stores
+    name = model_label(m["model"], checkpoint, m["name"], m["random_weights"], "--model.name")  # its stores' folder
     root = Path(data["out"]).resolve()
     stores = tuple(str(root / name / d / s) for d in data["domains"] for s in data["splits"])
     options = extract_trainer_options(cluster, str(trainer["strategy"]), ("--trainer.num_nodes", "--trainer.devices",

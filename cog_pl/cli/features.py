@@ -99,7 +99,7 @@ def _info(args: argparse.Namespace) -> int:
                 **meta}
 
     if (args.store / "train").is_dir():  # a root: the pair, checked together
-        pair = open_pair(args.store)
+        pair = open_pair(args.store, min_classes=1)  # (info describes a store it does not probe)
         info = {"path": str(pair.root), "model": pair.model, "domain": pair.domain, "num_classes": pair.num_classes,
                 "dim": pair.dim, **{split: described(pair[split]) for split in SPLITS}}
     else:

@@ -328,15 +328,22 @@ DATA_HELP = ("a folder naming the data at once, instead of --in1k-root, --in21k-
 
 
 def _data_option(args: argparse.Namespace) -> None:
-    """Replace ``--data DIR`` by the roots and benchmark it names, saying so in one line."""
+    """Replace ``--data DIR`` by the roots and benchmark it names, saying so in one line; the images are read at the
+    size its data file records (the demo's 16 or 32 px), unless ``--image-size`` is given, saying so in another."""
     import logging
 
     from cog_pl.data.roots import resolve_data_option
 
     args.in1k_root, args.in21k_root, args.benchmark, roots = resolve_data_option(
         args.data, args.in1k_root, args.in21k_root, args.benchmark)
-    if roots is not None:
-        logging.getLogger("cog_pl.data").info("%s", roots.line())
+    if roots is None:
+        return
+    log = logging.getLogger("cog_pl.data")
+    log.info("%s", roots.line())
+    if roots.image_size is not None and args.image_size is None:
+        args.image_size = roots.image_size
+        log.info("reading the images at %d px, the size %s records (--image-size to read them at another)",
+                 roots.image_size, roots.source)
 
 
 #: ``run``'s options a job's command sets itself (each job: its model, checkpoint, stage; the probe tasks their

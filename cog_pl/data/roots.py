@@ -1,8 +1,10 @@
 """One folder names the data: ``--data DIR`` stands for ``--in1k-root``, ``--in21k-root`` and ``--benchmark``.
 
 A folder given with ``--data`` either holds a data file, :data:`DATA_FILE` (JSON: ``in1k_root``, ``in21k_root``,
-``benchmark``, each a path relative to the folder or absolute, each optional), which ``cog-pl demo`` writes beside
-its miniature ImageNet (``<out>/data/cog_data.json``: its ``in1k/``, ``in21k/`` and ``benchmark_eval.json``), or is
+``benchmark``, each a path relative to the folder or absolute, each optional; ``image_size``, the pixels of its
+images where they are all one size), which ``cog-pl demo`` writes beside its miniature ImageNet
+(``<out>/data/cog_data.json``: its ``in1k/``, ``in21k/``, ``benchmark_eval.json`` and its images' size, which
+``cog-pl run --data`` reads them at unless ``--image-size`` is given), or is
 read as ``in1k/`` and ``in21k/`` subfolders evaluated on the official ImageNet-CoG concepts. A user writes the file
 for a copy of ImageNet kept elsewhere (``{"in1k_root": "/data/in1k", "in21k_root": "/data/in21k"}``).
 """
@@ -26,19 +28,22 @@ _KEYS = ("in1k_root", "in21k_root", "benchmark")
 
 @dataclass(frozen=True)
 class DataRoots:
-    """The IN-1K and IN-21K roots and the benchmark file a ``--data`` folder names (None: not given), and what
-    named them (``source``: its data file, or the folder read as ``in1k/`` and ``in21k/``)."""
+    """The IN-1K and IN-21K roots and the benchmark file a ``--data`` folder names (None: not given), the size of its
+    images where it records one, and what named them (``source``: its data file, or the folder read as ``in1k/`` and
+    ``in21k/``)."""
 
     in1k_root: str | None
     in21k_root: str | None
     benchmark: str | None
     source: str
+    image_size: int | None = None
 
     def line(self) -> str:
         """One line saying what the folder named."""
         parts = [f"{k.replace('_', ' ')} {v}" for k, v in zip(_KEYS, (self.in1k_root, self.in21k_root,
                                                                          self.benchmark)) if v]
-        return f"data from {self.source}: {', '.join(parts) or 'nothing'}"
+        size = f", images {self.image_size} px" if self.image_size else ""
+        return f"data from {self.source}: {', '.join(parts) or 'nothing'}{size}"
 
 
 def read_data_dir(path: str | os.PathLike, option: str = "--data") -> DataRoots:
@@ -50,9 +55,12 @@ def read_data_dir(path: str | os.PathLike, option: str = "--data") -> DataRoots:
     file = root / DATA_FILE
     if file.exists():
         data: Any = read_json(file, "data file")
-        if not isinstance(data, dict) or set(data) - {*_KEYS, "about"}:
-            raise CogError(f"data file {file}: expected a JSON object of {', '.join(_KEYS)} (paths), "
+        if not isinstance(data, dict) or set(data) - {*_KEYS, "image_size", "about"}:
+            raise CogError(f"data file {file}: expected a JSON object of {', '.join(_KEYS)} (paths) and image_size, "
                            f"got {sorted(data) if isinstance(data, dict) else type(data).__name__}")
+        size = data.get("image_size")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise CogError(f"data file {file}: image_size {size!r} is not a number of pixels")
         found = {}
         for key in _KEYS:
             value = data.get(key)
@@ -62,7 +70,7 @@ def read_data_dir(path: str | os.PathLike, option: str = "--data") -> DataRoots:
             if not target.exists():
                 raise CogError(f"data file {file}: {key} {value} does not exist ({target})")
             found[key] = str(target)
-        return DataRoots(found.get("in1k_root"), found.get("in21k_root"), found.get("benchmark"), str(file))
+        return DataRoots(found.get("in1k_root"), found.get("in21k_root"), found.get("benchmark"), str(file), size)
     subs = {k: root / n for k, n in (("in1k_root", "in1k"), ("in21k_root", "in21k")) if (root / n).is_dir()}
     if not subs:
         raise CogError(f"{option} {root}: holds neither {DATA_FILE} nor in1k/ or in21k/ folders; give "
@@ -72,9 +80,12 @@ def read_data_dir(path: str | os.PathLike, option: str = "--data") -> DataRoots:
 
 
 def write_data_file(root: str | os.PathLike, in1k_root: str | None = "in1k", in21k_root: str | None = "in21k",
-                    benchmark: str | None = None, about: str | None = None) -> Path:
-    """Write ``root``'s :data:`DATA_FILE` (atomically; paths relative to ``root`` stay relative)."""
-    data = {k: v for k, v in zip(_KEYS, (in1k_root, in21k_root, benchmark)) if v is not None}
+                    benchmark: str | None = None, about: str | None = None, image_size: int | None = None) -> Path:
+    """Write ``root``'s :data:`DATA_FILE` (atomically; paths relative to ``root`` stay relative; ``image_size``: the
+    pixels of its images, where they are all one size)."""
+    data: dict[str, object] = {k: v for k, v in zip(_KEYS, (in1k_root, in21k_root, benchmark)) if v is not None}
+    if image_size is not None:
+        data["image_size"] = int(image_size)
     if about:
         data["about"] = about
     path = Path(root) / DATA_FILE

@@ -66,8 +66,9 @@ def prepare(root: str | os.PathLike, n_seen: int = 50, n_per_level: int = 15, tr
     t = time.perf_counter()
     bench = make_demo(root, n_seen, n_per_level, train_per_concept, test_per_concept, image_size, seed, onto=onto)
     evaluated = write_comparable(root, seed)
-    write_data_file(root, benchmark=evaluated.name, about="the cog-pl demo's miniature ImageNet: give this folder "
-                                                         "to cog-pl run --data and cog-pl data check --data")
+    write_data_file(root, benchmark=evaluated.name, image_size=image_size,
+                    about="the cog-pl demo's miniature ImageNet: give this folder to cog-pl run --data and cog-pl data "
+                          "check --data")
     seconds["generate the benchmark"] = time.perf_counter() - t
     t = time.perf_counter()
     ckpt = pretrain_demo_backbone(root, epochs=epochs, seed=seed)

@@ -95,8 +95,9 @@ class ZeroShot(Method):
         from cog_pl.device import resolve_device
         from cog_pl.probe.zeroshot import text_tower, zeroshot_values
 
-        _, record = text_tower(dict(state.test.meta), job.options or ZeroShotOptions(), resolve_device(job.device))
-        return zeroshot_values(state, record, job.options or ZeroShotOptions())
+        options = job.options or ZeroShotOptions()
+        tower, record = text_tower(dict(state.test.meta), options, resolve_device(job.device))
+        return zeroshot_values(state, record, options, tower)
 
     def run_cell(self, job: Job, state: Any, cell: Cell, want: dict[str, Any]) -> dict[str, Any]:
         from cog_pl.device import resolve_device

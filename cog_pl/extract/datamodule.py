@@ -31,7 +31,7 @@ from cog_pl.data.streamed import StreamedImages
 from cog_pl.data.transforms import TransformConfig
 from cog_pl.defaults import MAX_SKIPPED, NUM_WORKERS
 from cog_pl.device import loader_workers
-from cog_pl.errors import CogError
+from cog_pl.errors import CogError, MissingFileError
 from cog_pl.extract.decode import check_decode, resolve_decode
 from cog_pl.extract.decode_data import PixelImages, collate_pixels
 from cog_pl.extract.decode_device import BatchDecoder
@@ -186,7 +186,41 @@ class ExtractionDataModule(L.LightningDataModule):
         with the model meta of the Trainer's extractor (none without one)."""
         self.transform = self.transform_config  # "auto" resolved once, before any store is checked
         module = self.trainer.lightning_module if self.trainer is not None else None
-        self.plan = plan_extraction(self, module.store_meta() if hasattr(module, "store_meta") else {})
+        try:
+            self.plan = plan_extraction(self, module.store_meta() if hasattr(module, "store_meta") else {})
+        except MissingFileError:
+            self._hint_benchmark()
+            raise
+
+    def _hint_benchmark(self) -> None:
+        """The official concepts are not in the roots and no benchmark file was given: when a benchmark file beside
+        them names exactly what they hold (the demo's ``data/benchmark_eval.json``;
+        :func:`~cog_pl.data.check.benchmark_of_data`), one line naming the option that takes it, and the images'
+        size where the folder's data file records one that this extraction does not read them at."""
+        from cog_pl.data.check import benchmark_of_data
+        from cog_pl.data.roots import DATA_FILE, read_data_dir
+
+        if self.benchmark is not None:
+            return
+        found = benchmark_of_data(("in1k" in self.domains and self.in1k_root) or None,
+                                  (any(d != "in1k" for d in self.domains) and self.in21k_root) or None)
+        if not found:
+            return
+        roots = " and ".join(r for r in (self.in1k_root, self.in21k_root) if r)
+        if len(found) > 1:
+            raise MissingFileError(f"{roots} hold the concepts of the benchmark files {', '.join(map(str, found))}, "
+                                   "not the official ImageNet-CoG: pass the one to extract with --data.benchmark FILE")
+        size = None
+        if (found[0].parent / DATA_FILE).is_file():
+            try:
+                size = read_data_dir(found[0].parent).image_size
+            except CogError:
+                size = None
+        crop = self.transform.crop if isinstance(self.transform, TransformConfig) else None
+        also = (f" and --model.transform {size} (its images' size, which {found[0].parent / DATA_FILE} records)"
+                if size is not None and size != crop else "")
+        raise MissingFileError(f"{roots} hold the concepts of the benchmark file {found[0]}, not the official "
+                               f"ImageNet-CoG: pass --data.benchmark {found[0]}{also}")
 
     def _device(self) -> torch.device:
         if self.device is not None:

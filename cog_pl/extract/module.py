@@ -14,7 +14,7 @@ from cog_pl.models import build_backbone
 from cog_pl.models.build import Backbone, check_input_size
 from cog_pl.models.features import token_layout, with_feature
 from cog_pl.models.files import EXTRACT_OPTIONS, resolve_checkpoint
-from cog_pl.models.label import check_label, model_label
+from cog_pl.models.label import check_label, check_paper_name, model_label
 from cog_pl.models.module import BackboneModule
 from cog_pl.models.transform import resolve_transform
 
@@ -79,9 +79,11 @@ class FeatureExtractor(BackboneModule):
         size = (self._transform or protocol_transform()).crop
         if name is not None:
             check_label(name, "--model.name")
+            if not isinstance(model, str):  # a module of yours never takes a paper model's label
+                check_paper_name(name, model, checkpoint, "--model.name")
         if isinstance(model, str):  # a refused model fails here, before a Trainer or a store exists
             checkpoint = resolve_checkpoint(model, checkpoint, random_weights, options=EXTRACT_OPTIONS)
-            self._label = model_label(model, checkpoint, name, random_weights)
+            self._label = model_label(model, checkpoint, name, random_weights, "--model.name")
         backbone = _extractor_backbone(model, checkpoint, prefix, key_map, in_order, trust_checkpoint, name, size,
                                        self._transform, random_weights, feature)
         self.set_backbone(backbone, channels_last)
@@ -119,7 +121,7 @@ class FeatureExtractor(BackboneModule):
     def token_layout(self, transform: TransformConfig | None = None) -> dict[str, Any] | None:
         """A token definition's ``{"cls": 1, "grid": [h, w]}`` at ``transform``'s crop (default: the extractor's);
         None for a vector feature."""
-        return token_layout(self.backbone.model, (transform or self.transform_config).crop)
+        return token_layout(self.backbone.model, (transform or self.transform_config).crop, self.backbone.spec.name)
 
     def on_predict_start(self) -> None:
         self.net.eval()
@@ -166,7 +168,7 @@ def _model_meta(backbone: Backbone, label: str, transform: TransformConfig, prec
     """The model half of a store's meta: what :meth:`FeatureExtractor.store_meta` records."""
     spec = backbone.spec
     check_input_size(backbone, transform.crop)
-    layout = token_layout(backbone.model, transform.crop)
+    layout = token_layout(backbone.model, transform.crop, spec.name)
     tokens = {} if layout is None else {"tokens": _count(layout), "token_layout": layout}
     return make_meta(**tokens, model=label, arch=spec.arch, feature=spec.feature,
                      definition=spec.definition(transform), weights=backbone.weights,

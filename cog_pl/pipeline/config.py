@@ -312,11 +312,13 @@ class RunConfig:
         a model that needs weights and has none is refused unless ``random_weights``
         (:func:`cog_pl.models.files.resolve_checkpoint`); a bad ``name`` is refused too."""
         from cog_pl.models.files import resolve_checkpoint
-        from cog_pl.models.label import check_label
+        from cog_pl.models.label import check_label, check_paper_name
 
         if self.name is not None:
             check_label(self.name)
         self.checkpoint = resolve_checkpoint(self.model, self.checkpoint, self.random_weights, self.models_dir)
+        if self.name is not None:  # a paper model's name for its published file alone
+            check_paper_name(self.name, self.model, self.checkpoint)
 
     def _check_devices(self) -> None:
         """Refuse a probe mode, device or precision, or an extraction precision, before any work."""

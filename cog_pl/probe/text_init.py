@@ -53,14 +53,14 @@ def text_start(pair: StorePair, results: str | os.PathLike, *, model: str, domai
         raise CogError(f"{pair.root}: the text-initialised probe names the concepts from the stores' meta.json "
                        "classes, and these stores have none (plain stores)")
     tower, tower_record = text_tower(dict(pair.test.meta), options, device)
-    record = {"from": "text", **zeroshot_identity(options.names, options.templates),
+    record = {"from": "text", **zeroshot_identity(options.names, options.templates, tower),
               "tower": {"model": tower_record["model"], "sha256": tower_record["sha256"]},
               "scale": INIT_SCALE, "bias": 0.0,
               # the linear probe's L2-normalised features, not ELEVATER's default BatchNorm1d(affine=False)
               "features": "l2-normalised"}
     if not classifier:
         return HeadStart(torch.empty(0), torch.empty(0), METHOD, record)
-    key = classifier_key(tower_record, options, classes)
+    key = classifier_key(tower_record, options, classes, tower)
     weights, _ = domain_classifier(tower, tower_record, classes, options, classifier_path(results, model, domain, key))
     dim = pair.train.features.shape[1]
     if weights.shape[0] != dim:

@@ -96,12 +96,13 @@ def text_tower(meta: dict[str, Any], options: Any, device: torch.device) -> tupl
     return tower, {"model": name, "weights": "random" if random else str(weights), "sha256": sha}
 
 
-def zeroshot_values(pair: StorePair, tower: dict[str, Any], options: Any) -> dict[str, Any]:
+def zeroshot_values(pair: StorePair, tower: dict[str, Any], options: Any, text: Any = None) -> dict[str, Any]:
     """The identity values of a domain's row: ``zeroshot`` (names, templates, their digest), ``text_tower`` (its
-    model, weights and tensors' digest, :func:`text_tower`'s record) and ``features``."""
+    model, weights and tensors' digest, :func:`text_tower`'s record) and ``features``; with ``text`` (the tower
+    itself), how it makes tokens too (:func:`cog_pl.zeroshot.zeroshot_identity`)."""
     from cog_pl.zeroshot import zeroshot_identity
 
-    return {"zeroshot": zeroshot_identity(options.names, options.templates), "text_tower": tower,
+    return {"zeroshot": zeroshot_identity(options.names, options.templates, text), "text_tower": tower,
             "features": features_identity(pair)}
 
 
@@ -128,11 +129,11 @@ def domain_classifier(tower: Any, record: dict[str, Any], classes: list[str], op
     return weights, False
 
 
-def classifier_key(record: dict[str, Any], options: Any, classes: list[str]) -> str:
+def classifier_key(record: dict[str, Any], options: Any, classes: list[str], tower: Any = None) -> str:
     """The cache key of a classifier: a digest of the tower's, the names', the templates' and the classes'."""
     from cog_pl.zeroshot import zeroshot_identity
 
-    text = json.dumps([record["sha256"], zeroshot_identity(options.names, options.templates), classes])
+    text = json.dumps([record["sha256"], zeroshot_identity(options.names, options.templates, tower), classes])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -144,7 +145,7 @@ def zeroshot_row(pair: StorePair, results: str | os.PathLike, *, model: str, dom
     start = time.perf_counter()
     classes = list(pair.classes or ())
     tower, record = text_tower(dict(pair.test.meta), options, device)
-    key = classifier_key(record, options, classes)
+    key = classifier_key(record, options, classes, tower)
     weights, cached = domain_classifier(tower, record, classes, options, classifier_path(results, model, domain, key))
     built = time.perf_counter()
     row = evaluate(pair, weights, device)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cog_pl.analysis.paired import SEED
-from cog_pl.errors import CogError
+from cog_pl.errors import CogError, MissingFileError
 from cog_pl.io import atomic_open
 from cog_pl.provenance import created, versions
 from cog_pl.report.concept_tables import (
@@ -92,6 +92,22 @@ def trusted_markdown(features: str | Path, models: Sequence[str] = ()) -> str:
                    for model, weights in trusted.items())
 
 
+def check_report_arguments(results: str | Path, out: str | Path, features: str | Path | None = None) -> None:
+    """Refuse, before any work, a results file that does not exist, an output folder where a file stands (``out``
+    or a folder above it) and a feature stores' root given that is not a folder: each in one line naming it."""
+    if not Path(results).exists():
+        raise MissingFileError(f"results file {results} does not exist (cog-pl run and cog-pl probe write it)")
+    blocker = next((p for p in (Path(out), *Path(out).parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        where = "" if blocker == Path(out) else f" ({blocker}, a folder above it, is a file)"
+        raise CogError(f"report folder {out} cannot be made: {'it is a file' if not where else 'a file is in the way'}"
+                       f"{where}; give --out a folder")
+    if features is not None and not Path(features).is_dir():
+        error = CogError if Path(features).exists() else MissingFileError
+        raise error(f"features {features} {'is a file' if error is CogError else 'does not exist'}: give the feature "
+                    "stores' root (OUT/features of cog-pl run), or leave --features out")
+
+
 def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (),
                  baseline: str | None = None, features: str | Path | None = None, levels: str | Path | None = None,
                  html: bool = True, seed: int = SEED) -> dict[str, Path]:
@@ -106,6 +122,7 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     table, figure and analysis and listed in a section of their own
     (:func:`~cog_pl.report.protocols.split_protocols`)."""
     started = time.perf_counter()
+    check_report_arguments(results, out, features)
     rows = read_rows(results)
     features = features if features is not None else recorded_features(results)
     if not rows:

@@ -62,6 +62,9 @@ def test_motifs_resemble_along_wordnet(onto):
 def test_prepare_trains_once_and_the_checkpoint_loads_as_a_backbone(onto, tmp_path):
     assets = prepare(tmp_path, **TINY, epochs=1, onto=onto)
     assert (assets.model, assets.transform.crop) == (MODEL_NAME, 16) and assets.benchmark.is_file()
+    from cog_pl.data.roots import read_data_dir
+
+    assert read_data_dir(tmp_path).image_size == 16  # cog-pl run --data reads the images at it (issue 47)
     backbone = build_backbone(MODEL_NAME, checkpoint=assets.checkpoint)
     assert backbone.spec.feature_dim == DemoCNN().feature_dim == 96 and backbone.weights_sha256
     record = json.loads((tmp_path / "demo_cnn.json").read_text())

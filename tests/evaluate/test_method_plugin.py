@@ -128,9 +128,9 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
     assert "--ncm-metric NCM_METRIC cosine or euclidean (default: cosine)" in helped
 
     domains = ("cog_l1", "cog_l2")
-    _stores(out, "resnet50", domains)
+    _stores(out, "r50", domains)
     (tmp_path / "weights.pth").write_bytes(WEIGHTS)
-    argv = ["run", "--model", "resnet50", "--checkpoint", str(tmp_path / "weights.pth"), "--name", "resnet50",
+    argv = ["run", "--model", "resnet50", "--checkpoint", str(tmp_path / "weights.pth"), "--name", "r50",
             "--in21k-root", str(tmp_path), "--domains", *domains, "--seeds", "22",
             "--shots", "all", "2", "--trials", "2", "--epochs", "2", "--probe-device", "cpu", "--probe-precision",
             "32-true", "--out", str(out), "--methods", "linear", "ncm", "--stage", "probe", "--ncm-metric", "euclidean"]
@@ -159,11 +159,11 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
     assert report.returncode == 0, report.stderr
     text = (out / "report" / "report.md").read_text()
     assert "## nearest class mean beside linear probe: test top-1 (%) on all data" in text
-    lines = [line for line in text.splitlines() if line.startswith("| resnet50 |")]
+    lines = [line for line in text.splitlines() if line.startswith("| r50 |")]
     methods = [line.split("|")[2].strip() for line in lines if line.split("|")[2].strip() in (
         "linear probe", "nearest class mean")]
     assert methods[:2] == ["linear probe", "nearest class mean"]  # the table's order: the linear probe first
-    assert "| resnet50 (nearest class mean) |" in text  # its few-shot rows, labelled
+    assert "| r50 (nearest class mean) |" in text  # its few-shot rows, labelled
     page = (out / "report" / "report.html").read_text()
     assert "nearest class mean beside linear probe" in page and "<td>nearest class mean</td>" in page
 

@@ -141,14 +141,15 @@ def test_run_skips_records_probes_without_and_reports_the_unreadable_images(onto
     for path in bad:  # one corrupt image in every concept's folder
         path.write_bytes(b"not a JPEG" * 20)
     out = tmp_path / "out"
-    argv = ["run", "--model", "external:demo_cnn", "--in21k-root", str(tmp_path / "d" / "in21k"), "--benchmark",
+    argv = ["run", "--model", "external:demo_cnn", "--random-weights", "--in21k-root", str(tmp_path / "d" / "in21k"),
+            "--benchmark",
             str(bench), "--out", str(out), "--domains", "cog_l2", "--no-check", "--num-workers", "0", "--seeds", "22",
             "--shots", "all", "--trials", "1", "--epochs", "1", "--accelerator", "cpu", "--probe-device", "cpu"]
     assert main(argv) != 0  # fail, the default: one line naming the file
     [message] = capsys.readouterr().err.strip().splitlines()
     assert message.startswith("cog-pl run: error: unreadable image ") and any(str(p) in message for p in bad)
     assert main([*argv, "--on-error", "skip", "--max-skipped", "5"]) == 0, capsys.readouterr().err
-    stores = {s: open_store(out / "features" / "demo_cnn" / "cog_l2" / s) for s in ("train", "test")}
+    stores = {s: open_store(out / "features" / "demo_cnn@random" / "cog_l2" / s) for s in ("train", "test")}
     skipped = {s: len(store.meta.get("missing", [])) for s, store in stores.items()}
     assert sum(skipped.values()) == 2  # the level's two concepts, one image each
     [row] = [r for r in read_rows(out / "results.sqlite") if r["method"] == "linear"]
@@ -156,7 +157,7 @@ def test_run_skips_records_probes_without_and_reports_the_unreadable_images(onto
     report = (out / "report" / "report.md").read_text()
     assert "Images skipped at extraction" in report
     for split, n in skipped.items():
-        assert (f"| demo_cnn | cog_l2 | {split} | {n} |" in report) == (n > 0)
+        assert (f"| demo_cnn@random | cog_l2 | {split} | {n} |" in report) == (n > 0)
 
 
 def test_the_command_line_default_skip_budget_is_the_librarys():

@@ -138,3 +138,22 @@ def test_features_info_and_export_read_a_root_as_a_pair(tmp_path, capsys):
     bad = _pair(tmp_path / "bad", test_meta={"transform": {"crop": 160}})
     assert cli.main(["features", "export", str(bad), str(tmp_path / "out")]) == 2
     assert "differ in transform" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_a_train_store_of_one_class_is_refused_where_a_probe_opens_it(tmp_path, capsys):
+    """Issue 47, item 3: a one-class store gave a 100 % row (linear, k-NN, attentive): open_pair, where every probe
+    method and the FeatureDataModule of ``cog-pl probe fit`` open their stores, refuses a train store whose rows
+    hold fewer than two classes, in one line naming it; ``features info`` and ``export``, which probe nothing, still
+    read it. (Each probe, through the installed command: tests/bad_input_cases.py.)"""
+    plain = write_features(tmp_path / "plain", classes=1, dim=4, per_class=5, test_per_class=2)
+    with pytest.raises(StoreError, match=rf"^{plain / 'train'}: the train store's 5 rows hold one class \(label 0\); "
+                                         r"a probe needs at least 2 classes \(on one it is right by construction\)$"):
+        open_pair(plain)
+    with pytest.raises(StoreError, match=r"the train store's 5 rows hold one class"):
+        FeatureDataModule(str(plain)).setup()
+    v1 = _pair(tmp_path / "v1", classes=2)  # meta of two classes, every train row labelled 0
+    with pytest.raises(StoreError, match=rf"^{v1 / 'train'}: the train store's 40 rows hold one class \(label 0\)"):
+        open_pair(v1)
+    assert open_pair(plain, min_classes=1).num_classes == 1
+    assert cli.main(["features", "info", str(plain)]) == 0 and json.loads(capsys.readouterr().out)["num_classes"] == 1
+    assert open_pair(write_features(tmp_path / "two", classes=2, dim=4, per_class=5, test_per_class=1)).num_classes == 2

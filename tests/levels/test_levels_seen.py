@@ -247,8 +247,8 @@ def test_benchmark_from_a_seen_subset_runs_end_to_end(subset_content, tmp_path, 
             assert bench.test_by_concept(lv)[w] == tuple(first) == tuple(select_train(w, names, (), 2))
     out = tmp_path / "run"
     with caplog.at_level(logging.WARNING, logger="cog_pl.pipeline"):
-        assert main(["run", "--model", "external:demo_cnn", "--in21k-root", str(tree), "--benchmark",
-                     str(bench_path), "--out", str(out), "--domains", *LEVEL_DOMAINS, "--seen", "in1k",
+        assert main(["run", "--model", "external:demo_cnn", "--random-weights", "--in21k-root", str(tree),
+                     "--benchmark", str(bench_path), "--out", str(out), "--domains", *LEVEL_DOMAINS, "--seen", "in1k",
                      "--num-workers", "0", "--batch-size", "16", "--accelerator", "cpu", "--devices", "1",
                      "--seeds", "22", "--shots", "all", "--trials", "2", "--epochs", "2",
                      "--probe-device", "cpu"]) == 0, capsys.readouterr().err
@@ -257,5 +257,5 @@ def test_benchmark_from_a_seen_subset_runs_end_to_end(subset_content, tmp_path, 
     rows = read_rows(out / "results.sqlite")
     assert sorted(r["domain"] for r in rows) == sorted(LEVEL_DOMAINS)
     for domain in LEVEL_DOMAINS:
-        meta = json.loads((out / "features" / "demo_cnn" / domain / "test" / "meta.json").read_text())
+        meta = json.loads((out / "features" / "demo_cnn@random" / domain / "test" / "meta.json").read_text())
         assert meta["benchmark"] == "cog-seen-in1k-100" and meta["level_file_sha256"] == bench.sha256()

@@ -75,6 +75,13 @@ def test_a_lemma_list_and_the_file_kinds(tmp_path, counts_file):
     ('{"crane": 5}', {"min_count": 0}, "threshold must be at least 1"),
     ('{"zzzqqq": 5, "idea": 9}', {}, "none of its 2 entries names an ImageNet-21K or IN-1K synset"),
     ("crane\n", {"senses": "most"}, "unknown sense rule 'most'"),
+    # issue 47: a threshold above every count said "none of its 0 entries" of a file of 3
+    ('{"dog": 1, "cat": 2, "goldfish": 3}', {"min_count": 10}, r"v\.json: none of its 3 entries is counted 10 times "
+                                                               r"or more \(the highest count is 3\); lower the count "
+                                                               r"threshold \(--seen-min-count\)$"),
+    ("{}", {}, r"v\.json holds no entry$"),
+    ('{"zzzqqq": 5, "idea": 9}', {"min_count": 2}, "none of its 2 entries counted 2 times or more names an "
+                                                   "ImageNet-21K"),
 ])
 def test_bad_vocabularies_are_refused_in_one_line(tmp_path, content, kwargs, match):
     path = tmp_path / "v.json"

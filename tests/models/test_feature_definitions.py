@@ -169,3 +169,25 @@ def test_a_torchvision_cnn_reads_the_input_of_its_average_pool():
         torch.testing.assert_close(got[:, 0], paper(x))
     torch.testing.assert_close(got[:, 1:], fmap.flatten(2).transpose(1, 2))
     assert tokens.feature_shape == (5, 512) and tokens.token_layout() == {"cls": 1, "grid": [2, 2]}
+
+
+def test_a_token_grid_larger_than_the_feature_map_is_refused_naming_both(vit):
+    """Issue 47, item 4: ``tokens9x9`` of the demo CNN's 4 x 4 map at 16 px was extracted (pooling repeats its
+    cells); refused when the definition is applied (``with_feature``, before any image) and wherever the layout is
+    asked at another input size (``token_layout``, the store meta of the size the images are read at). A grid the
+    map can give, up to its own size, is taken. (Through the installed command: tests/bad_input_cases.py.)"""
+    from cog_pl.models import build_backbone
+    from cog_pl.models.features import token_layout, with_feature
+
+    demo = build_backbone("external:demo_cnn", random_weights=True)
+    with pytest.raises(CogError, match=r"^feature 'tokens9x9': demo_cnn's last feature map is 4 x 4 at 16 px, "
+                                       r"smaller than the 9 x 9 grid \(its cells would be repeated\); choose "
+                                       r"tokens<h>x<w> with h <= 4 and w <= 4, or tokens_full$"):
+        with_feature(demo, "tokens9x9", 16)
+    four = with_feature(demo, "tokens4x4", 16)
+    assert token_layout(four.model, 16) == {"cls": 1, "grid": [4, 4]}
+    with pytest.raises(CogError, match=r"^feature 'tokens4x4': demo_cnn's last feature map is 2 x 2 at 8 px"):
+        token_layout(four.model, 8, "demo_cnn")  # the same module, images read smaller
+    with pytest.raises(CogError, match=r"^feature 'tokens5x5': the backbone's patch grid is 4 x 4 at 64 px"):
+        token_layout(feature_module(vit, "tokens5x5"), 64)  # a ViT's 16 px patches at 64 px
+    assert token_layout(feature_module(vit, "tokens4x2"), 64) == {"cls": 1, "grid": [4, 2]}

@@ -67,10 +67,10 @@ def section(report: str, title: str) -> str:
 @pytest.mark.slow
 def test_a_users_resnet50_beside_the_papers_in_one_folder_relative_to_the_real_baseline(bench, tmp_path):
     """The paper's resnet50 (a replica of its published file, whose digest cannot be the published one: named
-    ``resnet50`` with ``--name``) and the user's ``torchvision:resnet50 --checkpoint my_r50.pth`` in one output
-    folder: two labels, two stores, rows of both, the report relative to the paper's model and its models table
-    naming each file; a second file under the same label is refused in one line naming both files and digests,
-    nothing written."""
+    ``resnet50@replica`` with ``--name``, since ``resnet50`` is the published file's alone) and the user's
+    ``torchvision:resnet50 --checkpoint my_r50.pth`` in one output folder: two labels, two stores, rows of both, the
+    report relative to the paper's model and its models table naming each file; a second file under the same label is
+    refused in one line naming both files and digests, nothing written."""
     from replicas.torchvision_family import publish_resnet50
 
     paper = tmp_path / "models" / "resnet50" / "resnet50-replica.pth"
@@ -81,23 +81,24 @@ def test_a_users_resnet50_beside_the_papers_in_one_folder_relative_to_the_real_b
 
     got = cog("run", "--model", "torchvision:resnet50", "--checkpoint", mine, *run_args(bench, out))
     assert got.returncode == 0, got.stderr[-3000:]
-    got = cog("run", "--model", "resnet50", "--checkpoint", paper, "--name", "resnet50", "--baseline", "resnet50",
-              *run_args(bench, out))
+    got = cog("run", "--model", "resnet50", "--checkpoint", paper, "--name", "resnet50@replica", "--baseline",
+              "resnet50@replica", *run_args(bench, out))
     assert got.returncode == 0, got.stderr[-3000:]
 
     rows = {r["model"]: r for r in read_rows(out / "results.sqlite")}
-    assert sorted(rows) == ["resnet50", "resnet50@my_r50"]  # both evaluated, under their own labels
-    for label, file in (("resnet50", paper), ("resnet50@my_r50", mine)):
+    assert sorted(rows) == ["resnet50@my_r50", "resnet50@replica"]  # both evaluated, under their own labels
+    for label, file in (("resnet50@replica", paper), ("resnet50@my_r50", mine)):
         meta = json.loads((out / "features" / label / "cog_l2" / "train" / "meta.json").read_text())
         assert (meta["model"], meta["weights"], meta["weights_sha256"]) == (label, str(file), file_sha256(file))
         assert rows[label]["features"]["train"]["weights_sha256"] == file_sha256(file)
     report = (out / "report" / "report.md").read_text()
-    diff = rows["resnet50@my_r50"]["test_top1"] - rows["resnet50"]["test_top1"]
-    [line] = [ln for ln in section(report, "Relative to resnet50").splitlines() if ln.startswith("| resnet50@my_r50 |")]
+    diff = rows["resnet50@my_r50"]["test_top1"] - rows["resnet50@replica"]["test_top1"]
+    [line] = [ln for ln in section(report, "Relative to resnet50@replica").splitlines()
+              if ln.startswith("| resnet50@my_r50 |")]
     assert line.split("|")[2].strip().startswith(f"{diff:+.2f}")  # the user's model against the paper's
     table = section(report, "Models")
-    assert f"| resnet50 | torchvision:resnet50 | {paper.name} | {file_sha256(paper)[:12]} | torchvision:resnet50 " \
-           "penultimate 2048-d" in table
+    assert f"| resnet50@replica | torchvision:resnet50 | {paper.name} | {file_sha256(paper)[:12]} | " \
+           "torchvision:resnet50 penultimate 2048-d" in table
     assert f"| resnet50@my_r50 | torchvision:resnet50 | my_r50.pth | {file_sha256(mine)[:12]} |" in table
 
     other = resnet50_file(tmp_path / "other" / "my_r50.pth", seed=2)  # the same stem: the same label
@@ -196,3 +197,66 @@ def test_the_baseline_resolves_to_a_label():
     with pytest.raises(CogError, match=r"--baseline dino: no results under that label; the labels are resnet50, "
                                        r"resnet50@my_r50"):
         resolve_baseline("dino", labels)
+
+
+def test_the_demos_cnn_needs_weights_and_its_random_ones_are_labelled(tmp_path):
+    """Issue 47, item 1: the demo's CNN (and its self-supervised twin and tiny CLIP, cog_pl's own builders) has no
+    weights of its own: without a file it is refused, in resolve_checkpoint, which RunConfig and FeatureExtractor
+    call (the Python API refuses as the commands do); with random weights on request it is ``demo_cnn@random``; with
+    a file it keeps its name; a registered builder of the user's (which may load its own weights) is left alone."""
+    from cog_pl.errors import MissingWeightsError
+    from cog_pl.extract import FeatureExtractor
+    from cog_pl.models.files import resolve_checkpoint
+    from cog_pl.models.label import model_label, needs_weights
+    from cog_pl.models.zoo import DEMO_MODELS, resolve_spec
+    from cog_pl.pipeline import RunConfig
+
+    assert all(needs_weights(spec) for spec in DEMO_MODELS.values())
+    with pytest.raises(MissingWeightsError, match=r"^external:demo_cnn is built without weights \(cog_pl\.models\."
+                                                  r"arch\.demo_cnn:DemoCNN initialises it at random\): give a file "
+                                                  r"with --checkpoint FILE \(cog-pl demo writes OUT/data/demo_cnn\.pt"
+                                                  r"\), or pass --random-weights"):
+        resolve_checkpoint("external:demo_cnn")
+    with pytest.raises(MissingWeightsError, match=r"^demo_cnn is built without weights"):
+        RunConfig(model="demo_cnn", in1k_root=None, in21k_root=str(tmp_path), domains=("cog_l1",))
+    with pytest.raises(MissingWeightsError, match=r"--model\.checkpoint FILE \(checkpoint=\)"):
+        FeatureExtractor("external:demo_cnn")
+    assert model_label("external:demo_cnn", random_weights=True) == "demo_cnn@random"  # as docs/models.md says
+    assert model_label("demo_cnn_ssl", random_weights=True) == "demo_cnn_ssl@random"
+    assert FeatureExtractor("external:demo_cnn", random_weights=True).model_name == "demo_cnn@random"
+    assert model_label("external:demo_cnn", tmp_path / "demo_cnn.pt") == "demo_cnn"
+    assert needs_weights(resolve_spec("external:cog_pl.models.arch.demo_cnn:DemoCNN"))  # named by its import path
+    assert not needs_weights(resolve_spec("external:torch.nn:Identity"))  # a builder of the user's
+
+
+def test_a_paper_models_name_is_the_label_of_its_published_file_alone(tmp_path):
+    """Issue 47, item 2: ``--name dino`` on other weights and ``--name resnet50`` on the demo's CNN were accepted;
+    a label that is a paper model's name is refused (in model_label, naming the option) unless the weights are that
+    model's published file on its network (here a recorded download: CompReSS's digest is published nowhere)."""
+    from torch import nn
+
+    from cog_pl.extract import FeatureExtractor
+    from cog_pl.models.label import model_label
+    from cog_pl.models.records import record_download
+
+    file = tmp_path / "models" / "compress" / "model.ckpt"
+    file.parent.mkdir(parents=True)
+    file.write_bytes(b"the published bytes")
+    with pytest.raises(CogError, match=r"^--name compress: the label of the paper's CompReSS \(its published "
+                                       r"model\.ckpt on torchvision:resnet50\), and these weights are .*model\.ckpt, "
+                                       r"not its published file; choose another label \(e\.g\. compress@mine\)$"):
+        model_label("compress", file, name="compress")
+    record_download(file, "compress", "https://example.org/model.ckpt")  # now the published file
+    assert model_label("compress", file, name="compress") == "compress"
+    assert model_label("torchvision:resnet50", file, name="compress") == "compress"  # the same network
+    with pytest.raises(CogError, match=r"these weights are .*model\.ckpt, not its published file"):
+        model_label("torchvision:resnet50", file, name="dino")  # another paper model's file
+    with pytest.raises(CogError, match=r"--model\.name resnet50: .* these weights are of another network, "
+                                       r"timm:resnet10t"):
+        model_label("timm:resnet10t", file, name="resnet50", option="--model.name")
+    with pytest.raises(CogError, match=r"--name dino: .* these weights are random weights"):
+        model_label("torchvision:resnet50", None, name="dino", random_weights=True)
+    with pytest.raises(CogError, match=r"--model\.name resnet50: .* these weights are those of a module of yours "
+                                       r"\(Linear\)"):
+        FeatureExtractor(nn.Linear(3, 2), name="resnet50")
+    assert model_label("timm:resnet10t", file, name="resnet50@mine") == "resnet50@mine"  # any other label

@@ -116,6 +116,56 @@ def test_launcher_options_that_cannot_work_are_refused_in_one_line(tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("text", "said"), [
+    ("25:99:99", "minutes 99 and seconds 99 out of range (hours 0-23 after days, minutes and seconds 0-59); sbatch "
+                 "would read it as 1-02:40:39"),
+    ("1-25:00:00", "hours 25 out of range (hours 0-23 after days, minutes and seconds 0-59); sbatch would read it as "
+                   "2-01:00:00"),
+    ("5:60", "seconds 60 out of range"), ("2-0:60", "minutes 60 out of range"), ("0", "at least one minute")])
+def test_a_time_field_past_its_range_is_refused_not_carried(text, said):
+    """Issue 47, item 7: sbatch (Slurm's time_str2secs) carries a field past its range into the next unit; a typo
+    would become another limit. The leading field of a form without days has no bound (``48:00:00``, ``90:30``)."""
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"time {text!r}: {said}")):
+        time_minutes(text)
+    assert (time_minutes("48:00:00"), time_minutes("90:30"), time_minutes("1-23:59:59")) == (2880, 91, 2880)
+
+
+def test_slurm_names_memory_and_sbatch_options_are_checked_as_sbatch_reads_them():
+    """Issue 47, item 7: a partition or account that is empty or holds a space or a shell character, a memory size
+    sbatch cannot read (Slurm's str_to_mbytes: digits, a K/M/G/T suffix, an optional B; 0 is all of it), and an
+    ``--sbatch-option`` that sets what a dedicated option (or cog-pl for each job) sets: refused, also for options
+    made in Python; what sbatch reads is taken as given."""
+    import argparse
+
+    from cog_pl.errors import CogError
+    from cog_pl.pipeline.cluster.options import memory_size, slurm_name
+
+    partition = slurm_name("partition", many=True)
+    assert [partition(p) for p in ("gpu", "gpu,cpu", "a100-80g")] == ["gpu", "gpu,cpu", "a100-80g"]
+    for bad in ("", "a b", "gpu;rm -rf ~", "gpu,", "$(id)"):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"partition {bad!r}: a name of letters")):
+            partition(bad)
+    assert [memory_size(m) for m in ("64G", "512", "0", "1tb", "100m")] == ["64G", "512", "0", "1tb", "100m"]
+    for bad in ("abc", "-5", "64 G", "1.5G", "64GiB"):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"memory {bad!r}: use a whole number")):
+            memory_size(bad)
+    assert ClusterOptions(partition="gpu", mem="64G", sbatch=(("qos", "high"), ("exclusive", None))).partition == "gpu"
+    for kw, said in (({"partition": "a b"}, "partition 'a b'"), ({"mem": "lots"}, "memory 'lots'"),
+                     ({"account": "x;y"}, "account 'x;y'"),
+                     ({"sbatch": (("time", "5"),)}, "--sbatch-option time=5: sets sbatch's --time, which --time "
+                                                    "sets for every job; give --time instead"),
+                     ({"sbatch": (("p", "gpu"),)}, "--sbatch-option p=gpu: sets sbatch's --partition"),
+                     ({"sbatch": (("mem-per-cpu", "4G"),)}, "sets sbatch's --mem-per-cpu, which --mem sets"),
+                     ({"sbatch": (("requeue", None),)}, "--sbatch-option requeue: sets sbatch's --requeue, which "
+                                                        "--requeues sets"),
+                     ({"sbatch": (("output", "x.log"),)}, "which cog-pl sets for every job; it cannot be given"),
+                     ({"sbatch": (("comment", "a\nb"),)}, "a value without whitespace")):
+        with pytest.raises(CogError, match=re.escape(said)):
+            ClusterOptions(**kw)
+
+
 def test_a_time_limit_sbatch_cannot_read_is_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--model", "dino", "--launcher", "slurm", "--time", "soon"])
@@ -259,16 +309,17 @@ def test_extract_and_probe_protocol_take_the_launcher_too(tmp_path, capsys, monk
     _roots(tmp_path)
     paper = tmp_path / "models" / "resnet50" / "resnet50-19c8e357.pth"  # the config's model, downloaded
     paper.parent.mkdir(parents=True)
-    paper.write_bytes(b"resnet50")  # not the published file's digest: its label is given (--model.name)
+    paper.write_bytes(b"resnet50")  # not the published file's digest: its label is given (--model.name), not
+    # resnet50, which only the published file takes
     record_download(paper, "resnet50", paper.name)
     monkeypatch.setenv("COG_PL_MODELS", str(tmp_path / "models"))
-    argv = ["extract", "--config", str(REPO / "configs/extract/resnet50.yaml"), "--model.name", "resnet50",
+    argv = ["extract", "--config", str(REPO / "configs/extract/resnet50.yaml"), "--model.name", "r50_fake",
             "--data.in1k_root",
             str(tmp_path / "data/in1k"), "--data.in21k_root", str(tmp_path / "data/in21k"), "--data.out",
             str(tmp_path / "features"), "--launcher", "slurm", "--nodes", "2", "--gpus-per-node", "4", "--dry-run"]
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "extract/resnet50  2 nodes x 4 tasks, 4 GPUs a node" in out and "12 feature stores" in out
+    assert "extract/r50_fake  2 nodes x 4 tasks, 4 GPUs a node" in out and "12 feature stores" in out
     assert out.rstrip().endswith("--trainer.num_nodes 2 --trainer.devices 4 --trainer.accelerator gpu "
                                  "--trainer.strategy ddp")
     assert main([*argv[:-5], "--trainer.devices", "2", *argv[-5:]]) == 2

@@ -138,7 +138,7 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     only recorded) reads the images with the extraction's transform, with the first of the seeds."""
     from test_features_regroup import write_level_stores
 
-    import cog_pl.demo  # registers external:demo_cnn, whose random weights are never used here
+    import cog_pl.demo  # registers external:demo_cnn, whose (requested) random weights are never used here
     import cog_pl.finetune.compare
     from cog_pl.data.transforms import TransformConfig
     from cog_pl.extract.datamodule import ExtractionDataModule
@@ -149,15 +149,16 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     own = TransformConfig(crop=40, resize=48)  # the backbone's own transform, unlike the registry's for external:
     # stores this run made (its model, weights, precision, transform) from images no longer there: the data half of
     # their identity is what this run's data would give (the run's official levels have more concepts)
-    made_by = FeatureExtractor("external:demo_cnn").store_meta(transform=own)  # the model half: this run's
-    write_level_stores(out / "features", model="demo_cnn", arch="external:demo_cnn", feature="penultimate",
+    made_by = FeatureExtractor("external:demo_cnn", random_weights=True).store_meta(transform=own)  # this run's
+    write_level_stores(out / "features", model="demo_cnn@random", arch="external:demo_cnn", feature="penultimate",
                        definition=made_by["definition"], trusted_checkpoint=False, weights_sha256=None,
                        precision="32-true", transform=own.as_record())
     monkeypatch.setattr(ExtractionDataModule, "_finished_meta", lambda self, dm, split: {
         k: v for k, v in open_store(self.store_path(dm.domain, split)).meta.items()
         if k in ("domain", "split", "classes", "num_classes", "level_file_sha256", "split_sha256")})
-    cfg = RunConfig(model="external:demo_cnn", in1k_root=None, in21k_root=str(tmp_path), out=str(out),
-                    domains=("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), seeds=(22, 37), shots=(None,),
+    cfg = RunConfig(model="external:demo_cnn", random_weights=True, in1k_root=None, in21k_root=str(tmp_path),
+                    out=str(out), domains=("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5"), seeds=(22, 37),
+                    shots=(None,),
                     probe=ProbeOptions(trials=2, epochs=3, device="cpu"), check=False, progress=False,
                     variants=("wup",), variant_seeds=(37,), methods=("linear", "finetune"),
                     method_options={"finetune": {"epochs": 1}})
@@ -175,12 +176,12 @@ def test_run_probes_level_variants_regrouped_from_the_level_stores(tmp_path, mon
     variant = {r["domain"]: r for r in rows if "@" in r["domain"]}
     assert sorted(variant) == [f"cog_l{i}@wup" for i in range(1, 6)] and len(rows) == 5 * 2 + 5
     for domain, r in variant.items():
-        store = open_store(out / "features" / "demo_cnn" / domain / "train")
+        store = open_store(out / "features" / "demo_cnn@random" / domain / "train")
         assert r["seed"] == 37 and r["shots"] is None and r["train_rows"] == len(store)
         assert r["protocol"]["trials"] == 2 and r["protocol"]["epochs"] == 3 and 0 <= r["test_top1"] <= 100
     assert len(summary.stores) == 20 and "regroup" in summary.seconds
     report = summary.report["markdown"].read_text()
-    assert "| demo_cnn | lin (official) |" in report and "| demo_cnn | wup |" in report
+    assert "| demo_cnn@random | lin (official) |" in report and "| demo_cnn@random | wup |" in report
     assert summary.report["variants"].is_file()
     caplog.clear()
     with caplog.at_level("INFO", logger="cog_pl.results.identity"):
@@ -206,9 +207,9 @@ def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys)
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=2, train_per_concept=6, test_per_concept=3,
                       image_size=32, onto=onto)
     out = tmp_path / "out"
-    argv = ["run", "--model", "external:demo_cnn", "--in21k-root", str(tmp_path / "d" / "in21k"), "--benchmark",
-            str(bench), "--out", str(out), "--domains", "cog_l2", "--no-check", "--num-workers", "0", "--batch-size",
-            "16", "--seeds", "22", "--shots", "all"]
+    argv = ["run", "--model", "external:demo_cnn", "--random-weights", "--in21k-root", str(tmp_path / "d" / "in21k"),
+            "--benchmark", str(bench), "--out", str(out), "--domains", "cog_l2", "--no-check", "--num-workers", "0",
+            "--batch-size", "16", "--seeds", "22", "--shots", "all"]
     stages = ["--accelerator", "cpu", "--devices", "1", "--precision", "bf16-mixed",
               "--trials", "2", "--epochs", "2", "--probe-device", "cpu", "--probe-precision", "bf16-mixed",
               "--trial-batch", "1", "--stale-after", "45",
@@ -216,7 +217,7 @@ def test_run_stage_options_reach_each_stage_and_its_rows(onto, tmp_path, capsys)
               "--finetune-devices", "1", "--finetune-precision", "bf16-mixed"]
     assert main([*argv, *stages]) == 0, capsys.readouterr().err
     for split in ("train", "test"):
-        meta = json.loads((out / "features" / "demo_cnn" / "cog_l2" / split / "meta.json").read_text())
+        meta = json.loads((out / "features" / "demo_cnn@random" / "cog_l2" / split / "meta.json").read_text())
         assert meta["precision"] == "bf16-mixed"
     rows = read_rows(out / "results.sqlite")
     probes = [r for r in rows if r["method"] == "linear"]
@@ -500,3 +501,55 @@ def test_one_data_folder_names_the_demos_imagenet_for_run_and_data_check(onto, t
     assert main(["data", "check", "--data", str(data)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"data file {data / DATA_FILE}: expected a JSON object of in1k_root, in21k_root, benchmark" in line, line
+
+
+def test_the_demos_data_is_read_at_its_recorded_size_and_extract_names_its_benchmark(onto, tmp_path):
+    """Issue 47, item 8, through the installed command: ``cog-pl extract`` on the demo's roots without a benchmark
+    failed listing the IN-1K synsets they lack; it now names ``--data.benchmark`` and the images' size the data file
+    records, and runs with them. ``cog-pl run --data`` read the demo's 16 px images at 224 px unless
+    ``--image-size 16``; it now reads them at the size the folder's cog_data.json records, saying so, unless
+    ``--image-size`` is given."""
+    import json
+
+    from cog_pl.data.roots import DATA_FILE, write_data_file
+    from cog_pl.demo.domains import write_comparable
+    from cog_pl.demo.synthetic import make_demo
+
+    data = tmp_path / "data"
+    make_demo(data, n_seen=6, n_per_level=3, train_per_concept=10, test_per_concept=4, image_size=16, onto=onto)
+    evaluated = write_comparable(data)
+    write_data_file(data, benchmark=evaluated.name, image_size=16)  # as cog_pl.demo.prepare writes it
+    cog_pl = Path(sys.executable).with_name("cog-pl")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+    def cog(*argv: str | Path) -> subprocess.CompletedProcess:
+        return subprocess.run([str(cog_pl), *map(str, argv)], env=env, capture_output=True, text=True, timeout=600)
+
+    xout = tmp_path / "xout"
+    extract = ["extract", "--model.model", "external:demo_cnn", "--model.random_weights", "true", "--data.in1k_root",
+               data / "in1k", "--data.in21k_root", data / "in21k", "--data.out", xout, "--data.domains", "[cog_l1]",
+               "--data.num_workers", "0", "--trainer.accelerator", "cpu"]
+    done = cog(*extract)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"cog-pl extract: error: {data / 'in1k'} and {data / 'in21k'} hold the concepts of the benchmark file "
+        f"{evaluated}, not the official ImageNet-CoG: pass --data.benchmark {evaluated} and --model.transform 16 (its "
+        f"images' size, which {data / DATA_FILE} records)")
+    assert not list(xout.glob("*/*/*/meta.json"))
+    done = cog(*extract, "--data.benchmark", evaluated, "--model.transform", "16")  # as the line says
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((xout / "demo_cnn@random" / "cog_l1" / "train" / "meta.json").read_text())["transform"][
+        "crop"] == 16
+
+    out = tmp_path / "out"
+    run_args = ["run", "--model", "external:demo_cnn", "--random-weights", "--data", data, "--out", out, "--domains",
+                "cog_l1", "--seeds", "22", "--shots", "all", "--trials", "1", "--epochs", "1", "--probe-device", "cpu",
+                "--accelerator", "cpu", "--num-workers", "0", "--no-html", "--no-noise-predictions"]
+    done = cog(*run_args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = f"reading the images at 16 px, the size {data / DATA_FILE} records (--image-size to read them at another)"
+    assert said in done.stdout + done.stderr
+    meta = json.loads((out / "features" / "demo_cnn@random" / "cog_l1" / "train" / "meta.json").read_text())
+    assert (meta["transform"]["crop"], meta["transform"]["resize"]) == (16, 16)
+    done = cog(*run_args[:-2], "--image-size", "32", "--stage", "check")  # given: taken, nothing said
+    assert done.returncode == 0 and "reading the images at" not in done.stdout + done.stderr, done.stderr[-3000:]

@@ -55,8 +55,12 @@ def test_a_run_after_extract_reuses_its_stores_and_says_each_thing_once(onto, tm
             "all", "--trials", "2", "--epochs", "2", "--probe-device", "cpu", "--no-noise-predictions", "--no-html"]
 
     caplog.clear()
-    assert main([*argv, "--seeds", "22"]) == 2  # the model's own weights are not the stores'
+    assert main([*argv, "--seeds", "22"]) == 2  # the demo's CNN without a file: refused, not run at random
     (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("cog-pl run: error: external:demo_cnn is built without weights") and \
+        "give a file with --checkpoint FILE" in line
+    assert main([*argv, "--seeds", "22", "--name", "demo_cnn", "--random-weights"]) == 2  # random weights, the
+    (line,) = capsys.readouterr().err.strip().splitlines()  # stores' label: another set of weights
     assert line.startswith("cog-pl run: error: label demo_cnn already names") and \
         line.endswith(f"to reuse its feature stores, run with --checkpoint {weights}")
 

@@ -187,11 +187,11 @@ def test_cog_pl_run_methods_attentive_mlp_writes_and_resumes_their_rows(tmp_path
     plain = write_features(tmp_path / "plain", classes=4, dim=64, per_class=20, test_per_class=5)
     for split in ("train", "test"):
         x, y = np.load(plain / split / "features.npy"), np.load(plain / split / "labels.npy")
-        write_store(out / "features" / "resnet50" / "cog_l1" / split, x, y, None, make_meta(
-            model="resnet50", weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest(), domain="cog_l1",
+        write_store(out / "features" / "r50" / "cog_l1" / split, x, y, None, make_meta(
+            model="r50", weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest(), domain="cog_l1",
             split=split, num_rows=len(y), dim=64, num_classes=4, classes=[f"c{c}" for c in range(4)], transform="t",
             level_file_sha256="0" * 64))
-    argv = ["run", "--model", "resnet50", "--checkpoint", str(weights), "--name", "resnet50", "--in21k-root",
+    argv = ["run", "--model", "resnet50", "--checkpoint", str(weights), "--name", "r50", "--in21k-root",
             str(tmp_path), "--domains", "cog_l1", "--seeds", "22", "--shots", "all", "--trials", "2", "--epochs", "2",
             "--probe-device", "cpu", "--probe-precision", "32-true", "--out", str(out), "--stage", "probe",
             "--no-html", "--methods", "linear", "attentive", "mlp", "--attentive-preset", "vjepa", "--mlp-hidden", "16"]
@@ -205,12 +205,12 @@ def test_cog_pl_run_methods_attentive_mlp_writes_and_resumes_their_rows(tmp_path
     assert "(0 new, 3 in all)" in "".join(capsys.readouterr())
     assert main(["report", "--results", str(out / "results.sqlite"), "--out", str(out / "report"), "--no-html"]) == 0
     table = [line.split("|")[2].strip() for line in (out / "report" / "report.md").read_text().splitlines()
-             if line.startswith("| resnet50 |")]
+             if line.startswith("| r50 |")]
     assert [m for m in table if m in ("linear probe", "attentive probe", "MLP probe")][:3] == [
         "linear probe", "attentive probe", "MLP probe"]  # labelled and ordered from the method table
     assert main([*argv[:-4], "--attentive-preset", "ep"]) == 2
     err = capsys.readouterr().err
-    assert "row resnet50/attentive/cog_l1/shots=all/seed=22 was made with preset=vjepa" in err and "preset=ep" in err
+    assert "row r50/attentive/cog_l1/shots=all/seed=22 was made with preset=vjepa" in err and "preset=ep" in err
     assert main([*argv[:-4], "--attentive-preset", "jepa"]) == 2
     assert "--attentive-preset 'jepa': choose from vjepa, vjepa2, capi, ep" in capsys.readouterr().err
 

@@ -125,3 +125,28 @@ def test_reading_results_writes_nothing_and_waits_for_no_writer(tmp_path):
     finally:
         writer.rollback()
         writer.close()
+
+
+def test_the_reports_inputs_are_refused_before_any_work(results, tmp_path, capsys, monkeypatch):
+    """Issue 47, item 6: a results file that does not exist was one that "holds no rows", an --out that is a file
+    failed with ``File exists`` after the whole report's work, a --features folder that does not exist was ignored;
+    each is now one line naming it, before any row is read."""
+    import cog_pl.report.build
+
+    monkeypatch.setattr(cog_pl.report.build, "read_rows", lambda *a, **kw: pytest.fail("work began"))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for argv, said in (
+            (["--results", str(tmp_path / "none.sqlite")], f"results file {tmp_path / 'none.sqlite'} does not exist"),
+            (["--results", str(results), "--out", str(afile)], f"report folder {afile} cannot be made: it is a file"),
+            (["--results", str(results), "--out", str(afile / "sub" / "report")],
+             f"report folder {afile / 'sub' / 'report'} cannot be made: a file is in the way ({afile}, a folder "
+             "above it, is a file)"),
+            (["--results", str(results), "--out", str(tmp_path / "r"), "--features", str(tmp_path / "nowhere")],
+             f"features {tmp_path / 'nowhere'} does not exist: give the feature stores' root"),
+            (["--results", str(results), "--out", str(tmp_path / "r"), "--features", str(afile)],
+             f"features {afile} is a file")):
+        assert main(["report", *argv]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("cog-pl report: error: ") and said in line, line
+    assert not (tmp_path / "r").exists()

@@ -201,7 +201,7 @@ def test_cog_pl_run_resumed_with_other_seeds_and_settings_reports_only_its_rows(
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
 
     def run(*extra: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(COG_PL), "run", "--model", "external:demo_cnn", "--in21k-root",
+        done = subprocess.run([str(COG_PL), "run", "--model", "external:demo_cnn", "--random-weights", "--in21k-root",
                                str(tmp_path / "d" / "in21k"), "--benchmark", str(bench), "--out", str(out),
                                "--domains", "cog_l2", "--no-check", "--num-workers", "0", "--batch-size", "16",
                                "--shots", "all", "--probe-device", "cpu", "--trial-batch", "1", *extra],
@@ -212,14 +212,14 @@ def test_cog_pl_run_resumed_with_other_seeds_and_settings_reports_only_its_rows(
     run("--seeds", "22", "37", "45", "--trials", "3", "--epochs", "2")
     done = run("--seeds", "22", "37", "--trials", "2", "--epochs", "1", "--overwrite")
     (removed,) = [line for line in done.stderr.splitlines() if "stale" in line]  # (the stores extracted again)
-    assert removed.startswith("demo_cnn/linear/cog_l2: removed 1 stale row(s) outside this run's grid "
+    assert removed.startswith("demo_cnn@random/linear/cog_l2: removed 1 stale row(s) outside this run's grid "
                               "(shots=all/seed=45), made with epochs=2, trials=3, features.train.meta_sha256=")
     rows = read_rows(out / "results.sqlite")
     assert sorted((r["seed"], r["protocol"]["trials"], r["protocol"]["epochs"]) for r in rows) == [
         (22, 2, 1), (37, 2, 1)]
     text = (out / "report" / "report.md").read_text()
     mean = sum(r["test_top1"] for r in rows) / 2
-    assert f"| demo_cnn | {mean:.2f} ± " in text and "(n = 2) |" in text and "Stale rows" not in text
+    assert f"| demo_cnn@random | {mean:.2f} ± " in text and "(n = 2) |" in text and "Stale rows" not in text
 
 
 def test_a_run_adding_rows_to_a_cell_of_other_settings_is_refused_before_any_work(tmp_path):

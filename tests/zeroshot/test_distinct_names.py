@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from cog_pl.probe.methods import get_probe_method
 from torch import nn
 
 from cog_pl import resources
 from cog_pl.errors import CogError
 from cog_pl.features.pair import open_pair
 from cog_pl.models.registry import BackboneSpec, register_backbone, unregister_backbone
-from cog_pl.probe.methods import get_probe_method
 from cog_pl.results import read_rows
 from cog_pl.results.predictions import read_row_predictions
 from cog_pl.zeroshot import (

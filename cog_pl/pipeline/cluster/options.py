@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,31 +28,103 @@ DEFAULT_REQUEUES = 5
 
 def time_minutes(text: str) -> int:
     """``--time`` in sbatch's forms (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) as whole minutes, rounded
-    up (at least 1)."""
+    up (at least 1), as Slurm's ``time_str2mins`` reads it (src/common/parse_time.c). A field past its unit's range
+    after a larger unit (minutes or seconds over 59, hours over 23 after days: ``25:99:99``, ``1-25:00:00``) is
+    refused: sbatch would carry it over silently, and a typo would become another limit."""
     match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
     if not match:
         raise argparse.ArgumentTypeError(f"time {text!r}: use minutes, HH:MM:SS or D-HH:MM:SS")
     days, *parts = match.groups()
     values = [int(p) for p in parts if p is not None]
     if days is None and len(values) < 3:  # minutes, minutes:seconds
+        names = ("minutes", "seconds")
         seconds = values[0] * 60 + (values[1] if len(values) == 2 else 0)
     elif days is None:  # hours:minutes:seconds
+        names = ("hours", "minutes", "seconds")
         seconds = values[0] * 3600 + values[1] * 60 + values[2]
     else:  # days-hours[:minutes[:seconds]]
-        values += [0] * (3 - len(values))
-        seconds = int(days) * 86400 + values[0] * 3600 + values[1] * 60 + values[2]
+        names = ("hours", "minutes", "seconds")
+        seconds = int(days) * 86400 + sum(v * u for v, u in zip(values, (3600, 60, 1)))
+    limits = {"hours": 23, "minutes": 59, "seconds": 59}
+    first = 0 if days is not None else 1  # the leading field of a form without days has no upper bound
+    over = [f"{name} {value}" for k, (name, value) in enumerate(zip(names, values))
+            if k >= first and value > limits[name]]
+    if over:
+        d, rest = divmod(seconds, 86400)
+        meant = f"{d}-" * bool(d) + f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+        raise argparse.ArgumentTypeError(f"time {text!r}: {' and '.join(over)} out of range (hours 0-23 after days, "
+                                         f"minutes and seconds 0-59); sbatch would read it as {meant}: write that if "
+                                         "it is meant")
     minutes = (seconds + 59) // 60
     if minutes < 1:
         raise argparse.ArgumentTypeError(f"time {text!r}: at least one minute")
     return minutes
 
 
+def memory_size(text: str) -> str:
+    """``--mem`` as sbatch reads it (Slurm's ``str_to_mbytes``, src/common/proc_args.c): a whole number of megabytes,
+    or with a K, M, G or T suffix (either case, an optional B after it); 0 asks for all of each node's memory."""
+    if not re.fullmatch(r"\d+(?:[KMGTkmgt][Bb]?)?", text):
+        raise argparse.ArgumentTypeError(f"memory {text!r}: use a whole number of megabytes or one with a K, M, G or "
+                                         "T suffix, e.g. 64G (0: all of each node's memory)")
+    return text
+
+
+def slurm_name(what: str, many: bool = False) -> Callable[[str], str]:
+    """An argparse type for a Slurm name written into every job's ``#SBATCH`` lines (``--partition``,
+    ``--account``): letters, digits and ``_ . + -``, no space or shell metacharacter (``many``: a comma-separated
+    list, as sbatch's ``--partition`` takes)."""
+    word = r"[A-Za-z0-9_.+-]+"
+
+    def parse(text: str) -> str:
+        if not re.fullmatch(rf"{word}(?:,{word})*" if many else word, text):
+            listed = "; several separated by commas" if many else ""
+            raise argparse.ArgumentTypeError(f"{what} {text!r}: a name of letters, digits and _ . + - (no space or "
+                                             f"shell character){listed}")
+        return text
+
+    return parse
+
+
 def sbatch_option(text: str) -> tuple[str, str | None]:
-    """``--sbatch-option KEY[=VALUE]``: an sbatch option passed to every job (``qos=high``, ``exclusive``)."""
+    """``--sbatch-option KEY[=VALUE]``: an sbatch option passed to every job (``qos=high``, ``exclusive``); a value
+    with whitespace is refused (an ``#SBATCH`` line is split at it)."""
     key, _, value = text.lstrip("-").partition("=")
     if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
         raise argparse.ArgumentTypeError(f"sbatch option {text!r}: use KEY or KEY=VALUE, e.g. qos=high or exclusive")
+    if re.search(r"\s", value):
+        raise argparse.ArgumentTypeError(f"sbatch option {text!r}: a value without whitespace (an #SBATCH line is "
+                                         "split at it)")
     return key, value if "=" in text else None
+
+
+#: sbatch options that a dedicated option, or cog-pl for each job, sets: an ``--sbatch-option`` of one would
+#: override it, or clash with it, unseen; what sets each (sbatch's own mutually exclusive ``--mem``, ``--mem-per-cpu``
+#: and ``--mem-per-gpu`` included). sbatch's one-letter forms are in :data:`SHORT_OPTIONS`.
+SET_ELSEWHERE: dict[str, str] = {
+    "time": "--time", **dict.fromkeys(("mem", "mem-per-cpu", "mem-per-gpu"), "--mem"), "partition": "--partition",
+    "account": "--account", "constraint": "--constraint", "cpus-per-task": "--cpus-per-task", "nodes": "--nodes",
+    **dict.fromkeys(("gres", "gpus", "gpus-per-node", "gpus-per-task", "ntasks", "ntasks-per-node"),
+                    "--gpus-per-node"),  # (one task per GPU)
+    "signal": "--signal-delay", **dict.fromkeys(("requeue", "no-requeue"), "--requeues"),
+    **dict.fromkeys(("job-name", "array", "output", "open-mode", "chdir", "dependency"), "cog-pl"),
+}
+#: sbatch's lower-case one-letter options among them (``man sbatch``: -a --array, -c --cpus-per-task, -d
+#: --dependency, -n --ntasks, -o --output, -p --partition, -t --time); the upper-case ones (-A, -C, -D, -G, -J, -N)
+#: are no ``--sbatch-option`` key.
+SHORT_OPTIONS = {"a": "array", "c": "cpus-per-task", "d": "dependency", "n": "ntasks", "o": "output",
+                 "p": "partition", "t": "time"}
+
+
+def check_sbatch_options(options: Sequence[tuple[str, str | None]]) -> None:
+    """Refuse an ``--sbatch-option`` that sets what a dedicated option (or cog-pl for each job) sets, naming both."""
+    for key, value in options:
+        name = SHORT_OPTIONS.get(key, key)
+        if name in SET_ELSEWHERE:
+            given = key if value is None else f"{key}={value}"
+            setter = SET_ELSEWHERE[name]
+            fix = f"give {setter} instead" if setter.startswith("--") else "it cannot be given"
+            raise CogError(f"--sbatch-option {given}: sets sbatch's --{name}, which {setter} sets for every job; {fix}")
 
 
 #: (flags, argparse keyword arguments) of every launcher option; ``--launcher`` first.
@@ -68,12 +140,15 @@ OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                             "help": "GPUs of each extraction node, one srun task (one DDP rank) each; probe and "
                                     "fine-tuning tasks take one; 0: a CPU cluster (default 1)"}),
     (("--cpus-per-task",), {"type": at_least(1), "default": None, "help": "CPUs of each task (default: SLURM's)"}),
-    (("--partition",), {"default": None, "help": "SLURM partition"}),
-    (("--account",), {"default": None, "help": "SLURM account"}),
+    (("--partition",), {"type": slurm_name("partition", many=True), "default": None,
+                        "help": "SLURM partition (several: comma-separated)"}),
+    (("--account",), {"type": slurm_name("account"), "default": None, "help": "SLURM account"}),
     (("--time",), {"type": time_minutes, "default": DEFAULT_TIME_MIN, "dest": "time_limit", "metavar": "TIME",
                    "help": f"time limit of each job: minutes, HH:MM:SS or D-HH:MM:SS (default {DEFAULT_TIME_MIN} "
                            "min); a job that reaches it is requeued and resumes"}),
-    (("--mem",), {"default": None, "help": "memory of each node, as sbatch takes it (e.g. 64G)"}),
+    (("--mem",), {"type": memory_size, "default": None,
+                  "help": "memory of each node, as sbatch takes it: megabytes, or with a K, M, G or T suffix (e.g. "
+                          "64G; 0: all of it)"}),
     (("--constraint",), {"default": None, "help": "SLURM node features the jobs need (e.g. a100)"}),
     (("--sbatch-option",), {"type": sbatch_option, "action": "append", "default": [], "metavar": "KEY[=VALUE]",
                             "help": "any other sbatch option for every job, repeatable (qos=high, exclusive)"}),
@@ -122,6 +197,22 @@ class ClusterOptions:
     sbatch: tuple[tuple[str, str | None], ...] = ()
     signal_delay_s: int = DEFAULT_SIGNAL_DELAY_S
     requeues: int = DEFAULT_REQUEUES
+
+    def __post_init__(self) -> None:
+        """The checks of the command-line options, for options made in Python too: what goes into an ``#SBATCH``
+        line is what sbatch reads."""
+        try:
+            for value, parse in ((self.partition, slurm_name("partition", many=True)),
+                                 (self.account, slurm_name("account")), (self.mem, memory_size)):
+                if value is not None:
+                    parse(value)
+            for key, value in self.sbatch:
+                sbatch_option(key if value is None else f"{key}={value}")
+        except argparse.ArgumentTypeError as err:
+            raise CogError(str(err)) from None
+        check_sbatch_options(self.sbatch)
+        if not (isinstance(self.time_min, int) and self.time_min >= 1):
+            raise CogError(f"time limit {self.time_min!r}: a whole number of minutes, at least 1")
 
     @property
     def tasks_per_node(self) -> int:
