@@ -150,7 +150,7 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
     assert {r["ncm"]["metric"] for r in rows if r["method"] == "ncm"} == {"euclidean"}
     other = _cog_pl(site, *argv[:-1], "cosine")
     assert other.returncode == 2 and other.stderr.strip().splitlines()[-1].endswith(
-        "row resnet50/ncm/cog_l1/shots=all/seed=22 was made with metric=euclidean, this run has metric=cosine; pass "
+        "row r50/ncm/cog_l1/shots=all/seed=22 was made with metric=euclidean, this run has metric=cosine; pass "
         "--overwrite to replace it")
     bad = _cog_pl(site, *argv[:-1], "manhattan")
     assert bad.returncode == 2 and "--ncm-metric 'manhattan': choose cosine or euclidean" in bad.stderr

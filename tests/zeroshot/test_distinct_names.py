@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from cog_pl.probe.methods import get_probe_method
 from torch import nn
 
 from cog_pl import resources
 from cog_pl.errors import CogError
+from cog_pl.evaluate.runner import run_on_stores
 from cog_pl.features.pair import open_pair
 from cog_pl.models.registry import BackboneSpec, register_backbone, unregister_backbone
 from cog_pl.results import read_rows
@@ -134,8 +134,8 @@ def test_a_domain_with_a_shared_name_no_longer_scores_0_on_its_second_concept(bo
                       lambda y, rng: pictures.numpy()[y] + 0.02 * rng.normal(size=(len(y), BagOfTokens.embed_dim)),
                       arch=MODEL, per_class=(2, 5))
     results = tmp_path / "r.sqlite"
-    rows = get_probe_method("zeroshot").run(root, results, model="bow", domain="cog_l1", seeds=(0,), names="lemma",
-                                            templates="openai7")
+    rows = run_on_stores("zeroshot", root, results, model="bow", domain="cog_l1", seeds=(0,),
+                         options={"names": "lemma", "templates": "openai7"})
     row = read_rows(results)[0]
     assert len(rows) == 1 and row["zeroshot"]["distinct_names"] == DISTINCT_NAMES
     assert set(row["shared_names"]) == {"crane", "cardigan", "maillot"}
