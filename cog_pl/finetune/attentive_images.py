@@ -40,7 +40,10 @@ previous epoch, or scored 0 when it diverged in its first, its trial recording `
 Rows: ``method`` ``attentive_images``, ``features: "on-the-fly"``, ``augmentation`` (:data:`AUGMENTATION`),
 ``preset``, ``feature`` (the definition of the tokens) and the ``head`` record; their identity
 (``attentive_images`` of the row, digest ``identity``) holds every setting, so a rerun skips the rows that exist and
-refuses, in one line, a row made with other settings.
+refuses, in one line, a row made with other settings. The checkpoint's digest in that record
+(``checkpoint_sha256``) identifies the weights (:func:`cog_pl.results.weights.row_weights`). Each row keeps its test
+predictions (the retrained head's top-5 classes of every test image, :mod:`cog_pl.results.predictions`), so the
+report sets it against the linear probe of the same weights on the same test images.
 """
 
 from __future__ import annotations
@@ -67,12 +70,14 @@ from cog_pl.device import trainer_options
 from cog_pl.errors import CogError
 from cog_pl.finetune.method import ATTENTIVE_IMAGES as METHOD
 from cog_pl.finetune.module import augment, no_val_split
+from cog_pl.metrics import topk_first
 from cog_pl.models.build import Backbone
 from cog_pl.models.module import BackboneModule
 from cog_pl.models.poolers import POOLER_PRESETS, AttentivePooler, HeadRollback, PoolerBank
 from cog_pl.provenance import versions
 from cog_pl.results import append_row, read_rows, row_key
 from cog_pl.results.identity import digest, refusal
+from cog_pl.results.predictions import Predictions
 
 logger = logging.getLogger(__name__)
 
@@ -226,8 +231,14 @@ class AttentiveImagesProbe(BackboneModule):
         """Per head, the epoch in which its loss turned non-finite (None: never, or not trained)."""
         return self.rollback.diverged_epoch if self.rollback is not None else [None] * len(self.lrs)
 
-    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self(batch["image"]).argmax(-1), batch["label"]
+    def predict_step(self, batch: dict[str, torch.Tensor],
+                     batch_idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every head's top-5 classes ``[n, B, k]`` (ties to the lower class, as ``argmax``), the labels and the
+        images' dataset rows."""
+        logits = self(batch["image"]).float()
+        n, b, c = logits.shape
+        flat = torch.nan_to_num(logits, nan=float("inf")).reshape(n * b, c)
+        return topk_first(flat, min(5, c))[1].view(n, b, -1), batch["label"], batch["index"]
 
     def configure_optimizers(self) -> BankAdamW:
         total = max(1, int(self.trainer.estimated_stepping_batches))
@@ -250,14 +261,24 @@ def _trainer(epochs: int, trainer_kw: dict[str, Any]) -> L.Trainer:
                      enable_model_summary=False, enable_progress_bar=False, deterministic=False)
 
 
-def _top1(trainer: L.Trainer, net: AttentiveImagesProbe, loader: DataLoader) -> list[float]:
-    """Each head's top-1 (percent) on ``loader``'s images (no augmentation); 0 for a head rolled back to no state
-    (diverged in its first epoch), as the linear probe scores it."""
+def _predict(trainer: L.Trainer, net: AttentiveImagesProbe,
+             loader: DataLoader) -> tuple[list[float], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Each head's top-1 (percent) on ``loader``'s images (no augmentation), 0 for a head rolled back to no state
+    (diverged in its first epoch), as the linear probe scores it; and the first head's predictions: each image's top-5
+    classes (-1 for such a head), its label and its dataset row, in the loader's order."""
     out = trainer.predict(net, dataloaders=loader)
-    pred = torch.cat([p for p, _ in out], dim=1)
-    labels = torch.cat([y for _, y in out])
-    top1 = (100.0 * (pred == labels.to(pred.device)).float().mean(dim=1)).cpu().tolist()
-    return [v if e != 0 else 0.0 for v, e in zip(top1, net.diverged_epoch)]
+    ranked = torch.cat([r for r, _, _ in out], dim=1).cpu()
+    labels = torch.cat([y for _, y, _ in out]).cpu()
+    index = torch.cat([i for _, _, i in out]).cpu()
+    unscored = torch.tensor([e == 0 for e in net.diverged_epoch], dtype=torch.bool)
+    ranked[unscored] = -1
+    top1 = (100.0 * (ranked[:, :, 0] == labels).float().mean(dim=1)).tolist()
+    return top1, (ranked[0], labels, index)
+
+
+def _top1(trainer: L.Trainer, net: AttentiveImagesProbe, loader: DataLoader) -> list[float]:
+    """Each head's top-1 (percent) on ``loader``'s images (:func:`_predict`)."""
+    return _predict(trainer, net, loader)[0]
 
 
 def fit_bank(backbone: Backbone, num_classes: int, preset: str, lrs: Sequence[float], wds: Sequence[float],
@@ -276,9 +297,10 @@ def fit_bank(backbone: Backbone, num_classes: int, preset: str, lrs: Sequence[fl
 
 def run_cell(backbone: Backbone, num_classes: int, train_data, test_data, *, preset: str, seed: int,
              shots: int | None, epochs: int, batch_size: int, trials: int, startup_trials: int, trial_batch: int,
-             val_fraction: float, trainer_kw: dict[str, Any]) -> dict[str, Any]:
+             val_fraction: float, trainer_kw: dict[str, Any],
+             classes: Sequence[str] | None = None) -> dict[str, Any]:
     """One (seed, shots) cell: TPE on the held-out split, the best (lr, wd) retrained on the cell's train sample,
-    tested; returns the row's numbers."""
+    tested; returns the row's numbers and its test predictions (``classes``: the wnids of the class indices)."""
     labels = np.asarray(train_data.labels)
     tr, va = tuning_indices(labels, val_fraction, seed, shots)
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials, multivariate=True,
@@ -306,10 +328,12 @@ def run_cell(backbone: Backbone, num_classes: int, train_data, test_data, *, pre
     trainer, net = fit_bank(backbone, num_classes, preset, [best["lr"]], [best["wd"]], [seed * 1000 + trials],
                             train_data, final_indices(labels, seed, shots), epochs=epochs, batch_size=batch_size,
                             seed=seed * 1000 + trials, trainer_kw=trainer_kw)
-    return {"test_top1": _top1(trainer, net, test_loader)[0], "final_diverged_epoch": net.diverged_epoch[0],
+    top1, tested = _predict(trainer, net, test_loader)
+    return {"test_top1": top1[0], "final_diverged_epoch": net.diverged_epoch[0],
             "val_top1": best["val_top1"], "lr": best["lr"],
             "wd": best["wd"], "best_trial": best["number"], "selected_test_top1": best["test_top1"],
-            "oracle_test_top1": oracle["test_top1"], "oracle_trial": oracle["number"], "trials": record}
+            "oracle_test_top1": oracle["test_top1"], "oracle_trial": oracle["number"], "trials": record,
+            "predictions": Predictions.of(*tested, classes=classes)}
 
 
 # -- a model's domains, rows resumable -------------------------------------------------------------------------------
@@ -407,7 +431,8 @@ def attentive_images_domains(model: str, checkpoint: str | None, results: str, d
             L.seed_everything(seed, verbose=False)
             cell = run_cell(backbone, dm.num_classes, train_data, test_data, preset=preset, seed=seed, shots=n,
                             epochs=epochs, batch_size=batch_size, trials=trials, startup_trials=startup_trials,
-                            trial_batch=trial_batch, val_fraction=val_fraction, trainer_kw=trainer_kw)
+                            trial_batch=trial_batch, val_fraction=val_fraction, trainer_kw=trainer_kw,
+                            classes=list(dm.classes))
             row = {"model": name, "domain": dm.domain, "shots": n, "seed": seed, "method": METHOD, **cell,
                    "preset": preset, "feature": feature, "features": "on-the-fly", "augmentation": AUGMENTATION,
                    "head": {"kind": "attentive", "preset": preset, "config": POOLER_PRESETS[preset].to_record()},

@@ -70,8 +70,11 @@ def test_summary_mean_std_and_relative(results):
 def test_report_command_writes_tables_and_plots(results, tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["report", "--results", str(results), "--baseline", "resnet50", "--out", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "Relative to resnet50" in text and "### L5" in text
+    text = capsys.readouterr().out  # the main table, a line per other section, the files: not the whole report
+    assert "| dino | 82.00 ± 0.71 | 74.00 ± 0.71 |" in text and "  - Relative to resnet50 (top-1 points)" in text
+    assert "  - Few-shot: test top-1 (%) per number of images per concept" in text and "### L5" not in text
+    assert f"report: {out / 'report.md'}" in text and f"plot:   {out / 'few_shot.png'}" in text
+    assert "### L5" in (out / "report.md").read_text()
     for name in ("report.md", "results.csv", "domains.png", "domains_relative.png", "few_shot.png"):
         assert (out / name).stat().st_size > 100
     assert (out / "domains.png").read_bytes()[:4] == b"\x89PNG"

@@ -82,8 +82,8 @@ def store(tmp_path_factory, named_methods, onto):
                 if method == "linear":
                     row.update(oracle_test_top1=row["test_top1"] + 2.0 + seed / 50,
                                selected_test_top1=row["test_top1"] - 0.5)
-                elif method == "knn":
-                    row["oracle_test_top1"] = row["test_top1"] + 0.75  # selected: the chosen k's, its test_top1
+                elif method == "knn":  # selected: the chosen k's, its test_top1 (no head retrained)
+                    row.update(oracle_test_top1=row["test_top1"] + 0.75, selected_test_top1=row["test_top1"])
                 elif method == "attentive" and seed == SEEDS[0]:
                     row.update(oracle_test_top1=row["test_top1"] + 1.0, selected_test_top1=row["test_top1"])
                 append_row(results, row)

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from test_probe_fixtures import write_features
 
+from cog_pl.io import digest
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.report.tables import summarize
 from cog_pl.results import append_row, read_rows
-from cog_pl.results.identity import wanted
+from cog_pl.results.identity import settings_of, wanted
 
 REPO = Path(__file__).resolve().parents[2]
 COG_PL = Path(sys.executable).with_name("cog-pl")  # the console script installed beside the test's Python
@@ -111,7 +112,10 @@ def test_a_cell_averages_its_newest_protocol_and_lists_the_other_rows_as_stale(t
     assert "| m | linear probe | IN-1K | All | 45, 77, 93 | epochs=100, trials=30 | epochs=10, trials=5 |" in text
     cell = _csv(tmp_path / "report" / "results.csv")["m", "linear", "in1k", "All"]
     assert (cell["top1_mean"], cell["seeds"]) == ("60.5000", "2")
-    assert cell["protocol"] == read_rows(results)[0]["identity"][:12]  # seed 22: the new protocol's row
+    new, stale = (next(r for r in read_rows(results) if r["seed"] == s) for s in (22, 45))  # of each protocol
+    assert cell["protocol"] == digest(settings_of(new))[:12] != digest(settings_of(stale))[:12]
+    assert cell["protocol_name"] == "custom (5 trials × 10 epochs)"  # from the rows, in words
+    assert "protocol: custom (5 trials × 10 epochs)" in text
     with pytest.raises(ValueError, match=r"rows of m/linear/in1k/shots=all were made under two protocols \("
                                          r"epochs=10, trials=5 against epochs=100, trials=30\)"):
         summarize(read_rows(results))
@@ -276,8 +280,15 @@ def test_the_quick_protocol_is_its_grid_recorded_in_its_rows_and_named_by_the_re
         append_row(out / "results.sqlite", _row("p", "linear", "cog_l1", seed, 50.0))
     _report(out / "results.sqlite", tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "**Protocol quick** (m): a first try: one seed, all data and 4 shots" in text
-    assert "not the paper's protocol" in text
+    # named from its rows: quick's grid with 2 trials x 1 epoch is not the quick protocol (10 x 30) but custom
+    assert ("**Not the paper's protocol: custom (2 trials × 1 epoch, 1 seed, protocol=quick)** (m): beside published "
+            "numbers") in text
+    main_table = text.split("## Linear probes on all training data")[1].split("\n## ")[0]
+    assert ("protocols: custom (2 trials × 1 epoch, 1 seed, protocol=quick) (m); paper (30 trials × 100 epochs, "
+            "5 seeds) (p)") in main_table
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "<p><strong>Not the paper's protocol: custom (2 trials × 1 epoch, 1 seed, protocol=quick)</strong>" in html
+    assert "**" not in html.split("<body>")[1].split('<script type="application/json"')[0]  # rendered, not literal
     with pytest.raises(SystemExit):  # the named protocols are the CLI's choices
         main(["run", "--model", "resnet50", "--protocol", "fast"])
     assert "--protocol: invalid choice: 'fast' (choose from 'paper', 'quick')" in capsys.readouterr().err
