@@ -4,8 +4,9 @@ The page holds the report's tables (``report.md``, converted), its figures (the 
 per-concept table (:func:`cog_pl.report.concept_tables.concept_rows`) that sorts by any column (click its header) and
 filters by level, model, method, name or wnid, and similarity range. The filter lives in the page's address
 (``report.html#level=L5&model=dino&name=dog&min=0.2&max=0.6&sort=top1&dir=asc``), so a view can be shared or
-bookmarked; the address is the whole view: opening ``#level=L4`` after other filters shows every model's L4 concepts,
-the filters it does not name cleared. At most :data:`SHOWN` matching concepts are drawn at once; the count says how many match.
+bookmarked; the address is the whole view: opening ``#level=L4`` after other filters shows every model's L4
+concepts, the filters it does not name cleared. At most :data:`SHOWN` matching concepts are drawn at once; the count
+says how many match.
 """
 
 from __future__ import annotations

@@ -128,3 +128,30 @@ def test_reading_results_writes_nothing_and_waits_for_no_writer(tmp_path):
     finally:
         writer.rollback()
         writer.close()
+
+
+def test_a_report_of_attentive_rows_only_opens_with_their_table(tmp_path, capsys):
+    """Issue 46: no linear-probe row: the report opens with the attentive probe's table on all data (well formed, its
+    protocol named), not an empty linear table; ``cog-pl report`` prints that table."""
+    from cog_pl.protocol import ProbeProtocol, as_record
+
+    path = tmp_path / "results.sqlite"
+    record = {**as_record(ProbeProtocol()), "trials": 2, "epochs": 1}
+    for i, d in enumerate(DOMAINS):
+        for seed in (22, 37):
+            append_row(path, {"model": "m+tokens2x2", "method": "attentive", "domain": d, "shots": None, "seed": seed,
+                              "test_top1": 60.0 - 5 * i + seed / 37, "test_top5": 90.0, "protocol": record,
+                              "identity": "x" * 64, "oracle_test_top1": 70.0, "selected_test_top1": 65.0})
+    out = tmp_path / "report"
+    assert main(["report", "--results", str(path), "--out", str(out), "--no-html"]) == 0
+    text = (out / "report.md").read_text()
+    first = text.split("\n## ")[1].split("\n## ")[0]
+    assert first.startswith("attentive probe on all training data: test top-1 (%), mean ± std over seeds (no "
+                            "linear-probe rows)")
+    assert "protocol: custom (2 trials × 1 epoch)" in first
+    table = [ln for ln in first.splitlines() if ln.startswith("|")]
+    assert table[0] == "| model | method | IN-1K | L1 | L2 | L3 | L4 | L5 |" and len(table) == 3
+    assert table[2].startswith("| m+tokens2x2 | attentive probe | 60.") and "–" not in table[2]
+    assert "Linear probes on all training data" not in text and "| model | |" not in text
+    shown = capsys.readouterr().out
+    assert table[2] in shown and "  - Selection optimism" in shown
