@@ -415,10 +415,10 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
     shots = sorted({c.shots for c in cells if c.shots is not None})
     if shots:
         methods = probe_methods(cells)
+        few = {(c.model, c.method) for c in cells if c.shots is not None}
         parts += ["", "## Few-shot: test top-1 (%) per number of images per concept", "",
                   cells_protocol((c for c in cells if c.method in methods and not is_variant(c.domain)
-                                  and any(o.shots is not None and (o.model, o.method) == (c.model, c.method)
-                                          for o in cells)), by_method=True)]
+                                  and (c.model, c.method) in few), by_method=True)]
         for d in domains_of([c for c in cells if c.shots is not None]):
             sel = [c for c in cells if c.domain == d and c.method in methods]
             lines = sorted({(c.model, methods.index(c.method)) for c in sel})
