@@ -81,7 +81,7 @@ class Cell:
     gap: float | None = None  # selection optimism: mean of selection_gap over the rows recording it (points)
     gap_std: float = 0.0
     gap_seeds: int = 0  # the rows recording it (0: made before rows recorded it, n/a)
-    protocol_name: str | None = None  # paper, quick or custom (a tuned probe's rows), else None (protocol_names)
+    protocol_kind: str | None = None  # paper, quick or custom (a tuned probe's rows), else None (protocol_names)
     protocol_words: str = NOT_RECORDED  # what the tables show: "paper (30 trials × 100 epochs, 5 seeds)"
 
     @property
@@ -172,13 +172,13 @@ def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
         settings = tuple(sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in settings_of(rs[0]).items()))
         measured = [(float(r["oracle_test_top1"]), gap) for r in rs if (gap := selection_gap(r)) is not None]
         gap, gap_std = mean_std([g for _, g in measured]) if measured else (None, 0.0)
-        name, words = row_protocol(rs[0])
+        kind, words = row_protocol(rs[0])
         cells[model, method, domain, shots] = Cell(model, method, domain, shots, top1, std, top5,
                                                    len({r["seed"] for r in rs}), expected=expected_seeds(rs[0]),
                                                    protocol=protocol_key(rs[0]), settings=settings,
                                                    oracle=mean_std([o for o, _ in measured])[0] if measured else None,
                                                    gap=gap, gap_std=gap_std, gap_seeds=len(measured),
-                                                   protocol_name=name, protocol_words=words)
+                                                   protocol_kind=kind, protocol_words=words)
     if baseline:
         for key, c in list(cells.items()):
             base = cells.get((baseline, *key[1:]))
@@ -314,7 +314,7 @@ def _not_the_papers(cells: Sequence[Cell]) -> list[str]:
     paper's protocol."""
     models: dict[str, set[str]] = defaultdict(set)
     for c in cells:
-        if c.protocol_name is not None and c.protocol_name != PAPER:
+        if c.protocol_kind is not None and c.protocol_kind != PAPER:
             models[c.protocol_words].add(c.model)
     return ["", *(f"**Not the paper's protocol: {words}** ({', '.join(sorted(ms))}): beside published numbers or "
                   "other models' cells these cells are a first check only."
