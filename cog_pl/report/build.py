@@ -127,7 +127,7 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     files = {"markdown": out / "report.md", "csv": out / "results.csv"}
     markdown = (report_markdown(cells, baseline, variants_markdown(variants) if variants else "",
                                 summary_columns(concepts), relative_intervals(concepts),
-                                concepts_markdown(concepts, [*official, *probe_cells(cells)]),
+                                concepts_markdown(concepts, probe_cells(cells)),
                                 optimism_markdown(cells) + zeroshot_markdown(
                                     cells, rows, concepts.scores, concepts.info.similarity if concepts.info else None,
                                     concepts.info.measure if concepts.info else "similarity", seed))
