@@ -112,10 +112,10 @@ def test_a_diverging_head_fails_alone_and_the_bank_trains_on():
 
 def test_rows_written_skipped_and_refused(onto, tmp_path):
     from cog_pl.data.transforms import TransformConfig
+    from cog_pl.datamodules.images import CoGLevelDataModule
     from cog_pl.demo.synthetic import make_demo
     from cog_pl.finetune.attentive_images import AUGMENTATION, attentive_images_domains
     from cog_pl.methods import get_method, is_probe, method_label
-    from cog_pl.datamodules.images import CoGLevelDataModule
     from cog_pl.results import read_rows
     from cog_pl.results.predictions import read_row_predictions
 

@@ -93,9 +93,9 @@ def test_the_methods_are_registered_with_their_labels_and_order():
 PROTOCOL = replace(ProbeProtocol(), trials=4, epochs=2, batch_size=32)
 PLAN = SearchPlan(startup_trials=2, trial_batch=2, precision="32-true")  # "auto" is bf16-mixed on a CPU with AMX
 KEYS = {"format_version", "model", "method", "domain", "shots", "seed", "lr", "wd", "best_trial", "val_top1",
-        "val_top5", "test_top1", "test_top5", "selected_test_top1", "oracle_test_top1", "trials", "train_rows", "tuning_rows", "val_rows",
-        "head", "protocol", "search", "precision", "features", "identity", "preset", "hidden", "feature", "seconds",
-        "predictions"}
+        "val_top5", "test_top1", "test_top5", "selected_test_top1", "oracle_test_top1", "trials", "train_rows",
+        "tuning_rows", "val_rows", "head", "protocol", "search", "precision", "features", "identity", "preset",
+        "hidden", "feature", "seconds", "predictions"}
 
 
 def _run(method, root, results, **kwargs):
