@@ -76,7 +76,10 @@ def test_a_tutorials_first_try_runs_as_written_on_the_demos_output_and_ends_in_a
         assert cells == {(d, s, 22) for d in domains for s in (None, 4)}, cells
         assert model in text
     assert all(r["protocol"]["extra"] == {"protocol": "quick"} for r in rows)
-    assert "**Protocol quick**" in text  # the report names the protocol its numbers come from
+    # the report names the protocol its numbers come from, in words from the rows, above the tables and in each
+    assert "**Not the paper's protocol: quick (10 trials × 30 epochs, 1 seed)**" in text
+    assert "protocol: quick (10 trials × 30 epochs, 1 seed)" in text.split("## Linear probes on all training data")[1]
+    assert "protocol: quick (10 trials × 30 epochs, 1 seed)" in outs[-1]  # the console shows the main table
     if "--baseline" in lines[-1]:
         assert "## Relative to demo_cnn (top-1 points)" in text, text
     if name == "evaluate-a-model":  # data check through --data: the demo's data file named, and the check passing

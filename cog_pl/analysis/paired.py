@@ -150,8 +150,11 @@ def aligned(a: Mapping[int, Predictions], b: Mapping[int, Predictions]) -> tuple
 
 def split_sha256_of(row: Mapping[str, Any]) -> str | None:
     """The digest of the test split a row was made on (its test store's ``split_sha256``, as the row's ``features``
-    record it); None where the row does not record one (a plain store, IN-1K's official val set)."""
-    found = ((row.get("features") or {}).get("test") or {}).get("split_sha256")
+    record it); None where the row does not record one (a plain store, IN-1K's official val set, a row made from
+    images rather than stores)."""
+    features = row.get("features")
+    test = features.get("test") if isinstance(features, dict) else None  # "on-the-fly": a row made from images
+    found = test.get("split_sha256") if isinstance(test, dict) else None
     return str(found) if found else None
 
 

@@ -37,9 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from cog_pl.report.build import write_report
+    from cog_pl.report.summary import console_summary
 
     files = write_report(args.results, args.out, args.models, args.baseline, args.features, levels=args.levels,
                          html=args.html, seed=args.seed)
-    print(files["markdown"].read_text())
-    print("\n".join(f"{k}: {v}" for k, v in files.items()))
+    print(console_summary(files))  # the main table and where the rest is: the whole report stays in its files
     return 0

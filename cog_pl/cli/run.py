@@ -399,9 +399,11 @@ def _run(args: argparse.Namespace) -> int:
         summary = run(configs[0])
     if not summary.lead:  # another rank of a distributed extraction: rank zero reports
         return 0
-    if "markdown" in summary.report:
-        print(summary.report["markdown"].read_text())
-    print(format_summary(summary, (*configs[0].domains, *configs[0].variant_domains)))
+    print(format_summary(dataclasses.replace(summary, report={}), (*configs[0].domains, *configs[0].variant_domains)))
+    if "markdown" in summary.report:  # the main table and where the rest is: the whole report stays in its files
+        from cog_pl.report.summary import console_summary
+
+        print("\n" + console_summary(summary.report))
     return 0
 
 

@@ -99,7 +99,7 @@ class AttentiveImages(Method):
     def open(self, job: Job) -> dict[str, Any]:
         return {}  # the domain's datasets and the backbone, on the first cell (:meth:`run_cell`)
 
-    def _loaded(self, job: Job, state: dict[str, Any]) -> tuple[Any, int, Any, Any]:
+    def _loaded(self, job: Job, state: dict[str, Any]) -> tuple[Any, int, Any, Any, list[str]]:
         """The backbone (built once per run's weights) and the domain's datasets (once per domain), the grid's shot
         counts checked against its train images first."""
         if "data" not in state:
@@ -127,13 +127,13 @@ class AttentiveImages(Method):
         from cog_pl.finetune.attentive_images import cell_row
 
         options, trial_batch, _ = self._settings(job)
-        backbone, classes, train, test = self._loaded(job, state)
-        return cell_row(backbone, classes, train, test, preset=options.preset, seed=cell[1], shots=cell[0],
+        backbone, num_classes, train, test, classes = self._loaded(job, state)
+        return cell_row(backbone, num_classes, train, test, preset=options.preset, seed=cell[1], shots=cell[0],
                         epochs=options.epochs, batch_size=options.batch_size, trials=job.protocol.trials,
                         startup_trials=options.startup_trials, trial_batch=trial_batch,
                         val_fraction=job.protocol.val_fraction,
                         trainer_kw=trainer_options(options.accelerator, 1, options.precision),
-                        feature=job.inputs.feature, checkpoint=job.inputs.checkpoint)
+                        feature=job.inputs.feature, checkpoint=job.inputs.checkpoint, classes=classes)
 
 
 register_method(AttentiveImages())

@@ -40,7 +40,10 @@ previous epoch, or scored 0 when it diverged in its first, its trial recording `
 Rows: ``method`` ``attentive_images``, ``features: "on-the-fly"``, ``augmentation`` (:data:`AUGMENTATION`),
 ``preset``, ``feature`` (the definition of the tokens) and the ``head`` record; their identity
 (``attentive_images`` of the row, digest ``identity``) holds every setting, so a rerun skips the rows that exist and
-refuses, in one line, a row made with other settings.
+refuses, in one line, a row made with other settings. The checkpoint's digest in that record
+(``checkpoint_sha256``) identifies the weights (:func:`cog_pl.results.weights.row_weights`). Each row keeps its test
+predictions (the retrained head's top-5 classes of every test image, :mod:`cog_pl.results.predictions`), so the
+report sets it against the linear probe of the same weights on the same test images.
 """
 
 from __future__ import annotations
@@ -65,11 +68,13 @@ from cog_pl.data.imagenet import collate_images
 from cog_pl.data.sampling import final_indices, tuning_indices
 from cog_pl.errors import CogError
 from cog_pl.finetune.module import augment, no_val_split
+from cog_pl.metrics import topk_first
 from cog_pl.models.build import Backbone
 from cog_pl.models.module import BackboneModule
 from cog_pl.models.poolers import POOLER_PRESETS, AttentivePooler, HeadRollback, PoolerBank
 from cog_pl.provenance import versions
 from cog_pl.results.identity import digest
+from cog_pl.results.predictions import Predictions
 
 logger = logging.getLogger(__name__)
 
@@ -223,8 +228,14 @@ class AttentiveImagesProbe(BackboneModule):
         """Per head, the epoch in which its loss turned non-finite (None: never, or not trained)."""
         return self.rollback.diverged_epoch if self.rollback is not None else [None] * len(self.lrs)
 
-    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self(batch["image"]).argmax(-1), batch["label"]
+    def predict_step(self, batch: dict[str, torch.Tensor],
+                     batch_idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every head's top-5 classes ``[n, B, k]`` (ties to the lower class, as ``argmax``), the labels and the
+        images' dataset rows."""
+        logits = self(batch["image"]).float()
+        n, b, c = logits.shape
+        flat = torch.nan_to_num(logits, nan=float("inf")).reshape(n * b, c)
+        return topk_first(flat, min(5, c))[1].view(n, b, -1), batch["label"], batch["index"]
 
     def configure_optimizers(self) -> BankAdamW:
         total = max(1, int(self.trainer.estimated_stepping_batches))
@@ -247,14 +258,24 @@ def _trainer(epochs: int, trainer_kw: dict[str, Any]) -> L.Trainer:
                      enable_model_summary=False, enable_progress_bar=False, deterministic=False)
 
 
-def _top1(trainer: L.Trainer, net: AttentiveImagesProbe, loader: DataLoader) -> list[float]:
-    """Each head's top-1 (percent) on ``loader``'s images (no augmentation); 0 for a head rolled back to no state
-    (diverged in its first epoch), as the linear probe scores it."""
+def _predict(trainer: L.Trainer, net: AttentiveImagesProbe,
+             loader: DataLoader) -> tuple[list[float], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Each head's top-1 (percent) on ``loader``'s images (no augmentation), 0 for a head rolled back to no state
+    (diverged in its first epoch), as the linear probe scores it; and the first head's predictions: each image's top-5
+    classes (-1 for such a head), its label and its dataset row, in the loader's order."""
     out = trainer.predict(net, dataloaders=loader)
-    pred = torch.cat([p for p, _ in out], dim=1)
-    labels = torch.cat([y for _, y in out])
-    top1 = (100.0 * (pred == labels.to(pred.device)).float().mean(dim=1)).cpu().tolist()
-    return [v if e != 0 else 0.0 for v, e in zip(top1, net.diverged_epoch)]
+    ranked = torch.cat([r for r, _, _ in out], dim=1).cpu()
+    labels = torch.cat([y for _, y, _ in out]).cpu()
+    index = torch.cat([i for _, _, i in out]).cpu()
+    unscored = torch.tensor([e == 0 for e in net.diverged_epoch], dtype=torch.bool)
+    ranked[unscored] = -1
+    top1 = (100.0 * (ranked[:, :, 0] == labels).float().mean(dim=1)).tolist()
+    return top1, (ranked[0], labels, index)
+
+
+def _top1(trainer: L.Trainer, net: AttentiveImagesProbe, loader: DataLoader) -> list[float]:
+    """Each head's top-1 (percent) on ``loader``'s images (:func:`_predict`)."""
+    return _predict(trainer, net, loader)[0]
 
 
 def fit_bank(backbone: Backbone, num_classes: int, preset: str, lrs: Sequence[float], wds: Sequence[float],
@@ -273,9 +294,10 @@ def fit_bank(backbone: Backbone, num_classes: int, preset: str, lrs: Sequence[fl
 
 def run_cell(backbone: Backbone, num_classes: int, train_data, test_data, *, preset: str, seed: int,
              shots: int | None, epochs: int, batch_size: int, trials: int, startup_trials: int, trial_batch: int,
-             val_fraction: float, trainer_kw: dict[str, Any]) -> dict[str, Any]:
+             val_fraction: float, trainer_kw: dict[str, Any],
+             classes: Sequence[str] | None = None) -> dict[str, Any]:
     """One (seed, shots) cell: TPE on the held-out split, the best (lr, wd) retrained on the cell's train sample,
-    tested; returns the row's numbers."""
+    tested; returns the row's numbers and its test predictions (``classes``: the wnids of the class indices)."""
     labels = np.asarray(train_data.labels)
     tr, va = tuning_indices(labels, val_fraction, seed, shots)
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials, multivariate=True,
@@ -303,10 +325,12 @@ def run_cell(backbone: Backbone, num_classes: int, train_data, test_data, *, pre
     trainer, net = fit_bank(backbone, num_classes, preset, [best["lr"]], [best["wd"]], [seed * 1000 + trials],
                             train_data, final_indices(labels, seed, shots), epochs=epochs, batch_size=batch_size,
                             seed=seed * 1000 + trials, trainer_kw=trainer_kw)
-    return {"test_top1": _top1(trainer, net, test_loader)[0], "final_diverged_epoch": net.diverged_epoch[0],
+    top1, tested = _predict(trainer, net, test_loader)
+    return {"test_top1": top1[0], "final_diverged_epoch": net.diverged_epoch[0],
             "val_top1": best["val_top1"], "lr": best["lr"],
             "wd": best["wd"], "best_trial": best["number"], "selected_test_top1": best["test_top1"],
-            "oracle_test_top1": oracle["test_top1"], "oracle_trial": oracle["number"], "trials": record}
+            "oracle_test_top1": oracle["test_top1"], "oracle_trial": oracle["number"], "trials": record,
+            "predictions": Predictions.of(*tested, classes=classes)}
 
 
 # -- a model's domains, rows resumable -------------------------------------------------------------------------------
@@ -345,27 +369,29 @@ def images_backbone(model: str, checkpoint: str | None, *, reading: dict[str, An
 
 def domain_datasets(domain: str, *, in1k_root: str | None, in21k_root: str | None, benchmark: str | None,
                     transform: Any, batch_size: int, cache_images: bool = False,
-                    num_workers: int = 0) -> tuple[int, Any, Any]:
-    """A domain's class count and its train and test image datasets, as the image datamodules read them."""
+                    num_workers: int = 0) -> tuple[int, Any, Any, list[str]]:
+    """A domain's class count, its train and test image datasets, as the image datamodules read them, and its
+    concepts (the wnid of each class index)."""
     from cog_pl.datamodules.images import CoGLevelDataModule, ImageNetDataModule
 
     common = {"transform": transform, "batch_size": batch_size, "num_workers": num_workers, "benchmark": benchmark,
               "cache_images": cache_images}
     dm = (ImageNetDataModule(in1k_root=in1k_root, **common) if domain == "in1k"
           else CoGLevelDataModule(level=domain, in21k_root=in21k_root, **common))
-    return dm.num_classes, dm.dataset("train"), dm.dataset("test")
+    return dm.num_classes, dm.dataset("train"), dm.dataset("test"), list(dm.classes)
 
 
 def cell_row(backbone: Backbone, num_classes: int, train_data, test_data, *, preset: str, seed: int,
              shots: int | None, epochs: int, batch_size: int, trials: int, startup_trials: int, trial_batch: int,
-             val_fraction: float, trainer_kw: dict[str, Any], feature: str | None,
-             checkpoint: str | None) -> dict[str, Any]:
-    """One (seed, shots) cell's row fields (:func:`run_cell`), with the settings a reader needs beside them."""
+             val_fraction: float, trainer_kw: dict[str, Any], feature: str | None, checkpoint: str | None,
+             classes: Sequence[str] | None = None) -> dict[str, Any]:
+    """One (seed, shots) cell's row fields (:func:`run_cell`, its test predictions of ``classes``), with the settings
+    a reader needs beside them."""
     start = time.perf_counter()
     L.seed_everything(seed, verbose=False)
     cell = run_cell(backbone, num_classes, train_data, test_data, preset=preset, seed=seed, shots=shots,
                     epochs=epochs, batch_size=batch_size, trials=trials, startup_trials=startup_trials,
-                    trial_batch=trial_batch, val_fraction=val_fraction, trainer_kw=trainer_kw)
+                    trial_batch=trial_batch, val_fraction=val_fraction, trainer_kw=trainer_kw, classes=classes)
     logger.info("%s on %s (seed %s, shots %s): test top-1 %.2f", METHOD, getattr(train_data, "domain", "?"), seed,
                 shots, cell["test_top1"])
     return {**cell, "preset": preset, "feature": feature, "features": "on-the-fly", "augmentation": AUGMENTATION,

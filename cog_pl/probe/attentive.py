@@ -22,8 +22,10 @@ probe reads every token; the MLP probe reads the class token (token 0) of a toke
 L2-normalises: the pooler's LayerNorm and the MLP's input BatchNorm normalise.
 
 Selection optimism: every trial's head is also evaluated on test, and a row records
-``oracle_test_top1``, the best trial's test top-1 (what selecting on test would have reported), beside the
-held-out-selected ``test_top1``, and every trial's (lr, wd, val and test top-1) in ``trials``.
+``oracle_test_top1``, the best trial's test top-1 (what selecting on test would have reported), beside
+``selected_test_top1``, the held-out-selected trial's own head's (the same heads: at most the oracle; ``test_top1`` is
+the head retrained with its (lr, wd) on the whole train sample), and every trial's (lr, wd, val and test top-1) in
+``trials``.
 
 A diverging head (its loss not finite) fails alone, as in the linear probe's fast mode: it is rolled back to the end
 of its previous epoch, or scored 0 when it diverged in its first (:class:`~cog_pl.models.poolers.HeadRollback`); the
@@ -319,7 +321,7 @@ def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots:
                domain: str, protocol: ProbeProtocol, plan: SearchPlan, device: str | torch.device = "cpu",
                want: dict | None = None) -> dict[str, Any]:
     """Tune, retrain and test one (seed, shots) cell; returns its row. The test rows enter no choice: each trial's
-    test top-1 is only recorded (``oracle_test_top1``)."""
+    test top-1 is only recorded (``selected_test_top1``: the selected trial's, ``oracle_test_top1``: the best)."""
     start = time.perf_counter()
     want = want or head_identity(splits.features, settings, protocol, plan, plan.precision_on(device))
     precision = want["precision"]
@@ -372,6 +374,7 @@ def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots:
         "shots": shots, "seed": seed, "lr": lr, "wd": wd, "best_trial": best.number, "val_top1": best.value,
         "val_top5": best.user_attrs["result"]["val_top5"], "test_top1": test_top1,
         "test_top5": float(final.top5["test"][0]), "final_diverged_epoch": final.diverged_epoch[0],
+        "selected_test_top1": best.user_attrs["result"]["test_top1"],
         "oracle_test_top1": max(t["test_top1"] for t in trials), "trials": trials,
         "preset": settings.preset if settings.kind == "attentive" else None,
         "hidden": settings.hidden if settings.kind == "mlp" else None, "feature": splits.feature,

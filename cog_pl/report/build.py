@@ -141,9 +141,10 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     variants = variant_lines(rows)
     concepts = concept_report(results, rows, baseline, levels, seed)
     out = Path(out)
-    files = {"markdown": out / "report.md", "csv": out / "results.csv", "domains": out / "domains.png"}
+    files = {"markdown": out / "report.md", "csv": out / "results.csv"}
     markdown = (report_markdown(cells, baseline, variants_markdown(variants) if variants else "",
-                                summary_columns(concepts), relative_intervals(concepts), concepts_markdown(concepts),
+                                summary_columns(concepts), relative_intervals(concepts),
+                                concepts_markdown(concepts, probe_cells(cells)),
                                 optimism_markdown(cells) + zeroshot_markdown(
                                     cells, rows, concepts.scores, concepts.info.similarity if concepts.info else None,
                                     concepts.info.measure if concepts.info else "similarity", seed))
@@ -159,8 +160,9 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
         files["concepts"] = out / "concepts.csv"
         with atomic_open(files["concepts"]) as fh:
             fh.write(concepts_csv(concept_lines))
-    plot_domains(official, files["domains"])
-    if baseline:
+    if any(c.shots is None for c in official):  # the linear probes' (none: a report of other methods' rows)
+        files["domains"] = plot_domains(official, out / "domains.png")
+    if baseline and official:
         files["relative"] = plot_domains(official, out / "domains_relative.png", relative=True, baseline=baseline)
     probes = probe_cells(cells)  # the linear probe's and other probe methods' (k-NN) cells
     if any(c.shots is not None for c in probes):

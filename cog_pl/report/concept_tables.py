@@ -11,15 +11,15 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cog_pl.analysis.concepts import N_BOOT, SLOPE_UNIT
 from cog_pl.analysis.paired import PairedDifference
 from cog_pl.evaluate.table import method_label, method_sort_key
-from cog_pl.protocol import LEVEL_OF_DOMAIN
+from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN
 from cog_pl.report.concepts import ConceptReport
-from cog_pl.report.tables import domain_label
+from cog_pl.report.tables import Cell, cells_protocol, domain_label
 from cog_pl.resources import concept_name
 from cog_pl.results import DEFAULT_METHOD
 
@@ -76,12 +76,23 @@ def _curve_table(curves: Mapping[str, Any], relative: bool) -> list[str]:
     return lines
 
 
-def concepts_markdown(report: ConceptReport) -> str:
-    """The concept sections of ``report.md`` (empty when no row has stored predictions)."""
+def _protocol(cells: Sequence[Cell], models: Iterable[str], methods: Sequence[str] = (DEFAULT_METHOD,),
+              first: bool = False) -> list[str]:
+    """The protocol line of a section over ``models``' cells of ``methods`` (all data, official domains), followed by
+    a blank line (``first``: preceded by one); nothing without ``cells``."""
+    models = set(models)
+    line = cells_protocol([c for c in cells if c.model in models and c.method in methods], by_method=len(methods) > 1)
+    return ([""] if first else []) + [line] + ([] if first else [""]) if line else []
+
+
+def concepts_markdown(report: ConceptReport, cells: Sequence[Cell] = ()) -> str:
+    """The concept sections of ``report.md`` (empty when no row has stored predictions); ``cells``: the report's
+    cells on all data, whose protocols each section names."""
+    cells = [c for c in cells if c.shots is None and c.domain in DOMAINS]
     parts: list[str] = []
     if report.curves:
         info = report.info
-        parts += ["## Concepts: top-1 against similarity to the seen concepts", "",
+        parts += ["## Concepts: top-1 against similarity to the seen concepts", "", *_protocol(cells, report.curves),
                   f"Each level concept's test top-1 (linear probe, all data, pooled over the seeds) against its "
                   f"{info.measure} similarity to the seen concepts ({info.source}); the concepts of L1..L5 together, "
                   f"in bins of about equal counts. [low, high]: 95 % bootstrap interval over the bin's concepts "
@@ -100,6 +111,7 @@ def concepts_markdown(report: ConceptReport) -> str:
                       "Figure: `concepts_similarity_relative.png`.", "", *_curve_table(report.relative, True)]
     if report.paired or report.unpaired:
         parts += ["", f"## Paired differences to {report.baseline} (linear probe, all data)", "",
+                  *_protocol(cells, {report.baseline, *(m for m, _ in [*report.paired, *report.unpaired])}),
                   "Top-1 of the model minus the baseline's on the same test images, mean over the seeds both have. "
                   "Interval: 95 % paired bootstrap over test images within each seed (one resample of the images "
                   "shared by the seeds), combined over seeds; p: paired permutation test (images' answers swapped "
@@ -114,7 +126,8 @@ def concepts_markdown(report: ConceptReport) -> str:
         if report.paired:
             first = next(iter(report.paired.values()))
             parts += ["", f"({first.n_boot:,} bootstrap resamples, {first.n_perm:,} permutations, seed {first.seed}.)"]
-    parts += gains_markdown(report) + _extremes(report) + _confusions(report) + _noise(report)
+    parts += gains_markdown(report, cells) + _extremes(report, cells) + _confusions(report, cells) + _noise(report,
+                                                                                                           cells)
     if report.lacking and not report.scores:
         parts += ["", "## Rows without stored predictions", "",
                   f"None of the {len(report.lacking)} all-data rows has stored test predictions (made before they were "
@@ -129,21 +142,28 @@ def concepts_markdown(report: ConceptReport) -> str:
     return "\n".join(parts).strip("\n") + "\n" if parts else ""
 
 
-def gains_markdown(report: ConceptReport) -> list[str]:
+def gains_markdown(report: ConceptReport, cells: Sequence[Cell] = ()) -> list[str]:
     """Per probe method other than the linear probe (:attr:`ConceptReport.gains`), its section: the paired gain over
-    the linear probe per domain and, where the concepts' similarity is known, the concept-level curve and slope."""
+    the linear probe of the same weights per domain (column ``linear probe``: that probe's label) and, where the
+    concepts' similarity is known, the concept-level curve and slope; ``cells``: whose protocols it names."""
     out: list[str] = []
     for method, gain in report.gains.items():
         label = method_label(method)
+        models = {m.split(" (against ")[0] for m, _ in [*gain.paired, *gain.unpaired]} | set(gain.against.values())
         out += ["", f"## {label} against the linear probe: gain per level and over concept similarity (all data)", "",
-                f"Top-1 of the {label} minus the linear probe's of the same model on the same test images, mean over "
-                "the seeds both have; 95 % paired bootstrap interval over test images and permutation p as in "
-                f"section Paired differences ({NOT_SIGNIFICANT}: p ≥ 0.05).", "",
-                "| model | domain | gain | 95 % interval | p | images | seeds |", "|---|---|---|---|---|---|---|"]
+                *_protocol(cells, models, (DEFAULT_METHOD, method)),
+                f"Top-1 of the {label} minus the linear probe's of the same weights (column linear probe: its label, "
+                "which may hold another feature definition of them) on the same test images, mean over the seeds both "
+                "have; 95 % paired bootstrap interval over test images and permutation p as in section Paired "
+                f"differences ({NOT_SIGNIFICANT}: p ≥ 0.05).", "",
+                "| model | linear probe | domain | gain | 95 % interval | p | images | seeds |",
+                "|---|---|---|---|---|---|---|---|"]
         for (model, domain), p in sorted(gain.paired.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
-            out.append(f"| {model} | {domain_label(domain)} | {p.difference:+.2f} | {interval_text(p)} | "
-                       f"{p.p_value:.4f} | {p.images} | {', '.join(map(str, p.seeds))} |")
-        out += [f"| {model} | {domain_label(domain)} | – | {why} | – | – | – |"
+            out.append(f"| {model} | {gain.against.get((model, domain), '–')} | {domain_label(domain)} | "
+                       f"{p.difference:+.2f} | {interval_text(p)} | {p.p_value:.4f} | {p.images} | "
+                       f"{', '.join(map(str, p.seeds))} |")
+        out += [f"| {model} | {gain.against.get((model, domain), '–')} | {domain_label(domain)} | – | {why} | – | – "
+                "| – |"
                 for (model, domain), why in sorted(gain.unpaired.items(), key=lambda kv: (kv[0][0], _order(kv[0][1])))]
         if gain.curves:
             info = report.info
@@ -169,10 +189,11 @@ def _closest(report: ConceptReport, wnid: str) -> str:
     return _name(seen) if seen else "–"
 
 
-def _extremes(report: ConceptReport) -> list[str]:
+def _extremes(report: ConceptReport, cells: Sequence[Cell]) -> list[str]:
     if not report.extremes:
         return []
-    out = ["", "## Concepts most and least right (linear probe, all data, top-1 pooled over seeds)"]
+    out = ["", "## Concepts most and least right (linear probe, all data, top-1 pooled over seeds)",
+           *_protocol(cells, {m for m, _ in report.extremes}, first=True)]
     for level in LEVEL_OF_DOMAIN.values():
         keys = sorted(k for k in report.extremes if k[1] == level)
         if not keys:
@@ -187,10 +208,11 @@ def _extremes(report: ConceptReport) -> list[str]:
     return out
 
 
-def _confusions(report: ConceptReport) -> list[str]:
+def _confusions(report: ConceptReport, cells: Sequence[Cell]) -> list[str]:
     if not any(report.confusions.values()):
         return []
     out = ["", "## Most frequent confusions per level (linear probe, all data, over seeds)", "",
+           *_protocol(cells, {m for m, _ in report.confusions}),
            "A test image of a concept whose first class is another concept of the level; share: of the concept's "
            "test images over the seeds."]
     for domain, level in LEVEL_OF_DOMAIN.items():
@@ -208,11 +230,12 @@ def _confusions(report: ConceptReport) -> list[str]:
     return out
 
 
-def _noise(report: ConceptReport, k: int = 5) -> list[str]:
+def _noise(report: ConceptReport, cells: Sequence[Cell], k: int = 5) -> list[str]:
     if not report.noise:
         return []
     seeds = sorted({v[3] for v in report.noise.values()})
     out = ["", "## What the IN-1K probe takes unseen concepts for (label-noise check)", "",
+           *_protocol(cells, {m for m, _ in report.noise}),
            f"The IN-1K linear probe (all data, seed {'/'.join(map(str, seeds))}, made again from its row) applied to "
            f"each level's test images; per level, the {k} unseen concepts most consistently given one seen concept "
            "(`concepts.csv` has every concept)."]

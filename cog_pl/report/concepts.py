@@ -253,7 +253,7 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
     if baseline:
         out.paired, out.unpaired = paired_to_baseline(stored, baseline, sorted({r["model"] for r in rows}), seed,
                                                       rows=rows, results=results)
-    out.gains = probe_gains(stored, out.info.similarity if out.info is not None else None, seed)
+    out.gains = probe_gains(stored, out.info.similarity if out.info is not None else None, seed, rows=rows)
     out.lin = _confusion_similarity(out)
     _noise(out, results, rows)
     return out
@@ -304,14 +304,16 @@ def paired_to_baseline(stored: dict[Cell, dict[int, Predictions]], baseline: str
                        seed: int = SEED, rows: Iterable[dict[str, Any]] = (), results: str | Path = ""
                        ) -> tuple[dict[tuple[str, str], PairedDifference], dict[tuple[str, str], str]]:
     """Each model's paired difference to ``baseline`` per official domain (linear probes, all data) from
-    ``stored`` (:func:`stored_predictions`), and why a (model, domain) has none. Where ``rows`` (those of
-    ``results``) record the test split each was made on, a model tested on another split than the baseline's is
-    refused (:func:`~cog_pl.analysis.paired.check_same_test_split`)."""
+    ``stored`` (:func:`stored_predictions`), and why a (model, domain) has none; a model with no linear probe's
+    row nor predictions on any domain (a label of token stores, probed by other methods) is left out. Where ``rows``
+    (those of ``results``) record the test split each was made on, a model tested on another split than the
+    baseline's is refused (:func:`~cog_pl.analysis.paired.check_same_test_split`)."""
     paired, unpaired = {}, {}
     made = {(r["model"], r["domain"], int(r["seed"])): r for r in rows
             if method_of(r) == DEFAULT_METHOD and r.get("shots") is None}
+    linear = {m for m, meth, _ in stored if meth == DEFAULT_METHOD} | {m for m, _, _ in made}
     for model in models:
-        if model == baseline:
+        if model == baseline or model not in linear:  # a label of no linear probe's predictions (a token store's)
             continue
         for domain in DOMAINS:
             a, b = stored.get((model, DEFAULT_METHOD, domain)), stored.get((baseline, DEFAULT_METHOD, domain))

@@ -4,7 +4,9 @@ The page holds the report's tables (``report.md``, converted), its figures (the 
 per-concept table (:func:`cog_pl.report.concept_tables.concept_rows`) that sorts by any column (click its header) and
 filters by level, model, method, name or wnid, and similarity range. The filter lives in the page's address
 (``report.html#level=L5&model=dino&name=dog&min=0.2&max=0.6&sort=top1&dir=asc``), so a view can be shared or
-bookmarked. At most :data:`SHOWN` matching concepts are drawn at once; the count says how many match.
+bookmarked; the address is the whole view: opening ``#level=L4`` after other filters shows every model's L4
+concepts, the filters it does not name cleared. At most :data:`SHOWN` matching concepts are drawn at once; the count
+says how many match.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ SHOWN = 1000
 
 
 def _inline(text: str) -> str:
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
+    """Inline markdown the report writes: ``code`` and **bold**, the rest escaped."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
+    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
 
 
 def _slug(text: str, used: set[str]) -> str:
@@ -35,7 +39,7 @@ def _slug(text: str, used: set[str]) -> str:
 
 
 def markdown_html(text: str) -> str:
-    """The markdown the report writes (headings, tables, paragraphs, inline code) as HTML."""
+    """The markdown the report writes (headings, tables, paragraphs, inline code and bold) as HTML."""
     out: list[str] = []
     used: set[str] = set()
     lines = text.splitlines()
@@ -135,7 +139,8 @@ _SCRIPT = r"""
 
   function readHash() {
     var p = new URLSearchParams(location.hash.replace(/^#/, ""));
-    ids.forEach(function (k) { if (p.has(k)) { el[k].value = p.get(k); } });
+    // the address is the whole view: a filter it does not name is cleared, not kept from the view before
+    ids.forEach(function (k) { el[k].value = p.has(k) ? p.get(k) : ""; });
     state.sort = p.get("sort"); state.dir = p.get("dir") === "desc" ? "desc" : "asc";
   }
   function writeHash() {

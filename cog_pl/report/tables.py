@@ -32,11 +32,14 @@ from typing import Any
 from cog_pl.errors import CogError
 from cog_pl.evaluate.finetune import METHOD as FINETUNE
 from cog_pl.evaluate.table import is_frozen, method_label, method_sort_key, sort_methods
-from cog_pl.protocol import DOMAINS, ProbeProtocol, split_domain
+from cog_pl.io import digest
+from cog_pl.protocol import DOMAINS, LEVEL_OF_DOMAIN, PAPER, ProbeProtocol, split_domain
+from cog_pl.report.protocol_names import NOT_RECORDED, protocol_line, row_protocol
 from cog_pl.results import DEFAULT_METHOD, method_of, one_per_seedless_cell
 from cog_pl.results.identity import describe, protocol_differences, protocol_key, settings_of, value_differences
 
 DOMAIN_LABELS = {"in1k": "IN-1K", **{f"cog_l{i}": f"L{i}" for i in range(1, 6)}}
+LEVELS = tuple(LEVEL_OF_DOMAIN)
 
 
 def domain_label(domain: str) -> str:
@@ -78,6 +81,8 @@ class Cell:
     gap: float | None = None  # selection optimism: mean of selection_gap over the rows recording it (points)
     gap_std: float = 0.0
     gap_seeds: int = 0  # the rows recording it (0: made before rows recorded it, n/a)
+    protocol_kind: str | None = None  # paper, quick or custom (a tuned probe's rows), else None (protocol_names)
+    protocol_words: str = NOT_RECORDED  # what the tables show: "paper (30 trials × 100 epochs, 5 seeds)"
 
     @property
     def shots_label(self) -> str:
@@ -106,15 +111,31 @@ def expected_seeds(row: dict) -> int | None:
     return len(ProbeProtocol().seeds) if protocol_key(row) else None
 
 
-def selection_gap(row: Mapping[str, Any]) -> float | None:
-    """A tuned row's selection optimism (points): what selecting on test would have reported (``oracle_test_top1``)
-    minus the held-out-selected result on the same trained heads (``selected_test_top1``; its ``test_top1`` where the
-    row records no such value); None for a row that records no oracle (made before rows did, or untuned)."""
-    oracle = row.get("oracle_test_top1")
-    if oracle is None:
-        return None
+def selected_top1(row: Mapping[str, Any]) -> float | None:
+    """The test top-1 of the head, trial or k a tuned row selected on held-out data, among those its oracle is the
+    best of: its ``selected_test_top1``, else (an attentive or MLP row made before rows recorded it) the
+    ``test_top1`` of its ``best_trial`` in its ``trials``; None where it records neither. Never the retrained head's
+    ``test_top1``: that head is not among the trials the oracle is the best of."""
     selected = row.get("selected_test_top1")
-    return float(oracle) - float(row["test_top1"] if selected is None else selected)
+    if selected is not None:
+        return float(selected)
+    best, trials = row.get("best_trial"), row.get("trials")
+    if best is not None and isinstance(trials, list):
+        found = [t.get("test_top1") for t in trials if isinstance(t, dict) and t.get("number") == best]
+        if len(found) == 1 and found[0] is not None:
+            return float(found[0])
+    return None
+
+
+def selection_gap(row: Mapping[str, Any]) -> float | None:
+    """A tuned row's selection optimism (points): what selecting on test would have reported (``oracle_test_top1``,
+    the best of its trials, heads or ks on test) minus what selecting on held-out data chose among the same ones
+    (:func:`selected_top1`), so never negative; None for a row that records no oracle or no selected result (made
+    before rows did, or untuned)."""
+    oracle, selected = row.get("oracle_test_top1"), selected_top1(row)
+    if oracle is None or selected is None:
+        return None
+    return float(oracle) - selected
 
 
 def cell_of(row: dict) -> tuple:
@@ -151,11 +172,13 @@ def summarize(rows: Iterable[dict], baseline: str | None = None) -> list[Cell]:
         settings = tuple(sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in settings_of(rs[0]).items()))
         measured = [(float(r["oracle_test_top1"]), gap) for r in rs if (gap := selection_gap(r)) is not None]
         gap, gap_std = mean_std([g for _, g in measured]) if measured else (None, 0.0)
+        kind, words = row_protocol(rs[0])
         cells[model, method, domain, shots] = Cell(model, method, domain, shots, top1, std, top5,
                                                    len({r["seed"] for r in rs}), expected=expected_seeds(rs[0]),
                                                    protocol=protocol_key(rs[0]), settings=settings,
                                                    oracle=mean_std([o for o, _ in measured])[0] if measured else None,
-                                                   gap=gap, gap_std=gap_std, gap_seeds=len(measured))
+                                                   gap=gap, gap_std=gap_std, gap_seeds=len(measured),
+                                                   protocol_kind=kind, protocol_words=words)
     if baseline:
         for key, c in list(cells.items()):
             base = cells.get((baseline, *key[1:]))
@@ -261,36 +284,74 @@ def markdown_table(cells: Sequence[Cell], shots: int | None = None, relative: bo
     return "\n".join(lines)
 
 
+def settings_digest(c: Cell) -> str:
+    """The first 12 digits of the digest of a cell's settings (:func:`~cog_pl.results.identity.settings_of`: what a
+    run chooses, never the features, so the same settings give the same digest on any stores); empty for rows that
+    record no identity."""
+    return digest(_settings(c.settings))[:12] if c.protocol else ""
+
+
 def csv_table(cells: Sequence[Cell]) -> str:
-    """Long format: one line per cell."""
+    """Long format: one line per cell; ``protocol``: :func:`settings_digest`, ``protocol_name``: its words
+    (:mod:`cog_pl.report.protocol_names`)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["model", "method", "domain", "shots", "top1_mean", "top1_std", "top5_mean", "seeds", "top1_relative",
-                "relative_to", "relative_note", "protocol", "oracle_top1_mean", "selection_gap_mean",
+                "relative_to", "relative_note", "protocol", "protocol_name", "oracle_top1_mean", "selection_gap_mean",
                 "selection_gap_seeds"])
     for c in cells:
         w.writerow([c.model, c.method, c.domain, c.shots_label, f"{c.top1:.4f}", f"{c.top1_std:.4f}", f"{c.top5:.4f}",
                     c.seeds, "" if c.relative is None else f"{c.relative:.4f}", c.relative_to or "",
-                    c.relative_note or "", (c.protocol or "")[:12], "" if c.oracle is None else f"{c.oracle:.4f}",
-                    "" if c.gap is None else f"{c.gap:.4f}", c.gap_seeds])
+                    c.relative_note or "", settings_digest(c), c.protocol_words,
+                    "" if c.oracle is None else f"{c.oracle:.4f}", "" if c.gap is None else f"{c.gap:.4f}",
+                    c.gap_seeds])
     return buf.getvalue()
 
 
-def _named_protocols(cells: Sequence[Cell]) -> list[str]:
-    """A line per named protocol other than the paper's (``cog-pl run --protocol quick``) some cells were made
-    under, saying which models' cells and that they are not the paper's protocol."""
-    from cog_pl.protocol import PROTOCOLS
-
+def _not_the_papers(cells: Sequence[Cell]) -> list[str]:
+    """A line per protocol other than the paper's (a named one, ``cog-pl run --protocol quick``, or other trials and
+    epochs) some tuned probe's cells were made under, naming it in words and the models, and that they are not the
+    paper's protocol."""
     models: dict[str, set[str]] = defaultdict(set)
     for c in cells:
-        name = _settings(c.settings).get("protocol.extra.protocol")
-        if name is not None:
-            models[name].add(c.model)
-    return ["", *(f"**Protocol {name}** ({', '.join(sorted(ms))}): "
-                  + (PROTOCOLS[name].about if name in PROTOCOLS else "a protocol of its own")
-                  + ". These cells are not the paper's protocol: beside published numbers or other models' cells "
-                  "they are a first check only."
-                  for name, ms in sorted(models.items()))] if models else []
+        if c.protocol_kind is not None and c.protocol_kind != PAPER:
+            models[c.protocol_words].add(c.model)
+    return ["", *(f"**Not the paper's protocol: {words}** ({', '.join(sorted(ms))}): beside published numbers or "
+                  "other models' cells these cells are a first check only."
+                  for words, ms in sorted(models.items()))] if models else []
+
+
+def cells_protocol(cells: Iterable[Cell], by_method: bool = False) -> str:
+    """The protocol line of a table of ``cells`` (:func:`cog_pl.report.protocol_names.protocol_line`), its entries
+    named by model, or by model and method (``by_method``)."""
+    return protocol_line((f"{c.model} ({method_label(c.method)})" if by_method else c.model, c.protocol_words)
+                         for c in cells)
+
+
+def _main_table(cells: Sequence[Cell], summary: Mapping[str, Mapping[str, str]] | None,
+                marks: Mapping[tuple, str]) -> tuple[list[str], bool]:
+    """The report's first section: the linear probes on all data (with the ``summary`` columns), or, where no linear
+    probe's row is there, every probe method's on all data; and whether it is the linear probes'."""
+    official = official_cells(cells)
+    linear = [c for c in official if c.shots is None]
+    if linear:
+        parts = ["## Linear probes on all training data: test top-1 (%), mean ± std over seeds", "",
+                 cells_protocol(linear), "", markdown_table(official, None, extra=summary, marks=marks)]
+        if summary:
+            slope = any(k.startswith("slope") for cols in summary.values() for k in cols)
+            parts += ["", "L1−L5: the top-1 drop from L1 to L5, paired by seed" + (
+                "; slope: concept top-1 against similarity to the seen concepts (section Concepts)." if slope
+                else ".")]
+        return parts, True
+    sel = [c for c in probe_cells(cells) if c.shots is None]
+    if not sel:
+        return ["## No probe rows on all training data", "",
+                "No row of a probe method on all training data on IN-1K or L1..L5: the tables below hold what there "
+                "is."], False
+    shown = [m for m in probe_methods(sel) if any(c.method == m for c in sel)]
+    return ["## " + " and ".join(method_label(m) for m in shown) + " on all training data: test top-1 (%), mean ± std "
+            "over seeds (no linear-probe rows)", "", cells_protocol(sel, by_method=True), "",
+            *method_table(sel, shown, lambda c: c.value, marks)], False
 
 
 def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants: str = "",
@@ -298,22 +359,19 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
                     intervals: Mapping[tuple[str, str], str] | None = None, concepts: str = "",
                     optimism: str = "") -> str:
     """The whole report: all-data table (with ``summary`` columns per model: the L1-L5 drop and the slope over
-    similarity), relative table (each difference with its paired interval, ``intervals``), the level variants'
-    table (``variants``, markdown, from :func:`cog_pl.report.variants.variants_markdown`), the concept sections
-    (``concepts``, :func:`cog_pl.report.concept_tables.concepts_markdown`) and one few-shot table per domain;
-    ``optimism``: the selection-optimism section (:func:`cog_pl.report.probes.optimism_markdown`), after the probe
-    methods' table."""
+    similarity; every probe method's where there is no linear probe's), relative table (each difference with its
+    paired interval, ``intervals``), the level variants' table (``variants``, markdown, from
+    :func:`cog_pl.report.variants.variants_markdown`), the concept sections (``concepts``,
+    :func:`cog_pl.report.concept_tables.concepts_markdown`) and one few-shot table per domain; ``optimism``: the
+    selection-optimism section (:func:`cog_pl.report.probes.optimism_markdown`), after the probe methods' table.
+    Each table names the protocol its cells were made under (:func:`cells_protocol`)."""
     official = official_cells(cells)
     marks = protocol_marks(cells)
-    parts = ["# ImageNet-CoG results", *_named_protocols(cells), "",
-             "## Linear probes on all training data: test top-1 (%), mean ± std over seeds", "",
-             markdown_table(official, None, extra=summary, marks=marks)]
-    if summary:
-        slope = any(k.startswith("slope") for cols in summary.values() for k in cols)
-        parts += ["", "L1−L5: the top-1 drop from L1 to L5, paired by seed" + (
-            "; slope: concept top-1 against similarity to the seen concepts (section Concepts)." if slope else ".")]
+    main, linear = _main_table(cells, summary, marks)
+    parts = ["# ImageNet-CoG results", *_not_the_papers(cells), "", *main]
     if baseline and any(c.relative is not None for c in official):
         parts += ["", f"## Relative to {baseline} (top-1 points)", "",
+                  cells_protocol(c for c in official if c.shots is None), "",
                   markdown_table(official, None, relative=True, notes=intervals, marks=marks)]
         lacking = sorted({c.relative_note for c in official if c.relative_note and c.relative is None})
         if lacking:
@@ -329,30 +387,38 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
         if intervals:
             parts += ["", "[low, high]: 95 % paired bootstrap interval of the difference; n.s.: not significant "
                       "(paired permutation p ≥ 0.05); section Paired differences."]
-    beside = methods_markdown(cells, marks)
+    beside = methods_markdown(cells, marks) if linear else ""
     if beside:
         parts += ["", "## " + " beside ".join(method_label(m) for m in reversed(probe_methods(cells)))
-                  + ": test top-1 (%) on all data, mean ± std over seeds", "", beside]
+                  + ": test top-1 (%) on all data, mean ± std over seeds", "",
+                  cells_protocol((c for c in probe_cells(cells) if c.shots is None), by_method=True), "", beside]
     if optimism:
         parts += ["", optimism.rstrip("\n")]
     vs_ft = finetune_relative(cells)
     if vs_ft:
         parts += ["", "## Linear probe relative to fine-tuning (probe top-1 / fine-tuned top-1, %)", "",
+                  cells_protocol((c for c in cells if c.shots is None and not is_variant(c.domain)
+                                  and c.method in (DEFAULT_METHOD, FINETUNE)), by_method=True), "",
                   vs_ft, "", "Test top-1 (%) on all data, mean over seeds:", "", finetune_markdown(cells)]
     if variants:
         parts += ["", "## Level variants: top-1 (%) per level for each similarity measure (same model, all data, "
                   "mean ± std over seeds)", "",
                   "The same concepts cut into five levels by another similarity to IN-1K (`cog-pl features regroup`; "
                   "the official levels are Lin's). The larger a measure's L1−L5 drop, the more its levels order the "
-                  "concepts by how hard they are for the model. The drop is paired by seed.", "", variants]
+                  "concepts by how hard they are for the model. The drop is paired by seed.", "",
+                  cells_protocol(c for c in cells if c.method == DEFAULT_METHOD and c.shots is None
+                                 and (is_variant(c.domain) or c.domain in LEVELS)), "", variants]
     if marks:
         parts += ["", protocols_markdown(cells, marks)]
     if concepts:
         parts += ["", concepts.rstrip("\n")]
     shots = sorted({c.shots for c in cells if c.shots is not None})
     if shots:
-        parts += ["", "## Few-shot: test top-1 (%) per number of images per concept"]
         methods = probe_methods(cells)
+        few = {(c.model, c.method) for c in cells if c.shots is not None}
+        parts += ["", "## Few-shot: test top-1 (%) per number of images per concept", "",
+                  cells_protocol((c for c in cells if c.method in methods and not is_variant(c.domain)
+                                  and (c.model, c.method) in few), by_method=True)]
         for d in domains_of([c for c in cells if c.shots is not None]):
             sel = [c for c in cells if c.domain == d and c.method in methods]
             lines = sorted({(c.model, methods.index(c.method)) for c in sel})

@@ -15,7 +15,7 @@ import numpy as np
 from cog_pl.analysis import concepts as ca
 from cog_pl.evaluate.table import method_label
 from cog_pl.protocol import LEVEL_OF_DOMAIN
-from cog_pl.report.tables import Cell, domain_label, domains_of
+from cog_pl.report.tables import Cell, cells_protocol, domain_label, domains_of
 from cog_pl.results import DEFAULT_METHOD, method_of
 
 __all__ = ["ZEROSHOT", "concept_curves", "zeroshot_markdown", "zeroshot_ratios"]
@@ -104,7 +104,9 @@ def zeroshot_markdown(cells: Sequence[Cell], rows: Sequence[Mapping[str, Any]],
         return ""
     domains = domains_of([c for c, _, _ in ratios.values()])
     label = method_label(ZEROSHOT)
+    shown = [c for g in ratios.values() for c in g[:2] if c is not None]
     lines = ["", "## Zero-shot beside the linear probe: test top-1 (%) on all data", "",
+             cells_protocol(shown, by_method=True), "",
              f"{label[:1].upper()}{label[1:]}: the model's text classifier of each concept's names and prompts "
              "(below) on the test features the linear probe reads, no training image (one row per domain, nothing "
              "drawn at random); ratio: zero-shot top-1 / linear-probe top-1 (%), how much of what is linearly "

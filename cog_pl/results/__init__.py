@@ -5,6 +5,7 @@
 - :mod:`cog_pl.results.predictions`: the test predictions kept beside the rows.
 - :mod:`cog_pl.results.identity`: what a row's numbers depend on, its digest, and the rules for resuming a grid.
 - :mod:`cog_pl.results.labels`: one label, one set of weights, in an output folder's stores and rows.
+- :mod:`cog_pl.results.weights`: which weights a row was made from, the one rule for every method's rows.
 - :mod:`cog_pl.results.claims`: which worker makes which cell of a probe grid (the claims file beside the rows).
 """
 

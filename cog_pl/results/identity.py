@@ -220,12 +220,19 @@ def _recorded(row: dict[str, Any], fields: tuple[str, ...] | None = None) -> dic
     return _flat(values)
 
 
+#: Identity values that say what the model is, not what a run chose: the features', a text tower's, and the label,
+#: weights and benchmark a method that reads images records in its own values.
+_MODEL_VALUES = ("model", "checkpoint_sha256", "benchmark_sha256")
+
+
 def settings_of(row: dict[str, Any]) -> dict[str, Any]:
-    """The protocol values of a row that a run chooses, flat: every recorded identity value but the features' (what
-    the model is) and the protocol's seed and shot lists (the grid). The cells of one model and method made with
-    other settings are told apart in a report (:func:`cog_pl.report.tables.protocol_marks`)."""
+    """The protocol values of a row that a run chooses, flat: every recorded identity value but what the model is
+    (the features', the text tower's, a method's own record of the label, weights and benchmark) and the protocol's
+    seed and shot lists (the grid). The cells of one model and method made with other settings are told apart in a
+    report (:func:`cog_pl.report.tables.protocol_marks`)."""
     return {k: v for k, v in _recorded(row).items()
-            if not k.startswith("features.") and k not in ("protocol.seeds", "protocol.shots")}
+            if not k.startswith(("features.", "text_tower.")) and k not in ("protocol.seeds", "protocol.shots")
+            and not (k.count(".") == 1 and k.rpartition(".")[2] in _MODEL_VALUES)}
 
 
 def describe(diff: list[tuple[str, Any, Any]], side: int, limit: int = 3) -> str:

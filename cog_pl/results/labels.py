@@ -3,7 +3,7 @@
 A label (:mod:`cog_pl.models.label`) names the features, the rows and the report lines of one set of weights. Before
 any work, ``cog-pl run`` and ``cog-pl extract`` read the weights digests recorded under their label (each feature
 store's ``meta.json`` or an interrupted write's ``identity.json``: ``weights`` and ``weights_sha256``; each result
-row: its features' ``weights_sha256``, a fine-tuning row's ``finetune.checkpoint_sha256``) and refuse, in one line
+row: its weights digest, :func:`cog_pl.results.weights.row_weights`) and refuse, in one line
 naming both files and digests, weights of another digest (``overwrite``: the user replaces them).
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cog_pl.errors import LabelWeightsError
+from cog_pl.results.weights import row_weights
 
 __all__ = ["LabelWeightsError", "check_label_weights", "recorded_weights"]
 
@@ -32,14 +33,11 @@ def _store_records(root: Path) -> list[tuple[str | None, str | None, str]]:
     return found
 
 
-def _row_digests(row: dict[str, Any]) -> list[str | None]:
-    features = row.get("features")
-    if isinstance(features, dict):
-        return [v["weights_sha256"] for v in features.values() if isinstance(v, dict) and "weights_sha256" in v]
-    finetune = row.get("finetune")
-    if isinstance(finetune, dict) and finetune.get("checkpoint_sha256"):  # None: no file, or a package's own
-        return [finetune["checkpoint_sha256"]]
-    return []
+def _row_digests(row: dict[str, Any]) -> list[str]:
+    """The weights digest a row records (:func:`cog_pl.results.weights.row_weights`: its stores', or its method's own
+    checkpoint digest), as a list: none where it records none."""
+    digest = row_weights(row)
+    return [digest] if digest else []
 
 
 def recorded_weights(label: str, features: str | os.PathLike | None = None,

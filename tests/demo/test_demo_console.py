@@ -79,7 +79,8 @@ def _check(lines: list[str], out: Path) -> None:
     for stage in ("extract demo_cnn", "probe demo_cnn", "extract demo_cnn_ssl", "probe demo_cnn_ssl",
                   "finetune demo_cnn", "pretrain demo_cnn (supervised)", "pretrain demo_cnn_ssl (self-supervised)"):
         assert re.search(rf"^  {re.escape(stage)} +\d", text, re.M), f"no time for {stage}"
-    assert "| demo_cnn_ssl | " in text and "Relative to the baseline demo_cnn" in text
+    assert "| demo_cnn_ssl | " in text and "  - Relative to demo_cnn (top-1 points)" in text  # the rest: a line each
+    assert "protocol: custom (2 trials × 2 epochs)" in text and not any(line.startswith("## ") for line in lines)
     assert f"report: {out / 'report' / 'report.md'}" in text and f"plot:   {out / 'report' / 'domains_relative.png'}" \
         in text
 

@@ -114,12 +114,14 @@ def test_rows_written_skipped_and_refused(onto, tmp_path):
     from dataclasses import replace
 
     from cog_pl.data.transforms import TransformConfig
+    from cog_pl.datamodules.images import CoGLevelDataModule
     from cog_pl.demo.synthetic import make_demo
     from cog_pl.evaluate import is_probe, method_label
     from cog_pl.evaluate.runner import run_methods
     from cog_pl.finetune.attentive_images import AUGMENTATION
     from cog_pl.pipeline import ProbeOptions, RunConfig
     from cog_pl.results import read_rows
+    from cog_pl.results.predictions import read_row_predictions
 
     bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=10, test_per_concept=3,
                       image_size=16, onto=onto)
@@ -154,6 +156,12 @@ def test_rows_written_skipped_and_refused(onto, tmp_path):
         best = max(row["trials"], key=lambda t: (t["val_top1"], -t["number"]))
         assert row["selected_test_top1"] == best["test_top1"] <= row["oracle_test_top1"]
         assert row["attentive_images"]["preset"] == "ep" and len(row["identity"]) == 64
+    for row in rows:  # the retrained head's test predictions, kept beside the row (issue 46)
+        preds = read_row_predictions(results, row)
+        assert len(preds) == 9 and np.array_equal(preds.image, np.arange(9))  # the test split's dataset rows
+        assert preds.top1 == pytest.approx(row["test_top1"]) and preds.classes == tuple(CoGLevelDataModule(
+            level="cog_l1", in21k_root=str(tmp_path / "d" / "in21k"), benchmark=str(bench)).classes)
+        assert (preds.label == np.repeat(np.arange(3), 3)).all()
     assert run("ep") == 0  # a rerun skips
     with pytest.raises(ValueError, match=r"row demo_cnn/attentive_images/cog_l1/shots=all/seed=22 was made with "
                                          r".*preset=ep.*, this run has .*preset=capi.*; pass --overwrite"):

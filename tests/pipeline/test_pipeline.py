@@ -55,7 +55,7 @@ def test_reduced_demo_end_to_end(demo_run):
     assert sorted((r["method"], r["domain"], r["shots"], r["seed"]) for r in second) == sorted(
         (m, d, None, seed) for m in ("linear", "knn") for d in ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4",
                                                                  "cog_l5") for seed in (22, 37))
-    assert "| demo_cnn_ssl | " in summary and "Relative to the baseline demo_cnn" in summary
+    assert "| demo_cnn_ssl | " in summary and "  - Relative to demo_cnn (top-1 points)" in summary
     rows = [r for r in rows if r["model"] == "demo_cnn"]
     knn = [r for r in rows if r["method"] == "knn" and "@" not in r["domain"]]  # the k-NN beside the linear probe
     assert sorted((r["domain"], r["shots"] or 0, r["seed"]) for r in knn) == sorted(

@@ -93,9 +93,9 @@ def test_the_methods_are_registered_with_their_labels_and_order():
 PROTOCOL = replace(ProbeProtocol(), trials=4, epochs=2, batch_size=32)
 PLAN = SearchPlan(startup_trials=2, trial_batch=2, precision="32-true")  # "auto" is bf16-mixed on a CPU with AMX
 KEYS = {"format_version", "model", "method", "domain", "shots", "seed", "lr", "wd", "best_trial", "val_top1",
-        "val_top5", "test_top1", "test_top5", "oracle_test_top1", "trials", "train_rows", "tuning_rows", "val_rows",
-        "head", "protocol", "search", "precision", "features", "identity", "preset", "hidden", "feature", "seconds",
-        "predictions"}
+        "val_top5", "test_top1", "test_top5", "selected_test_top1", "oracle_test_top1", "trials", "train_rows",
+        "tuning_rows", "val_rows", "head", "protocol", "search", "precision", "features", "identity", "preset",
+        "hidden", "feature", "seconds", "predictions"}
 
 
 def _options(preset=None, hidden=None):
@@ -146,6 +146,8 @@ def test_the_selection_optimism_field_is_the_best_trial_s_test_top1_recomputed_f
     root, results, _ = grid
     row = next(r for r in read_rows(results) if r["method"] == "attentive" and r["shots"] is None)
     assert row["oracle_test_top1"] == max(t["test_top1"] for t in row["trials"])
+    best = next(t for t in row["trials"] if t["number"] == row["best_trial"])  # selected on held-out data
+    assert row["selected_test_top1"] == best["test_top1"] <= row["oracle_test_top1"]  # the report's optimism >= 0
     pair = open_pair(root)
     (tx, ty), (sx, sy) = load_store(pair.train), load_store(pair.test)
     train_idx, _ = tuning_indices(ty.numpy(), 0.2, 22, None)

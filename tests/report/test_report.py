@@ -70,8 +70,11 @@ def test_summary_mean_std_and_relative(results):
 def test_report_command_writes_tables_and_plots(results, tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["report", "--results", str(results), "--baseline", "resnet50", "--out", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "Relative to resnet50" in text and "### L5" in text
+    text = capsys.readouterr().out  # the main table, a line per other section, the files: not the whole report
+    assert "| dino | 82.00 ± 0.71 | 74.00 ± 0.71 |" in text and "  - Relative to resnet50 (top-1 points)" in text
+    assert "  - Few-shot: test top-1 (%) per number of images per concept" in text and "### L5" not in text
+    assert f"report: {out / 'report.md'}" in text and f"plot:   {out / 'few_shot.png'}" in text
+    assert "### L5" in (out / "report.md").read_text()
     for name in ("report.md", "results.csv", "domains.png", "domains_relative.png", "few_shot.png"):
         assert (out / name).stat().st_size > 100
     assert (out / "domains.png").read_bytes()[:4] == b"\x89PNG"
@@ -150,3 +153,30 @@ def test_the_reports_inputs_are_refused_before_any_work(results, tmp_path, capsy
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert line.startswith("cog-pl report: error: ") and said in line, line
     assert not (tmp_path / "r").exists()
+
+
+def test_a_report_of_attentive_rows_only_opens_with_their_table(tmp_path, capsys):
+    """Issue 46: no linear-probe row: the report opens with the attentive probe's table on all data (well formed, its
+    protocol named), not an empty linear table; ``cog-pl report`` prints that table."""
+    from cog_pl.protocol import ProbeProtocol, as_record
+
+    path = tmp_path / "results.sqlite"
+    record = {**as_record(ProbeProtocol()), "trials": 2, "epochs": 1}
+    for i, d in enumerate(DOMAINS):
+        for seed in (22, 37):
+            append_row(path, {"model": "m+tokens2x2", "method": "attentive", "domain": d, "shots": None, "seed": seed,
+                              "test_top1": 60.0 - 5 * i + seed / 37, "test_top5": 90.0, "protocol": record,
+                              "identity": "x" * 64, "oracle_test_top1": 70.0, "selected_test_top1": 65.0})
+    out = tmp_path / "report"
+    assert main(["report", "--results", str(path), "--out", str(out), "--no-html"]) == 0
+    text = (out / "report.md").read_text()
+    first = text.split("\n## ")[1].split("\n## ")[0]
+    assert first.startswith("attentive probe on all training data: test top-1 (%), mean ± std over seeds (no "
+                            "linear-probe rows)")
+    assert "protocol: custom (2 trials × 1 epoch)" in first
+    table = [ln for ln in first.splitlines() if ln.startswith("|")]
+    assert table[0] == "| model | method | IN-1K | L1 | L2 | L3 | L4 | L5 |" and len(table) == 3
+    assert table[2].startswith("| m+tokens2x2 | attentive probe | 60.") and "–" not in table[2]
+    assert "Linear probes on all training data" not in text and "| model | |" not in text
+    shown = capsys.readouterr().out
+    assert table[2] in shown and "  - Selection optimism" in shown

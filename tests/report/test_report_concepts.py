@@ -133,7 +133,7 @@ def test_report_command_writes_html_unless_told_not_and_is_seeded(store, tmp_pat
     assert main([*common, "--out", str(tmp_path / "b")]) == 0  # report.html by default, as cog-pl run writes it
     assert main([*common, "--out", str(tmp_path / "c"), "--seed", "5"]) == 0
     out = capsys.readouterr().out
-    assert "html: " in out and "report.html" in out
+    assert f"page:   {tmp_path / 'c' / 'report.html'}" in out
     a, b, c = ((tmp_path / x / "report.md").read_text() for x in "abc")
     assert a == b  # the same seed, the same intervals
     assert a != c and a.split("## Concepts")[0].split("## Relative")[0] == c.split("## Concepts")[0].split(

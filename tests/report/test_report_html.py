@@ -109,3 +109,20 @@ def test_filtering_the_concept_table_works(report, tmp_path):
     dom = _dom(tmp_path, html, "")
     assert f">{len(lines)} of {len(lines)} concepts<" in dom and len(_shown(dom)) == min(1000, len(lines))
     assert np.isfinite([t for *_, t in _shown(dom) if t is not None]).all()
+
+
+def test_an_address_opened_after_other_filters_is_the_whole_view(report, tmp_path):
+    """Issue 47: ``#level=L4`` opened after other filters (a model, a name, a similarity range) clears them: every
+    model's L4 concepts are shown, not ``0 of N``."""
+    _, html, lines = report
+    page = tmp_path / "again.html"
+    later = ('<script>setTimeout(function () { location.hash = "level=L3&model=better&name=zzz&min=0.9&max=0.95"; '
+             'setTimeout(function () { location.hash = "level=L4"; }, 200); }, 200);</script></body>')
+    page.write_text(html.read_text().replace("</body>", later))
+    dom = _dom(tmp_path, page, "level=L2&model=twin&sort=top1&dir=desc")
+    want = [ln for ln in lines if ln["level"] == "L4"]
+    shown = _shown(dom)
+    assert want and len(shown) == len(want) and {lv for _, lv, _, _ in shown} == {"L4"}
+    assert {m for m, *_ in shown} == {ln["model"] for ln in want}  # every model's, the model filter cleared
+    assert f'id="concept-count" class="meta">{len(want)} of {len(lines)} concepts<' in dom
+    assert 'id="f-name"' in dom and 'value="zzz"' not in dom

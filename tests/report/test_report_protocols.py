@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import os
 import sqlite3
@@ -18,10 +19,11 @@ from pathlib import Path
 import pytest
 from test_probe_fixtures import write_features
 
+from cog_pl.io import digest
 from cog_pl.protocol import ProbeProtocol
 from cog_pl.report.tables import summarize
 from cog_pl.results import append_row, read_rows
-from cog_pl.results.identity import wanted
+from cog_pl.results.identity import settings_of, wanted
 
 REPO = Path(__file__).resolve().parents[2]
 COG_PL = Path(sys.executable).with_name("cog-pl")  # the console script installed beside the test's Python
@@ -113,7 +115,10 @@ def test_a_cell_averages_its_newest_protocol_and_lists_the_other_rows_as_stale(t
     assert "| m | linear probe | IN-1K | All | 45, 77, 93 | epochs=100, trials=30 | epochs=10, trials=5 |" in text
     cell = _csv(tmp_path / "report" / "results.csv")["m", "linear", "in1k", "All"]
     assert (cell["top1_mean"], cell["seeds"]) == ("60.5000", "2")
-    assert cell["protocol"] == read_rows(results)[0]["identity"][:12]  # seed 22: the new protocol's row
+    new, stale = (next(r for r in read_rows(results) if r["seed"] == s) for s in (22, 45))  # of each protocol
+    assert cell["protocol"] == digest(settings_of(new))[:12] != digest(settings_of(stale))[:12]
+    assert cell["protocol_name"] == "custom (5 trials × 10 epochs)"  # from the rows, in words
+    assert "protocol: custom (5 trials × 10 epochs)" in text
     with pytest.raises(ValueError, match=r"rows of m/linear/in1k/shots=all were made under two protocols \("
                                          r"epochs=10, trials=5 against epochs=100, trials=30\)"):
         summarize(read_rows(results))
@@ -286,8 +291,103 @@ def test_the_quick_protocol_is_its_grid_recorded_in_its_rows_and_named_by_the_re
         append_row(out / "results.sqlite", _row("p", "linear", "cog_l1", seed, 50.0))
     _report(out / "results.sqlite", tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "**Protocol quick** (m): a first try: one seed, all data and 4 shots" in text
-    assert "not the paper's protocol" in text
+    # named from its rows: quick's grid with 2 trials x 1 epoch is not the quick protocol (10 x 30) but custom
+    assert ("**Not the paper's protocol: custom (2 trials × 1 epoch, 1 seed, protocol=quick)** (m): beside published "
+            "numbers") in text
+    main_table = text.split("## Linear probes on all training data")[1].split("\n## ")[0]
+    assert ("protocols: custom (2 trials × 1 epoch, 1 seed, protocol=quick) (m); paper (30 trials × 100 epochs, "
+            "5 seeds) (p)") in main_table
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "<p><strong>Not the paper's protocol: custom (2 trials × 1 epoch, 1 seed, protocol=quick)</strong>" in html
+    assert "**" not in html.split("<body>")[1].split('<script type="application/json"')[0]  # rendered, not literal
     with pytest.raises(SystemExit):  # the named protocols are the CLI's choices
         main(["run", "--model", "resnet50", "--protocol", "fast"])
     assert "--protocol: invalid choice: 'fast' (choose from 'paper', 'quick')" in capsys.readouterr().err
+
+
+def test_each_rows_protocol_is_named_in_words_from_what_it_records():
+    """Issue 46: the paper's and quick's records by their names with their trials, epochs and seeds; any other
+    record ``custom`` with its own trials and epochs (one trial, one epoch in the singular) and what else differs;
+    a method's own record by its trials and epochs, epochs, or ks; a row recording nothing, ``not recorded``."""
+    from cog_pl.protocol import PROTOCOLS, as_record
+    from cog_pl.report.protocol_names import protocol_line, row_protocol
+
+    paper, quick = (as_record(PROTOCOLS[n].probe_protocol()) for n in ("paper", "quick"))
+    assert row_protocol({"protocol": paper}) == ("paper", "paper (30 trials × 100 epochs, 5 seeds)")
+    assert row_protocol({"protocol": quick}) == ("quick", "quick (10 trials × 30 epochs, 1 seed)")
+    assert row_protocol({"protocol": {**paper, "trials": 1, "epochs": 1}}) == ("custom", "custom (1 trial × 1 epoch)")
+    assert row_protocol({"protocol": {**quick, "trials": 2}}) == ("custom", "custom (2 trials × 30 epochs, 1 seed, "
+                                                                            "protocol=quick)")
+    assert row_protocol({"protocol": {**paper, "batch_size": 256}})[1] == "custom (30 trials × 100 epochs, " \
+                                                                         "batch_size=256)"
+    assert row_protocol({"method": "finetune", "finetune": {"epochs": 10}}) == (None, "10 epochs")
+    assert row_protocol({"method": "attentive_images", "attentive_images": {"trials": 30, "epochs": 20}}) == (
+        None, "30 trials × 20 epochs")
+    assert row_protocol({"method": "knn", "knn": {"ks": [10, 20]}}) == (None, "k among 10, 20")
+    assert row_protocol({"model": "m", "test_top1": 1.0}) == (None, "not recorded")
+    assert protocol_line([("a", "x"), ("b", "x")]) == "protocol: x"
+    assert protocol_line([("a", "x"), ("b", "y"), ("c", "x")]) == "protocols: x (a, c); y (b)"
+
+
+def test_results_csv_digests_the_settings_never_the_stores_creation(tmp_path):
+    """The fast core of the test below: the same rows over stores made twice (another ``created`` in their meta.json,
+    so another ``meta_sha256`` and row identity) give the same results.csv byte for byte; other settings another
+    protocol digest."""
+    from cog_pl.report.build import write_report
+
+    files = []
+    for made, trials in (("2026-12-01", 30), ("2026-12-02", 30), ("2026-12-02", 5)):
+        results = tmp_path / f"{made}-{trials}.sqlite"
+        features = {split: {"model": "m", "domain": "cog_l1", "weights_sha256": "ab" * 32,
+                            "meta_sha256": f"digest of a meta.json made {made}"} for split in ("train", "test")}
+        want = wanted(features, replace(ProbeProtocol(), trials=trials), SEARCH, "32-true")
+        for seed in (22, 37):
+            append_row(results, {"model": "m", "method": "linear", "domain": "cog_l1", "shots": None, "seed": seed,
+                                 "test_top1": 60.0 + seed / 10, "test_top5": 90.0, **want})
+        files.append(write_report(results, tmp_path / results.stem, html=False)["csv"].read_bytes())
+    assert len({r["identity"] for r in (read_rows(p)[0] for p in sorted(tmp_path.glob("*.sqlite")))}) == 3
+    assert files[0] == files[1] != files[2]
+    same, other = (next(csv.DictReader(io.StringIO(f.decode()))) for f in files[1:])
+    assert same["protocol"] != other["protocol"] and other["protocol_name"] == "custom (5 trials × 100 epochs)"
+    assert same["protocol_name"] == "paper (30 trials × 100 epochs, 5 seeds)"
+
+
+@pytest.mark.slow  # 2026-12-04, shared 2 cores: 51 s (two runs as processes); the core stays fast: the test above
+def test_two_identical_runs_write_byte_identical_results_csv(onto, tmp_path):
+    """Issue 46: the same small ``cog-pl run`` twice, into two folders (feature stores made twice, at other times):
+    ``results.csv`` is the same byte for byte, its protocol column a digest of the settings, never of the stores'
+    creation time; the console shows the main table, a line per other section and the files, not the whole report."""
+    from cog_pl.demo.backbone import DemoCNN
+    from cog_pl.demo.pretrain import save_backbone
+    from cog_pl.demo.synthetic import make_demo
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=6, test_per_concept=3,
+                      image_size=32, onto=onto)
+    save_backbone(DemoCNN(), tmp_path / "demo_cnn.pt")
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    made = []
+    for name in ("a", "b"):
+        done = subprocess.run([str(COG_PL), "run", "--model", "external:demo_cnn", "--checkpoint",
+                               str(tmp_path / "demo_cnn.pt"), "--in21k-root", str(tmp_path / "d" / "in21k"),
+                               "--benchmark", str(bench), "--out", str(tmp_path / name), "--domains", "cog_l1",
+                               "cog_l5", "--no-check", "--num-workers", "0", "--seeds", "22", "--shots", "all",
+                               "--trials", "2", "--epochs", "1", "--methods", "linear", "knn", "--accelerator", "cpu",
+                               "--probe-device", "cpu", "--no-html"], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        made.append(done.stdout)
+    metas = [json.loads((tmp_path / n / "features" / "demo_cnn" / "cog_l1" / "test" / "meta.json").read_text())
+             for n in ("a", "b")]
+    assert metas[0]["created"] != metas[1]["created"]  # the stores differ in when they were made
+    a, b = ((tmp_path / n / "report" / "results.csv").read_bytes() for n in ("a", "b"))
+    assert a == b
+    lines = list(csv.DictReader(io.StringIO(a.decode())))
+    assert {ln["protocol_name"] for ln in lines} == {"custom (2 trials × 1 epoch)", "k among 10, 20, 100, 200"}
+    assert all(len(ln["protocol"]) == 12 for ln in lines)
+    out = made[0]
+    report = (tmp_path / "a" / "report" / "report.md").read_text()
+    table = report.split("## Linear probes on all training data")[1].split("\n## ")[0]
+    assert next(ln for ln in table.splitlines() if ln.startswith("| demo_cnn |")) in out
+    assert "protocol: custom (2 trials × 1 epoch)" in out and "  - Selection optimism" in out
+    assert "## " not in out and len(out.splitlines()) < 40 < len(report.splitlines())
+    assert f"report: {tmp_path / 'a' / 'report' / 'report.md'}" in out
