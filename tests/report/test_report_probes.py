@@ -318,8 +318,7 @@ def test_every_tuned_methods_optimism_is_never_negative_and_the_token_probes_gai
     MLP probes against that linear probe on every level with an interval."""
     from dataclasses import replace
 
-    from cog_pl.probe.methods import get_probe_method
-
+    from cog_pl.evaluate.runner import run_on_stores
     from cog_pl.probe.tuner import SearchPlan
     from cog_pl.protocol import ProbeProtocol
     from cog_pl.report.tables import selection_gap
@@ -328,15 +327,15 @@ def test_every_tuned_methods_optimism_is_never_negative_and_the_token_probes_gai
     domains = ("cog_l1", "cog_l2")
     grid = {"protocol": replace(ProbeProtocol(), trials=4, epochs=3, batch_size=16), "seeds": SEEDS,
             "plan": SearchPlan(startup_trials=2, trial_batch=2, precision="32-true"), "shots": (None,),
-            "device": "cpu", "storage": tmp_path / "studies.db"}
+            "device": "cpu", "storage": str(tmp_path / "studies.db")}
     for domain in domains:
         classes = level_concepts(4)[LEVEL_OF_DOMAIN[domain]]
         _stores(features, "m", domain, classes, None, rng)
         _stores(features, "m+tokens2x2", domain, classes, 5, rng)
         for label, method, extra in (("m", "linear", {}), ("m", "knn", {}), ("m+tokens2x2", "attentive", {}),
                                      ("m+tokens2x2", "mlp", {"hidden": 16})):
-            get_probe_method(method).run(features / label / domain, results, model=label, domain=domain, **grid,
-                                         **extra)
+            run_on_stores(method, features / label / domain, results, model=label, domain=domain, options=extra or None,
+                          **grid)
     rows = read_rows(results)
     assert len(rows) == 4 * len(domains) * len(SEEDS)
     for row in rows:
