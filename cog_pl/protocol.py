@@ -189,3 +189,29 @@ def named_protocol(name: str) -> NamedProtocol:
     if name not in PROTOCOLS:
         raise CogError(f"--protocol {name!r}: choose from {', '.join(PROTOCOLS)}")
     return PROTOCOLS[name]
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def protocol_words(record: dict[str, Any]) -> tuple[str, str]:
+    """(name, words) of a recorded :class:`ProbeProtocol` (:func:`as_record`): the named protocol
+    (:data:`PROTOCOLS`) whose every value it has, ``extra.protocol`` included, with its trials, epochs and seeds
+    (``paper (30 trials × 100 epochs, 5 seeds)``), else ``custom`` with its trials and epochs and what else differs
+    from the paper's (``custom (2 trials × 1 epoch)``). The words the report's tables and the refusals of rows made
+    under another protocol use."""
+    for name, named in PROTOCOLS.items():
+        if as_record(named.probe_protocol()) == dict(record):
+            return name, (f"{name} ({_count(record['trials'], 'trial')} × {_count(record['epochs'], 'epoch')}, "
+                          f"{_count(len(record.get('seeds') or []), 'seed')})")
+    paper = as_record(PROTOCOLS[PAPER].probe_protocol())
+    seeds = record.get("seeds") or []
+    parts = [f"{_count(record.get('trials', 0), 'trial')} × {_count(record.get('epochs', 0), 'epoch')}"]
+    if list(seeds) != paper["seeds"]:
+        parts.append(_count(len(seeds), "seed"))
+    extra = record.get("extra") or {}
+    parts += [f"{k}={v}" for k, v in sorted(extra.items())]
+    shown = ("trials", "epochs", "seeds", "shots", "extra")
+    parts += [f"{k}={record[k]}" for k in sorted(record) if k not in shown and record[k] != paper.get(k)]
+    return "custom", f"custom ({', '.join(parts)})"

@@ -7,7 +7,8 @@ from what a run was asked for:
 - a tuned probe (the linear, attentive and MLP probes) records ``protocol``, the values of
   :class:`~cog_pl.protocol.ProbeProtocol` it ran (trials, epochs, seeds, shots, ``extra``): it is named by the named
   protocol (:data:`cog_pl.protocol.PROTOCOLS`: ``paper``, ``quick``) whose every value it has, ``extra.protocol``
-  included (none for the paper's), else ``custom``, with its trials and epochs and what else differs from the paper's;
+  included (none for the paper's), else ``custom``, with its trials and epochs and what else differs from the paper's
+  (:func:`cog_pl.protocol.protocol_words`, which the refusals of rows of another protocol use too);
 - a method that keeps its values in its own record (``row[<method>]``: fine-tuning's ``epochs``,
   ``attentive_images``' ``trials`` and ``epochs``, the k-NN's ``ks``) is named by them;
 - a row that records neither (written by hand, or before rows recorded their protocol) is ``not recorded``.
@@ -18,44 +19,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cog_pl.protocol import PAPER, PROTOCOLS, as_record
+from cog_pl.protocol import protocol_words
 from cog_pl.results import method_of
 
 __all__ = ["NOT_RECORDED", "protocol_line", "row_protocol"]
 
 #: The words of a row that records no protocol.
 NOT_RECORDED = "not recorded"
-#: The record's values its words always show (the others only where they differ from the paper's).
-_SHOWN = ("trials", "epochs", "seeds", "shots", "extra")
 
 
 def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
-
-
-def _named(record: Mapping[str, Any]) -> str | None:
-    """The named protocol whose every value ``record`` has; None for none."""
-    for name, named in PROTOCOLS.items():
-        if as_record(named.probe_protocol()) == dict(record):
-            return name
-    return None
-
-
-def _probe_words(record: Mapping[str, Any]) -> tuple[str, str]:
-    """(name, words) of a :class:`~cog_pl.protocol.ProbeProtocol` record."""
-    name = _named(record)
-    seeds = record.get("seeds") or []
-    if name is not None:
-        return name, (f"{name} ({_count(record['trials'], 'trial')} × {_count(record['epochs'], 'epoch')}, "
-                      f"{_count(len(seeds), 'seed')})")
-    paper = as_record(PROTOCOLS[PAPER].probe_protocol())
-    parts = [f"{_count(record.get('trials', 0), 'trial')} × {_count(record.get('epochs', 0), 'epoch')}"]
-    if list(seeds) != paper["seeds"]:
-        parts.append(_count(len(seeds), "seed"))
-    extra = record.get("extra") or {}
-    parts += [f"{k}={v}" for k, v in sorted(extra.items())]
-    parts += [f"{k}={record[k]}" for k in sorted(record) if k not in _SHOWN and record[k] != paper.get(k)]
-    return "custom", f"custom ({', '.join(parts)})"
 
 
 def _own_words(own: Mapping[str, Any]) -> str:
@@ -75,7 +49,7 @@ def row_protocol(row: Mapping[str, Any]) -> tuple[str | None, str]:
     ``quick``, ``custom`` for a tuned probe's row and None for any other; the words are what the tables show."""
     record = row.get("protocol")
     if isinstance(record, dict) and "trials" in record and "epochs" in record:
-        return _probe_words(record)
+        return protocol_words(record)
     own = row.get(method_of(dict(row)))
     if isinstance(own, dict):
         return None, _own_words(own)

@@ -29,7 +29,7 @@ import numpy as np
 
 from cog_pl.errors import CogError
 from cog_pl.io import digest  # defined in the floor (models use it too); kept importable here
-from cog_pl.protocol import ProbeProtocol, as_record
+from cog_pl.protocol import ProbeProtocol, as_record, protocol_words
 
 if TYPE_CHECKING:
     from cog_pl.results import StoredRows
@@ -128,13 +128,39 @@ def format_key(key: tuple) -> str:
     return f"{model}/{method}/{domain}/shots={shots or 'all'}/seed={'none' if seed == NO_SEED else seed}"
 
 
-def refusal(results, key: tuple, diff: list[tuple[str, Any, Any]]) -> str:
-    """The one-line refusal of a row made with other values."""
-    shown = diff[:3]
-    more = f" (and {len(diff) - 3} more)" if len(diff) > 3 else ""
-    return (f"{results}: row {format_key(key)} was made with "
-            + ", ".join(f"{k}={_short(a)}" for k, a, _ in shown) + ", this run has "
-            + ", ".join(f"{k}={_short(b)}" for k, _, b in shown) + f"{more}; pass --overwrite to replace it")
+def _made_under(row: dict[str, Any] | None, want: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(the row's, the run's) protocol in words (:func:`cog_pl.protocol.protocol_words`) where both record one and
+    they differ: what a refusal names first (``quick`` against ``paper``), not the seed and shot lists it holds."""
+    have, mine = (row or {}).get("protocol"), (want or {}).get("protocol")
+    if not (isinstance(have, dict) and isinstance(mine, dict)) or have == mine or "trials" not in have:
+        return None
+    (name, words), (other, theirs) = protocol_words(have), protocol_words(mine)
+    return None if name == other == "custom" else (words, theirs)  # two custom ones: the values that differ
+
+
+def _values_text(diff: list[tuple[str, Any, Any]], row: dict | None, want: dict | None) -> tuple[str, str]:
+    """The row's and the run's side of a refusal: the protocols in words where they differ, then the other values
+    that differ (the first three)."""
+    under = _made_under(row, want)
+    if under is None:
+        return describe(diff, 1), describe(diff, 2)
+    rest = [d for d in diff if not _is_protocol_value(d[0], row or {}) and not _is_protocol_value(d[0], want or {})]
+    more = f", {describe(rest, 1)}" if rest else ""
+    return f"protocol {under[0]}{more}", f"protocol {under[1]}" + (f", {describe(rest, 2)}" if rest else "")
+
+
+def _is_protocol_value(name: str, want: dict[str, Any]) -> bool:
+    """Whether a difference's ``name`` is one of the protocol record's values (named by their last part)."""
+    record = want.get("protocol")
+    return isinstance(record, dict) and (name in record or name in (record.get("extra") or {}))
+
+
+def refusal(results, key: tuple, diff: list[tuple[str, Any, Any]], row: dict | None = None,
+            want: dict | None = None) -> str:
+    """The one-line refusal of a row made with other values (``row``, ``want``: the stored row and the run's
+    identity, whose protocols are named in words where they differ)."""
+    made, mine = _values_text(diff, row, want)
+    return f"{results}: row {format_key(key)} was made with {made}, this run has {mine}; pass --overwrite to replace it"
 
 
 def _short(value: Any) -> str:
@@ -164,7 +190,7 @@ def cells_todo(results, *, model: str, method: str, domain: str, seeds, shots, w
             row = existing.get(key)
             diff = compare(row, want) if row is not None else None
             if diff and not overwrite:
-                raise CogError(refusal(results, key, diff))
+                raise CogError(refusal(results, key, diff, row, want))
             if row is None or diff:
                 todo.append((n, seed))
             else:
@@ -278,8 +304,9 @@ def refuse_other_protocols(results, rows, *, model: str, method: str, domain: st
         if key[:3] == (model, method, domain) and key[3] in shots and key[4] not in seeds:
             diff = compare(r, want)
             if diff:
+                made, mine = _values_text(diff, r, want)
                 raise CogError(
                     f"{results}: row {format_key(key)} of a cell this run adds rows to was made with "
-                    f"{describe(diff, 1)}, this run has {describe(diff, 2)}; a cell averages rows of one protocol: "
+                    f"{made}, this run has {mine}; a cell averages rows of one protocol: "
                     "run with its settings, or pass --overwrite (a grid then removes the rows of other settings "
                     "outside it; the report lists any left as stale)")

@@ -287,6 +287,14 @@ def test_the_quick_protocol_is_its_grid_recorded_in_its_rows_and_named_by_the_re
     rows = read_rows(out / "results.sqlite")
     assert {(r["shots"], r["seed"], r["protocol"]["extra"]["protocol"]) for r in rows} == {(None, 22, "quick"),
                                                                                          (4, 22, "quick")}
+    # the paper's protocol after it: refused before any work, naming both protocols in words (issue 46), not the
+    # seed and shot lists the user never passed
+    with pytest.raises(ValueError, match=r"row m/linear/cog_l1/shots=all/seed=22 was made with protocol custom "
+                                         r"\(2 trials × 1 epoch, 1 seed, protocol=quick\), trial_batch=1, this run has "
+                                         r"protocol paper \(30 trials × 100 epochs, 5 seeds\), trial_batch=5; pass "
+                                         r"--overwrite"):
+        probe_stage(RunConfig(**kw, probe=ProbeOptions(device="cpu")), out, "m")
+    assert read_rows(out / "results.sqlite") == rows
     for seed in (22, 37):  # the paper's protocol, another model, beside it
         append_row(out / "results.sqlite", _row("p", "linear", "cog_l1", seed, 50.0))
     _report(out / "results.sqlite", tmp_path / "report")
