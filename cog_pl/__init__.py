@@ -7,8 +7,6 @@ first use, so ``import cog_pl`` stays cheap (the ``cog-pl`` command starts witho
 
 from __future__ import annotations
 
-import importlib
-
 from cog_pl.version import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it the same)
@@ -72,7 +70,9 @@ def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'cog_pl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    from cog_pl.registry import load_object
+
+    value = load_object(f"{module}:{name}")
     globals()[name] = value
     return value
 

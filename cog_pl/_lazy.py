@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
+
+from cog_pl.registry import load_object
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
@@ -13,11 +14,11 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, package), name)
-        setattr(importlib.import_module(package), name, value)
+        value = load_object(f"{module}:{name}", package)
+        setattr(load_object(package), name, value)
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*vars(importlib.import_module(package)), *exports})
+        return sorted({*vars(load_object(package)), *exports})
 
     return __getattr__, __dir__

@@ -1,4 +1,5 @@
-"""A table of named entries that users extend: the one rule for registering, looking up and refusing names.
+"""A table of named entries that users extend: the one rule for registering, looking up and refusing names, and the
+one place the package imports by a name it holds as text (:func:`load_object`, :func:`plugins`).
 
 Similarity measures (:mod:`cog_pl.levels.measures`), image sources (:mod:`cog_pl.data.sources`) and probe methods
 (:mod:`cog_pl.evaluate`) each keep one :class:`Registry` and expose timm-style functions over it
@@ -10,13 +11,14 @@ registration order, which is the order of choices on the command line and in rep
 from __future__ import annotations
 
 import difflib
+import importlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from cog_pl.errors import CogError, UnknownNameError
 
-__all__ = ["Registry", "did_you_mean"]
+__all__ = ["Registry", "did_you_mean", "load_object", "plugins"]
 
 T = TypeVar("T")
 
@@ -106,3 +108,14 @@ def plugins(group: str, what: str) -> Iterator[tuple[str, object]]:
                                                 point.value, err)
             continue
         yield point.name, obj
+
+
+def load_object(ref: str, package: str | None = None) -> Any:
+    """The object ``ref`` names, imported: ``"module:attr"`` (an entry of a table written as text: a backbone's
+    builder, a text tower's, a key conversion; an installed plug-in; a user's class path), or ``"module"``; a module
+    name starting with a dot is relative to ``package``. The one import by a name held as text in cog_pl, so that the
+    layer checker (import-linter) sees every other import: the lazy exports of the packages and of the face load
+    through it too."""
+    module, _, attr = ref.partition(":")
+    loaded = importlib.import_module(module, package)
+    return getattr(loaded, attr) if attr else loaded

@@ -80,9 +80,10 @@ def _cli(cls: type[ExtractCLI], argv: list[str], prog: str, **kwargs: Any) -> Ex
                      save_config_callback=None, seed_everything_default=False, **kwargs)
 
 
-def run(argv: list[str], prog: str = "cog-pl extract") -> ExtractCLI | None:
+def run(argv: list[str], prog: str = "cog-pl extract", entry: Any = None) -> ExtractCLI | None:
     """Run ``cog-pl extract ARGV``: LightningCLI ``predict`` (the only subcommand) on ``ARGV``; with ``--launcher``,
-    submit it (:func:`launch`)."""
+    submit it (:func:`launch`; ``entry``: what its job runs the command line with, :func:`cog_pl.cli.main.main`,
+    which hands itself down)."""
     from cog_pl.models.checkpoints import EXTRACT_SPELLING, spelled
     from cog_pl.pipeline.cluster.options import cluster_options, split_argv
 
@@ -96,7 +97,7 @@ def run(argv: list[str], prog: str = "cog-pl extract") -> ExtractCLI | None:
     if cluster is None:
         with spelled(EXTRACT_SPELLING):  # a message that suggests a loading option names the config key
             return _cli(ExtractCLI, argv, prog)
-    launch(rest, cluster, prog)
+    launch(rest, cluster, prog, entry)
     return None
 
 
@@ -112,10 +113,10 @@ def launcher_help() -> str:
     return parser.format_help().rstrip()
 
 
-def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
+def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract", entry: Any = None) -> int:
     """``cog-pl extract --launcher``: the command line checked here, then run as one SLURM job of ``--nodes`` x one
-    task per GPU, Lightning's DDP across them (:mod:`cog_pl.pipeline.cluster`)."""
-    from cog_pl.cli.main import main  # what the job runs its command line with
+    task per GPU, Lightning's DDP across them (:mod:`cog_pl.pipeline.cluster`); ``entry``: what the job runs its
+    command line with (``cog-pl``'s dispatch, handed down by :func:`cog_pl.cli.main.main`)."""
     from cog_pl.pipeline.cluster.jobs import Job, extract_trainer_options
     from cog_pl.pipeline.cluster.launch import launch as launch_jobs
     config = _cli(_ParseOnly, rest, prog, run=False).config
@@ -143,4 +144,4 @@ def launch(rest: list[str], cluster: Any, prog: str = "cog-pl extract") -> int:
     job = Job(f"extract/{name}", "extract", ("extract", *rest, *options),
               what=f"{len(stores)} feature stores ({len(data['domains'])} domains)", nodes=cluster.nodes,
               tasks_per_node=per_node, gpus_per_node=cluster.gpus_per_node, stores=stores)
-    return launch_jobs([job], cluster, root, entry=main)
+    return launch_jobs([job], cluster, root, entry=entry)

@@ -214,9 +214,11 @@ def _model_import_path(config: Any) -> None:
     except UnknownNameError:
         pass
     module, _, attr = name.rpartition(".")
+    from cog_pl.registry import load_object
+
     try:
-        found = getattr(importlib.import_module(module), attr, None)
-    except ImportError:
+        found = load_object(f"{module}:{attr}")
+    except (ImportError, AttributeError):
         return  # not an import path either: the registry's refusal names the known names
     if callable(found):
         model.model = f"external:{module}:{attr}"

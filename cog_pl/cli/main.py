@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import os
 import sys
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 from cog_pl import console
 from cog_pl.errors import CogError, DiskFullError
@@ -17,14 +17,49 @@ from cog_pl.version import __version__
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
 COMMAND_MODULES = ("wordnet", "levels", "data", "features", "models", "configs", "probe", "report", "run", "noise")
 #: Commands handed whole to a LightningCLI (their options are Lightning's): the words that name them, and the module
-#: whose ``run(argv, prog)`` takes the rest of the command line (:mod:`cog_pl.cli.lightning`).
+#: under ``cog_pl.cli`` whose ``run(argv, prog)`` takes the rest of the command line (:mod:`cog_pl.cli.lightning`).
 LIGHTNING_COMMANDS = {
-    ("extract",): "cog_pl.cli.extract",
-    ("finetune",): "cog_pl.cli.finetune",
-    ("probe", "fit"): "cog_pl.cli.probe_lightning",
-    ("probe", "validate"): "cog_pl.cli.probe_lightning",
-    ("probe", "test"): "cog_pl.cli.probe_lightning",
+    ("extract",): "extract",
+    ("finetune",): "finetune",
+    ("probe", "fit"): "probe_lightning",
+    ("probe", "validate"): "probe_lightning",
+    ("probe", "test"): "probe_lightning",
 }
+
+
+def command_module(name: str) -> Any:
+    """The module of ``cog_pl.cli`` that ``name`` names (:data:`COMMAND_MODULES`, the values of
+    :data:`LIGHTNING_COMMANDS`), imported on first use, so that a command's start pays for its own imports alone."""
+    match name:
+        case "wordnet":
+            from cog_pl.cli import wordnet as module
+        case "levels":
+            from cog_pl.cli import levels as module
+        case "data":
+            from cog_pl.cli import data as module
+        case "features":
+            from cog_pl.cli import features as module
+        case "models":
+            from cog_pl.cli import models as module
+        case "configs":
+            from cog_pl.cli import configs as module
+        case "probe":
+            from cog_pl.cli import probe as module
+        case "report":
+            from cog_pl.cli import report as module
+        case "run":
+            from cog_pl.cli import run as module
+        case "noise":
+            from cog_pl.cli import noise as module
+        case "extract":
+            from cog_pl.cli import extract as module
+        case "finetune":
+            from cog_pl.cli import finetune as module
+        case "probe_lightning":
+            from cog_pl.cli import probe_lightning as module
+        case _:
+            raise KeyError(name)
+    return module
 #: The one-word LightningCLI commands as ``cog-pl --help`` lists them (``cog-pl probe --help`` lists ``probe fit``...).
 LIGHTNING_HELP = {
     "extract": "extract frozen features of a model for IN-1K and L1..L5 (LightningCLI predict; see --help)",
@@ -44,7 +79,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES if only is None else (only,):
-        importlib.import_module(f"cog_pl.cli.{name}").register(sub)
+        command_module(name).register(sub)
     if only is None:
         for name, text in LIGHTNING_HELP.items():
             sub.add_parser(name, add_help=False, help=text)
@@ -178,13 +213,15 @@ def main(argv: list[str] | None = None) -> int:
         console.setup(verbose, lightning_info=True)
 
         def hand() -> int:
-            importlib.import_module(module).run(rest, prog=f"cog-pl {name}")
+            launches = {"entry": main} if module == "extract" else {}  # its --launcher's jobs run command lines
+            command_module(module).run(rest, prog=f"cog-pl {name}", **launches)
             return 0
 
         return report_errors(name, verbose, hand)
     parser = build_parser(only=_command(argv))
     args = parser.parse_args(argv)
     args.command_line = argv  # as typed: the SLURM launcher's jobs run it again, without its own options
+    args.entry = main  # what they run it with (handed down: a command module never imports this one)
     console.setup(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -197,7 +197,6 @@ def _protocol_cmd(args: argparse.Namespace) -> int:
 def _launch_protocol(args: argparse.Namespace, cluster) -> int:
     """``probe protocol --launcher``: the grid as a SLURM job array of ``--probe-workers`` tasks, each one worker that
     claims a cell before tuning it, all on one storage and one results file."""
-    from cog_pl.cli.main import main  # what the job runs its command line with
     from cog_pl.features.pair import open_pair
     from cog_pl.pipeline.cluster.jobs import Job
     from cog_pl.pipeline.cluster.launch import launch
@@ -216,7 +215,7 @@ def _launch_protocol(args: argparse.Namespace, cluster) -> int:
               what=f"{len(rows)} rows: linear on {len(seeds)} seeds x {len(shots)} shot settings",
               gpus_per_node=cluster.task_gpus, array=tasks, rows=rows)
     return launch([job], cluster, Path(args.results).resolve().parent, results=Path(args.results).resolve(),
-                  entry=main)
+                  entry=args.entry)
 
 
 def _knn(args: argparse.Namespace) -> int:
@@ -370,21 +369,3 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
         sub.add_parser(name, add_help=False,
                        help=f"LightningCLI {name} of LinearProbe (--config NAME of a packaged config, or a YAML "
                             f"file; see {name} --help)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m cog_pl.cli.probe tune ...``: the same as ``cog-pl probe tune ...``."""
-    import sys
-
-    from cog_pl.cli.main import GLOBAL_FLAGS
-    from cog_pl.cli.main import main as run_command
-
-    argv = sys.argv[1:] if argv is None else list(argv)
-    flags = argv[:1] if argv[:1] and argv[0] in GLOBAL_FLAGS else []  # a leading -v stays the global option
-    return run_command([*flags, "probe", *argv[len(flags):]])
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

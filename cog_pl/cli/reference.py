@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import os
 from collections.abc import Iterator
 
 from cog_pl.cli.configs import packaged, summary
-from cog_pl.cli.main import LIGHTNING_COMMANDS, build_parser
+from cog_pl.cli.main import LIGHTNING_COMMANDS, build_parser, command_module
 
 #: The LightningCLI subcommands of a one-word LightningCLI command (``extract`` runs ``predict`` alone, unnamed).
 LIGHTNING_SUBCOMMANDS = {"finetune": (("fit", "test"), None)}
@@ -71,16 +70,16 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
 
 def _lightning_help(words: tuple[str, ...]) -> str:
     """The ``--help`` a LightningCLI command prints (``words``: ``("probe", "fit")``, ``("extract",)``)."""
-    module = LIGHTNING_COMMANDS[words[:1] if words[0] != "probe" else words[:2]]
+    module = command_module(LIGHTNING_COMMANDS[words[:1] if words[0] != "probe" else words[:2]])
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        importlib.import_module(module).run([*words[1:], "--help"], prog=f"cog-pl {words[0]}")
+        module.run([*words[1:], "--help"], prog=f"cog-pl {words[0]}")
     return out.getvalue().rstrip()
 
 
 def _lightning_section(words: tuple[str, ...]) -> list[str]:
     name = " ".join(words)
-    module = importlib.import_module(LIGHTNING_COMMANDS[words[:1] if words[0] != "probe" else words[:2]])
+    module = command_module(LIGHTNING_COMMANDS[words[:1] if words[0] != "probe" else words[:2]])
     doc = (module.__doc__ or "").strip().split("\n\n")
     intro = [doc[0]] + [p for p in doc[1:] if not p.startswith("    ")]
     lines = [f"## `cog-pl {name}`", "", "A LightningCLI command: the words after it are Lightning's "

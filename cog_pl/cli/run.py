@@ -415,7 +415,6 @@ def _checkpoint_fields(args: argparse.Namespace) -> dict:
 def _launch(args: argparse.Namespace, configs: list[RunConfig], cluster: ClusterOptions) -> int:
     """``run --launcher``: the run's jobs (:func:`cog_pl.pipeline.cluster.jobs.run_jobs`) printed, submitted or
     written."""
-    from cog_pl.cli.main import main  # what the jobs run their command lines with
     from cog_pl.pipeline.cluster.jobs import run_jobs
     from cog_pl.pipeline.cluster.launch import launch
     from cog_pl.pipeline.cluster.options import array_tasks
@@ -435,7 +434,7 @@ def _launch(args: argparse.Namespace, configs: list[RunConfig], cluster: Cluster
                                                                                        storage)]
     if args.stage is not None:  # that stage's jobs alone, after nothing
         jobs = [dataclasses.replace(j, after=()) for j in jobs if j.stage == args.stage]
-    return launch(jobs, cluster, args.out, entry=main)
+    return launch(jobs, cluster, args.out, entry=args.entry)  # what the jobs run their command lines with
 
 
 def check_cluster_extraction(args: argparse.Namespace, cluster: ClusterOptions) -> None:

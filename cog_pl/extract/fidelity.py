@@ -107,15 +107,15 @@ SAMPLE_PHOTOS = {"sklearn.datasets": ("images/china.jpg", "images/flower.jpg"),
 def sample_photos(long_side: int | None = 500) -> dict[str, bytes]:
     """The :data:`SAMPLE_PHOTOS` of the packages installed, as JPEG bytes: each as shipped and, with ``long_side``,
     also scaled to ImageNet's typical size (bicubic, quality 90)."""
-    import importlib
+    import importlib.util
     from pathlib import Path
 
     out = {}
     for package, files in SAMPLE_PHOTOS.items():
-        try:
-            root = Path(importlib.import_module(package).__file__).parent
-        except ImportError:
+        found = importlib.util.find_spec(package)  # where the package's files are, without running it
+        if found is None or found.origin is None:
             continue
+        root = Path(found.origin).parent
         for name in files:
             path = root / name
             if not path.is_file():

@@ -4,7 +4,6 @@ importable builder) or from the user's own module; register backbones under a na
 from __future__ import annotations
 
 import hashlib
-import importlib
 import inspect
 import itertools
 import logging
@@ -42,6 +41,7 @@ from cog_pl.models.registry import (
 )
 from cog_pl.models.transform import backbone_transform
 from cog_pl.models.zoo import EFFICIENTNET_LITE0
+from cog_pl.registry import load_object
 
 __all__ = ["Backbone", "BackboneSpec", "build_backbone", "check_input_size", "find_builder", "list_backbones",
            "module_spec", "register_architecture", "register_backbone", "state_sha256", "unregister_backbone"]
@@ -130,8 +130,7 @@ class BGRInput(nn.Module):
 
 
 def _function(ref: str) -> Callable:
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return load_object(ref)
 
 
 def find_builder(spec: BackboneSpec) -> Callable[[bool], nn.Module]:

@@ -295,10 +295,9 @@ def adapt_state_dict(state: Mapping[str, torch.Tensor], layout: Layout, key_map:
 
 def _function(ref: str) -> Any:
     """``"module:name"`` of :mod:`cog_pl.models.arch`: a key conversion function or a table of renames."""
-    import importlib
+    from cog_pl.registry import load_object
 
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return load_object(ref)
 
 
 def guess_prefix(keys: list[str], own: list[str]) -> str | None:

@@ -15,7 +15,6 @@ classifier's identity (:func:`cog_pl.zeroshot.zeroshot_identity`).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +24,7 @@ from torch import Tensor, nn
 
 from cog_pl.errors import CogError, MissingDependencyError
 from cog_pl.models.registry import has_text_tower, list_text_towers, resolve_spec
+from cog_pl.registry import load_object
 
 __all__ = ["TextTower", "TokenTextTower", "build_text_tower", "clip_tokenizer", "has_text_tower",
            "list_text_towers", "text_handling"]
@@ -140,9 +140,8 @@ def build_text_tower(model_name: str, checkpoint: str | Path | None = None, *, t
         raise CogError(f"{model_name} has no text tower; the backbones with one: "
                        f"{', '.join(list_text_towers())}, open_clip:<name>")
     weights = resolve_checkpoint(model_name, checkpoint, random_weights)
-    module, _, function = spec.text_tower.partition(":")
     try:
-        builder = getattr(importlib.import_module(module), function)
+        builder = load_object(spec.text_tower)
     except (ImportError, AttributeError) as err:
         raise CogError(f"{model_name}: cannot import its text tower's builder {spec.text_tower} ({err})") from err
     return builder(model_name, weights, trust_checkpoint)

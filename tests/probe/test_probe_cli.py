@@ -11,10 +11,15 @@ from pathlib import Path
 import optuna
 from test_probe_fixtures import write_features
 
-from cog_pl.cli.probe import main
+from cog_pl.cli.main import main as cog_pl_main
 from cog_pl.results import read_rows
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def main(argv):
+    """``cog-pl probe ARGV``."""
+    return cog_pl_main(["probe", *argv])
 
 
 def test_tune_prints_a_json_result_last(tmp_path, capsys):
@@ -33,8 +38,8 @@ def test_tune_as_a_process_repeats_with_the_same_seed(tmp_path):
     features = write_features(tmp_path / "f")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     rows = []
-    # the module's own entry, then the console script's (cog_pl.cli.main:entry)
-    for i, command in enumerate((["cog_pl.cli.probe", "tune"], ["cog_pl.cli.main", "probe", "tune"])):
+    # the console script's module (cog_pl.cli.main:entry), twice
+    for i, command in enumerate((["cog_pl.cli.main", "probe", "tune"], ["cog_pl.cli.main", "probe", "tune"])):
         out = subprocess.run([sys.executable, "-m", *command, "--features", str(features),
                               "--trials", "4", "--epochs", "2", "--exact", "--workdir", str(tmp_path / f"w{i}"),
                               "--results", str(tmp_path / "rows.sqlite")],

@@ -23,10 +23,10 @@ TRIALS = 30
 def tune_cmd(features: Path, storage: Path, epochs: int) -> list[str]:
     """Batches of 2 trials after the 10 of TPE's startup (not the default 5), so that a poll of the study sees it
     between 10 and 30 trials even on a loaded machine (the default's four batches can all end between two polls)."""
-    return [sys.executable, "-m", "cog_pl.cli.probe", "tune", "--features", str(features), "--trials", str(TRIALS),
-            "--epochs", str(epochs), "--batch-size", "64", "--storage", str(storage), "--study-name", "shared",
-            "--threads", "1", "--probe-device", "cpu", "--stale-after", "60", "--trial-batch", "2", "--workdir",
-            str(storage.parent / "w")]
+    return [sys.executable, "-m", "cog_pl.cli.main", "probe", "tune", "--features", str(features), "--trials",
+            str(TRIALS), "--epochs", str(epochs), "--batch-size", "64", "--storage", str(storage), "--study-name",
+            "shared", "--threads", "1", "--probe-device", "cpu", "--stale-after", "60", "--trial-batch", "2",
+            "--workdir", str(storage.parent / "w")]
 
 
 def env() -> dict[str, str]:
