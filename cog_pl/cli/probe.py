@@ -125,7 +125,7 @@ def _tune(args: argparse.Namespace) -> int:
     protocol = _protocol(args)
     device = _device(args.device)
     plan = _plan(args)
-    pair = open_pair(args.features, allow_class_mismatch=args.allow_class_mismatch)
+    pair = _vectors(open_pair(args.features, allow_class_mismatch=args.allow_class_mismatch), METHOD)
     model, domain = pair.names(args.model, args.domain)  # the store's meta names them; folder names where it does not
     splits = Splits.for_probes(pair, device, protocol, plan)
     storage = args.storage or Path(args.workdir) / "optuna.db"
@@ -240,7 +240,7 @@ def _knn(args: argparse.Namespace) -> int:
     if device.type == "cuda" and args.device == "auto" and "LOCAL_RANK" in os.environ:
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # torchrun: one GPU a rank
     group = launched_group(device)
-    pair = open_pair(args.features, allow_class_mismatch=args.allow_class_mismatch)
+    pair = _vectors(open_pair(args.features, allow_class_mismatch=args.allow_class_mismatch), "knn")
     model, domain = pair.names(args.model, args.domain)
     (row,) = knn_rows(pair, [(args.shots, args.seed)], model=model, domain=domain, protocol=ProbeProtocol(),
                       settings=settings, device=device, precision=resolve_knn_precision(args.precision, device),
@@ -253,6 +253,15 @@ def _knn(args: argparse.Namespace) -> int:
         append_row(args.results, row)
     print(json.dumps(row, sort_keys=True, default=str), flush=True)  # unstored predictions: a count
     return 0
+
+
+def _vectors(pair, method: str):
+    """``pair``, refused in one line when it holds token stores, naming the methods that take them (the method
+    table's: :func:`cog_pl.evaluate.token_methods`)."""
+    from cog_pl.evaluate import token_methods
+    from cog_pl.features.pair import vectors_only
+
+    return vectors_only(pair, method, ", ".join(token_methods()))
 
 
 def _rank() -> int:

@@ -260,6 +260,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "ancestors share visual traits, a small CNN trained on the seen concepts, then "
                                    "extraction, tuned probes, fine-tuning and the report. No downloads, no ImageNet.")
     d.add_argument("--out", default="cog_demo", help="output folder")
+    d.add_argument("--overwrite", action="store_true",
+                   help="replace what an earlier demo under --out made with other settings (other --trials, "
+                        "--seeds, methods ...), which is otherwise refused: feature stores extracted again, result rows "
+                        "made again; the generated data and backbones are kept")
     d.add_argument("--seen", type=at_least(2), default=50, help="IN-1K concepts")
     d.add_argument("--per-level", type=at_least(2), default=15, help="concepts per level")
     d.add_argument("--train-per-concept", type=at_least(2), default=80)
@@ -516,6 +520,7 @@ def _demo_run(args: argparse.Namespace) -> int:
     methods = [*args.methods, *(["finetune"] if args.finetune else [])]
     cfg = _config(args, ExtractOptions(batch_size=256, num_workers=0, accelerator="cpu", devices=1), methods,
                   {"finetune": DemoFineTune().finetune_kwargs()} if args.finetune else None,
+                  overwrite=args.overwrite,
                   model=assets.model, checkpoint=str(assets.checkpoint), in1k_root=str(assets.in1k_root),
                   in21k_root=str(assets.in21k_root), out=str(out), benchmark=str(assets.benchmark),
                   transform=assets.transform, variant_seeds=tuple(args.variant_seeds or args.seeds[:1]))

@@ -9,14 +9,17 @@ settings (``head``), the protocol, the search, the precision and the features.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cog_pl.defaults import ATTENTIVE_PRESET, MLP_HIDDEN
 from cog_pl.errors import CogError
-from cog_pl.evaluate.method import Cell, Job, Method, register_method
+from cog_pl.evaluate.method import Cell, Inputs, Job, Method, register_method
 
-__all__ = ["MLP", "Attentive", "AttentiveOptions", "Heads", "MLPOptions"]
+__all__ = ["MLP", "Attentive", "AttentiveOptions", "Heads", "MLPOptions", "planned_width"]
+
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AttentiveOptions:
@@ -98,17 +101,44 @@ class Attentive(Heads):
                    "one bank of heads")
     options = AttentiveOptions
 
-    def check(self, job: Job, state: HeadState, cells: list[Cell]) -> None:
-        from cog_pl.models.poolers import POOLER_PRESETS, fitting_presets
+    def precheck(self, inputs: Inputs, options: AttentiveOptions | None) -> None:
+        """The preset against the features' width before any extraction, where the network and weights tell it
+        (:func:`planned_width`); else after it, on the stores (:meth:`check`)."""
+        dim = planned_width(inputs)
+        if dim is not None:
+            _check_preset((options or AttentiveOptions()).preset, dim, inputs.label)
 
-        preset = self.settings(job).preset
-        dim = state.pair.train.features.shape[-1]
-        try:  # a width the preset cannot split into its heads, refused before any work
-            POOLER_PRESETS[preset].heads(dim)
-        except CogError as err:
-            raise CogError(f"--attentive-preset {preset} on {state.pair.root} ({dim} wide): {err}; the presets that "
-                           f"fit {dim} channels: {', '.join(fitting_presets(dim)) or 'none'}") from None
+    def check(self, job: Job, state: HeadState, cells: list[Cell]) -> None:
+        _check_preset(self.settings(job).preset, state.pair.train.features.shape[-1], str(state.pair.root))
         super().check(job, state, cells)
+
+
+def _check_preset(preset: str, dim: int, what: str) -> None:
+    """Refuse, in one line naming the presets that fit, a preset that cannot split ``dim`` channels into its heads."""
+    from cog_pl.models.poolers import POOLER_PRESETS, fitting_presets
+
+    try:
+        POOLER_PRESETS[preset].heads(dim)
+    except CogError as err:
+        raise CogError(f"--attentive-preset {preset} on {what} ({dim} wide): {err}; the presets that fit {dim} "
+                       f"channels: {', '.join(fitting_presets(dim)) or 'none'}") from None
+
+
+def planned_width(inputs: Inputs) -> int | None:
+    """The width of the features a run will extract, known before it: the network built on the meta device with its
+    weights file (:func:`cog_pl.extract.module.planned_store_meta`: no tensor read) and the feature definition;
+    None where it cannot be told without the weights (random weights, a network that cannot be built so)."""
+    if inputs.model is None or inputs.checkpoint is None:
+        return None
+    from cog_pl.extract.module import planned_store_meta
+
+    reading = {k: v for k, v in inputs.reading.items() if k in ("prefix", "key_map", "in_order", "trust_checkpoint")}
+    try:
+        return planned_store_meta(inputs.model, inputs.checkpoint, **reading, transform=inputs.transform,
+                                  feature=inputs.feature, label=inputs.label)[2]
+    except Exception as err:  # (the stores tell it after the extraction, which says why it cannot run if it cannot)
+        log.debug("the features' width is not known before the extraction (%s)", err)
+        return None
 
 
 class MLP(Heads):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,8 +107,8 @@ class RunConfig:
     """
 
     model: str
-    in1k_root: str | None
-    in21k_root: str | None
+    in1k_root: str | None = None
+    in21k_root: str | None = None
     out: str = "cog_run"
     checkpoint: str | None = None
     trust_checkpoint: bool = False  # read a checkpoint safe loading refuses (its code runs); recorded in the stores
@@ -143,6 +143,12 @@ class RunConfig:
     random_weights: bool = False  # a network without a file initialised at random (labelled <name>@random)
     models_dir: str | None = None  # where a paper model's file is looked for without checkpoint; None: $COG_PL_MODELS
     feature: str | None = None  # a feature definition (cog_pl.models.definitions); None: the paper's feature
+    #: a data folder naming the roots, the benchmark and the images' size at once (``cog-pl run --data``: the demo's
+    #: OUT/data, or a folder with cog_data.json or in1k/ and in21k/); resolved into those fields, then None
+    data: str | None = None
+    #: the named protocol (``cog-pl run --protocol``: paper or quick) the grid and search default to; the same as
+    #: ``probe=ProbeOptions(name=...)``
+    protocol_name: str | None = None
 
     @property
     def label(self) -> str:
@@ -189,6 +195,10 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.stage is not None and self.stage not in STAGES:
             raise CogError(f"stage {self.stage!r}: choose from {', '.join(STAGES)}")
+        self._resolve_data()
+        if self.protocol_name is not None:
+            named_protocol(self.protocol_name)  # an unknown name, refused naming the known ones
+            self.probe, self.protocol_name = replace(self.probe, name=self.protocol_name), None
         named = named_protocol(self.probe.name)
         self.seeds = named.seeds if self.seeds is None else tuple(self.seeds)
         self.shots = named.shots if self.shots is None else tuple(self.shots)
@@ -202,11 +212,8 @@ class RunConfig:
             from cog_pl.levels.seen import resolve_seen
 
             resolve_seen(self.seen)  # a bad --seen is refused before any work
-        for name, shots in (("shots", self.shots), ("variant_shots", self.variant_shots)):
-            bad_shots = [s for s in shots if s is not None and not (isinstance(s, int) and s > 0)]
-            if bad_shots:
-                raise CogError(f"invalid shot value(s) {bad_shots} in {name}: use 'all' (None) or positive "
-                               f"integers (protocol: {', '.join(map(str, ProbeProtocol().shots))})")
+        self.shots, self.variant_shots = _shot_values(self.shots, "shots"), _shot_values(self.variant_shots,
+                                                                                           "variant_shots")
         if self.variants:
             from cog_pl.levels.measures import get_measure, list_measures
 
@@ -232,6 +239,21 @@ class RunConfig:
                     else ""))
         self._resolve_weights()
         self._check_methods()
+
+    def _resolve_data(self) -> None:
+        """``data`` into the roots, the benchmark and (unless ``transform`` is given) the images' size its folder
+        records, as ``cog-pl run --data`` does; giving it beside a root or the benchmark is refused."""
+        if self.data is None:
+            return
+        from cog_pl.data.roots import resolve_data_option
+
+        self.in1k_root, self.in21k_root, self.benchmark, roots = resolve_data_option(
+            str(self.data), self.in1k_root, self.in21k_root, self.benchmark)
+        if roots.image_size is not None and self.transform is None:
+            from cog_pl.models.transform import resolve_transform
+
+            self.transform = resolve_transform(roots.image_size)
+        self.data = None  # resolved: a copy (dataclasses.replace) keeps the roots, not the folder a second time
 
     def _check_methods(self) -> None:
         """Every method known and its options resolved (a bad value refused by its flag's name); options of a method
@@ -333,6 +355,21 @@ class RunConfig:
             resolve_precision(self.extract.precision, "cpu")
         except CogError as err:
             raise CogError(f"extraction options: {err}") from None
+
+
+def _shot_values(shots: Any, name: str) -> tuple[int | None, ...]:
+    """``shots`` as the grid takes them: ``None`` or ``"all"`` for all data, positive integers; anything else refused
+    in one line naming the field."""
+    out = []
+    for s in shots:
+        if s is None or (isinstance(s, str) and s.lower() == "all"):
+            out.append(None)
+        elif isinstance(s, int) and not isinstance(s, bool) and s > 0:
+            out.append(s)
+        else:
+            raise CogError(f"{name}: {s!r} is not a shot setting; give 'all' (or None) or a positive integer (the "
+                           f"protocol's: all, {', '.join(map(str, ProbeProtocol().shots))})")
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=32)

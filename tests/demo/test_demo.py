@@ -122,3 +122,28 @@ def test_demo_benchmark_is_byte_identical_across_processes(tmp_path):
     a = _fingerprint(tmp_path / "a", 1, json.dumps(TINY))
     b = _fingerprint(tmp_path / "b", 2, json.dumps(TINY))
     assert len(a) > 50 and a == b
+
+
+@pytest.mark.slow  # two demos at their smallest, as processes
+def test_a_demo_run_again_with_other_settings_is_refused_naming_an_option_it_takes(tmp_path):
+    """Issue 47: the refusal of a second demo under the same --out with other settings said "pass --overwrite", which
+    the demo did not accept; it does now, and replaces the rows made with the other settings."""
+    import subprocess
+
+    from bad_input_cases import COG_PL
+
+    from cog_pl.results import read_rows
+
+    small = ["--out", str(tmp_path / "demo"), "--seen", "2", "--per-level", "2", "--train-per-concept", "5",
+             "--test-per-concept", "2", "--image-size", "16", "--pretrain-epochs", "1", "--ssl-epochs", "0",
+             "--no-finetune", "--seeds", "22", "--shots", "all", "--epochs", "2", "--variants", "--methods", "linear"]
+
+    def demo(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(COG_PL), "demo", *small, *extra], capture_output=True, text=True, timeout=900)
+
+    assert demo("--trials", "2").returncode == 0
+    again = demo("--trials", "3")
+    last = again.stderr.strip().splitlines()[-1]
+    assert again.returncode == 2 and "pass --overwrite to replace it" in last and "trials=2" in last, again.stderr
+    assert demo("--trials", "3", "--overwrite").returncode == 0
+    assert {r["protocol"]["trials"] for r in read_rows(tmp_path / "demo" / "results.sqlite")} == {3}

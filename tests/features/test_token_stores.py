@@ -5,12 +5,14 @@ the probes that read one vector per image."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import lightning as L
 import numpy as np
 import pytest
 import timm
 import torch
+from bad_input_cases import COG_PL
 from conftest_data import tiny  # noqa: F401 - fixture
 
 from cog_pl.cli.main import main
@@ -253,9 +255,16 @@ def test_feature_datamodule_and_probe_tune_refuse_a_token_store_naming_it_and_th
         with pytest.raises(StoreError) as err:
             load()
         assert str(err.value) == said.format("linear")
-    assert main(["probe", "tune", "--features", str(root), "--workdir", str(tmp_path / "w"), "--seed", "0"]) == 2
-    assert said.format("linear") in capsys.readouterr().err
-    assert not (tmp_path / "w" / "optuna.db").exists()
+    # the commands name the methods of the table that take token stores (issue 47: probe knn was an internal error)
+    named = (f"{root / 'train'}: a token store (5 tokens per image, feature 'tokens2x2'); {{}} reads one vector per "
+             "image: the methods that take token stores: attentive, mlp (cog-pl run --methods)")
+    for command, method, own in (("tune", "linear", ["--workdir", str(tmp_path / "w")]), ("knn", "knn", [])):
+        done = subprocess.run([str(COG_PL), "probe", command, "--features", str(root), *own, "--seed", "0",
+                               "--probe-device", "cpu", "--results", str(tmp_path / "r.sqlite")],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+            f"cog-pl probe: error: {named.format(method)}"], done.stderr
+    assert not (tmp_path / "w" / "optuna.db").exists() and not (tmp_path / "r.sqlite").exists()
 
 
 def test_export_refuses_a_token_store_and_info_reports_its_tokens_and_width(tmp_path, capsys):

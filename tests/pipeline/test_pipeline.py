@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -307,10 +308,14 @@ def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
     levels = ("cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5")
     kw = {"model": "resnet50", "in1k_root": None, "in21k_root": str(tmp_path), "domains": levels,
           "random_weights": True}  # weights are not what these options are about
-    with pytest.raises(ValueError, match=r"invalid shot value\(s\) \[0\] in variant_shots"):
+    with pytest.raises(ValueError, match=r"^variant_shots: 0 is not a shot setting; give 'all' \(or None\) or a "
+                                         r"positive integer \(the protocol's: all, 1, 2, 4"):
         RunConfig(**kw, variants=("wup",), variant_shots=(None, 0))
-    with pytest.raises(ValueError, match=r"invalid shot value\(s\) \[-2\] in shots"):
+    with pytest.raises(ValueError, match=r"^shots: -2 is not a shot setting"):
         RunConfig(**kw, shots=(-2,))
+    with pytest.raises(ValueError, match=r"^shots: 'al' is not a shot setting"):
+        RunConfig(**kw, shots=("al",))
+    assert RunConfig(**kw, shots=["all", 4], variant_shots=["ALL"]).shots == (None, 4)  # as --shots all 4 reads
     def finetune(**options):
         return RunConfig(**kw, methods=("linear", "finetune"), method_options={"finetune": options})
 
@@ -553,3 +558,25 @@ def test_the_demos_data_is_read_at_its_recorded_size_and_extract_names_its_bench
     assert (meta["transform"]["crop"], meta["transform"]["resize"]) == (16, 16)
     done = cog(*run_args[:-2], "--image-size", "32", "--stage", "check")  # given: taken, nothing said
     assert done.returncode == 0 and "reading the images at" not in done.stdout + done.stderr, done.stderr[-3000:]
+
+
+def test_a_run_config_takes_a_data_folder_and_a_named_protocol_as_the_command_does(tmp_path):
+    """Issue 47: ``RunConfig`` had no ``--data`` nor ``--protocol``: ``data=DIR`` names the roots, the benchmark and
+    the images' size (its data file's), ``protocol_name="quick"`` the quick grid; each refused as the flags are."""
+    from cog_pl.data.roots import write_data_file
+
+    for name in ("in1k", "in21k"):
+        (tmp_path / "d" / name).mkdir(parents=True)
+    (tmp_path / "d" / "bench.json").write_text("{}")
+    write_data_file(tmp_path / "d", benchmark="bench.json", image_size=16)
+    cfg = RunConfig(model="resnet50", random_weights=True, data=str(tmp_path / "d"), protocol_name="quick",
+                    out=str(tmp_path / "out"))
+    assert (cfg.in1k_root, cfg.in21k_root, cfg.benchmark) == tuple(
+        str(tmp_path / "d" / n) for n in ("in1k", "in21k", "bench.json"))
+    assert (cfg.transform.crop, cfg.transform.resize) == (16, 16) and cfg.data is None
+    assert (cfg.seeds, cfg.shots, cfg.protocol.trials, cfg.probe.name) == ((22,), (None, 4), 10, "quick")
+    assert replace(cfg, seeds=(37,)).in1k_root == cfg.in1k_root  # a copy keeps the resolved roots
+    with pytest.raises(ValueError, match="names the roots and the benchmark; give it or --in1k-root, not both"):
+        RunConfig(model="resnet50", random_weights=True, data=str(tmp_path / "d"), in1k_root=str(tmp_path))
+    with pytest.raises(ValueError, match="--protocol 'fast': choose from paper, quick"):
+        RunConfig(model="resnet50", random_weights=True, data=str(tmp_path / "d"), protocol_name="fast")
