@@ -262,8 +262,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--out", default="cog_demo", help="output folder")
     d.add_argument("--overwrite", action="store_true",
                    help="replace what an earlier demo under --out made with other settings (other --trials, "
-                        "--seeds, methods ...), which is otherwise refused: feature stores extracted again, result rows "
-                        "made again; the generated data and backbones are kept")
+                        "--seeds, methods ...), which is otherwise refused: feature stores extracted again, result "
+                        "rows made again; the generated data and backbones are kept")
     d.add_argument("--seen", type=at_least(2), default=50, help="IN-1K concepts")
     d.add_argument("--per-level", type=at_least(2), default=15, help="concepts per level")
     d.add_argument("--train-per-concept", type=at_least(2), default=80)

@@ -20,6 +20,8 @@ from cog_pl.demo.prepare import DemoAssets
 from cog_pl.pipeline import RunConfig, run
 
 log = logging.getLogger(__name__)
+#: The attentive probe's preset on the demo CNN's tokens (:func:`token_config`).
+TOKEN_PRESET = "ep"
 
 
 @dataclass
@@ -55,11 +57,13 @@ def clip_config(base: RunConfig, assets: DemoAssets) -> RunConfig:
 def token_config(base: RunConfig, feature: str, options: dict | None = None) -> RunConfig:
     """The baseline's token stores of definition ``feature`` (:mod:`cog_pl.models.definitions`) under the label
     ``<baseline>+<feature>`` (a label holds one definition), probed by the attentive and MLP probes on all data with
-    the baseline's seeds and search. The attentive probe's preset is ``vjepa2`` unless ``base`` names one: the demo
-    CNN's 96 channels split into V-JEPA 2's 16 heads, not into the D / 64 heads of the default ``capi``.
+    the baseline's seeds and search. The attentive probe's preset is ``ep`` unless ``options`` names one: the demo
+    CNN's 96 channels do not split into the D / 64 heads of the default ``capi``; of the two presets that fit them
+    (:func:`cog_pl.models.poolers.fitting_presets`), EP's (32 queries, no query or key projection) trains a cell in
+    a seventh of V-JEPA 2's time (its three token blocks): the demo's minutes.
     ``options``: the attentive and MLP probes' own (``cog-pl demo --attentive-preset/--mlp-hidden``)."""
     options = dict(options or {})
-    options = {**options, "attentive": {"preset": "vjepa2", **options.get("attentive", {})}}
+    options = {**options, "attentive": {"preset": TOKEN_PRESET, **options.get("attentive", {})}}
     return dataclasses.replace(base, name=f"{base.label}+{feature}", feature=feature, methods=("attentive", "mlp"),
                                shots=(None,), variants=(), check=False, report=False, noise_predictions=False,
                                method_options=options)

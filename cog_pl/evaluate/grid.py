@@ -80,7 +80,7 @@ class CellTask:
         return dataclasses.replace(self, job=dataclasses.replace(self.job, device=device), index=index, state=None)
 
     def __getstate__(self) -> dict[str, Any]:  # to a worker: no opened state, no rows read here, no callbacks
-        return {**self.__dict__, "state": None, "job": dataclasses.replace(self.job, rows=None, show=None)}
+        return {**self.__dict__, "state": None, "job": dataclasses.replace(self.job, rows=None, show=None, tick=None)}
 
     def _state(self) -> Any:
         if self.state is None:

@@ -85,9 +85,11 @@ class Heads(Method):
 
         if state.splits is None:
             state.splits = TokenSplits.load(state.pair, "cpu")
+        share = 0.9 / (job.protocol.trials + 1)  # of the cell, per trial (the final head: the rest, at its end)
         return probe_cell(state.splits, settings=self.settings(job), seed=cell[1], shots=cell[0], model=job.model,
                           domain=job.domain, protocol=job.protocol, plan=job.plan,
-                          device=resolve_device(job.device), want=want)
+                          device=resolve_device(job.device), want=want,
+                          on_trials=(lambda n: job.tick(n * share)) if job.tick else None)
 
 
 class Attentive(Heads):

@@ -78,6 +78,9 @@ class Job:
     progress: bool = False  # a method that trains with a Lightning Trainer shows its progress
     at: Path | None = None  # the domain's store folder, where it is not <inputs.features>/<domain>
     show: Callable[[str], None] | None = None  # one line per row made (default: the log)
+    #: a method's progress within a cell, in cells (a fraction: an attentive probe's trial batch of a long cell); a
+    #: progress bar's, handed down by the runner
+    tick: Callable[[float], None] | None = None
 
     @property
     def model(self) -> str:

@@ -87,10 +87,16 @@ def run_methods(methods: Sequence[str], inputs: Inputs, grid: Sequence[Grid], pl
     with Progress(title or f"evaluating {inputs.label}", total, "rows", enabled=plan.progress) as bar:
         for i, job in enumerate(jobs, 1):
             log.debug("[%d/%d] %s on %s", i, len(jobs), job.method.name, job.domain)
-            rows = run_grid(replace(job, wait=not job.method.shares_grid))  # the shared cells: waited for below
+            ticked = [0.0]
+
+            def tick(fraction: float, ticked: list[float] = ticked) -> None:  # within a long cell
+                ticked[0] += fraction
+                bar.update(fraction)
+
+            rows = run_grid(replace(job, wait=not job.method.shares_grid, tick=tick))  # shared cells: waited for below
             written += len(rows)
             made.setdefault((job.method.name, job.domain), set()).update((r["shots"], r["seed"]) for r in rows)
-            bar.update(len(job.method.cells(job)))
+            bar.update(max(0.0, len(job.method.cells(job)) - ticked[0]))
         written += _wait_for_others(jobs, plan, made, stored)
     return written
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -319,7 +319,7 @@ def head_identity(features: dict | None, settings: HeadSettings, protocol: Probe
 
 def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots: int | None, model: str,
                domain: str, protocol: ProbeProtocol, plan: SearchPlan, device: str | torch.device = "cpu",
-               want: dict | None = None) -> dict[str, Any]:
+               want: dict | None = None, on_trials: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Tune, retrain and test one (seed, shots) cell; returns its row. The test rows enter no choice: each trial's
     test top-1 is only recorded (``selected_test_top1``: the selected trial's, ``oracle_test_top1``: the best)."""
     start = time.perf_counter()
@@ -345,6 +345,8 @@ def probe_cell(splits: TokenSplits, *, settings: HeadSettings, seed: int, shots:
                             [t.params["wd"] for t in trials], epochs=protocol.epochs, batch_size=protocol.batch_size,
                             generator=torch.Generator().manual_seed(sub_seed(seed, 11, trials[0].number)),
                             evaluate=evaluate, precision=precision)
+        if on_trials is not None:  # a bank of trials trained: progress within the cell
+            on_trials(len(trials))
         for i, t in enumerate(trials):
             tell_result(study, t, float(result.top1["val"][i]), {"result": {
                 "val_top5": float(result.top5["val"][i]), "test_top1": float(result.top1["test"][i]),

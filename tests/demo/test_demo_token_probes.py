@@ -32,7 +32,7 @@ def test_the_demo_runs_attentive_and_mlp_on_token_stores_beside_the_linear_probe
     tokens = f"{base}+tokens2x2"
     assert methods == {(base, "linear"), (base, "knn"), (tokens, "attentive"), (tokens, "mlp")}
     made = [r for r in rows if r["method"] in ("attentive", "mlp")]
-    assert {(r["feature"], r["tokens"], r["preset"] or "-") for r in made} == {("tokens2x2", 5, "vjepa2"),
+    assert {(r["feature"], r["tokens"], r["preset"] or "-") for r in made} == {("tokens2x2", 5, "ep"),
                                                                                 ("tokens2x2", 5, "-")}
     assert {r["domain"] for r in made} == {r["domain"] for r in rows if r["method"] == "linear"}  # every level
     for row in rows:  # every tuned row: oracle - selected on the same trials, heads or ks
