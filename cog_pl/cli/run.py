@@ -403,7 +403,7 @@ def _run(args: argparse.Namespace) -> int:
         summary = run(configs[0])
     if not summary.lead:  # another rank of a distributed extraction: rank zero reports
         return 0
-    print(format_summary(dataclasses.replace(summary, report={}), (*configs[0].domains, *configs[0].variant_domains)))
+    print(format_summary(summary, (*configs[0].domains, *configs[0].variant_domains)))
     if "markdown" in summary.report:  # the main table and where the rest is: the whole report stays in its files
         from cog_pl.report.summary import console_summary
 

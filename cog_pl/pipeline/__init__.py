@@ -128,9 +128,9 @@ def _evaluate(cfg: RunConfig, which: Sequence[str], stores: Sequence[Path], tran
 
 
 def format_summary(s: RunSummary, domains: Sequence[str]) -> str:
-    lines = ["", f"cog-pl run finished in {sum(s.seconds.values()):.0f} s "
-             + "(" + ", ".join(f"{k} {v:.0f} s" for k, v in s.seconds.items()) + ")",
-             f"  feature stores: {s.out / 'features'} ({len(s.stores)} for {len(domains)} domains)",
-             f"  result rows:    {s.out / 'results.sqlite'} ({s.rows_written} new, {s.rows_total} in all)"]
-    lines += [f"  {k + ':':<15} {v}" for k, v in s.report.items()]
-    return "\n".join(lines)
+    """What a run did and where its stores and rows are (the report's files: the report's console summary,
+    :func:`cog_pl.report.summary.console_summary`)."""
+    return "\n".join(["", f"cog-pl run finished in {sum(s.seconds.values()):.0f} s "
+                      + "(" + ", ".join(f"{k} {v:.0f} s" for k, v in s.seconds.items()) + ")",
+                      f"  feature stores: {s.out / 'features'} ({len(s.stores)} for {len(domains)} domains)",
+                      f"  result rows:    {s.out / 'results.sqlite'} ({s.rows_written} new, {s.rows_total} in all)"])
