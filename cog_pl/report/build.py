@@ -27,11 +27,13 @@ from cog_pl.report.plots import (
     plot_few_shot,
     plot_gain_curves,
     plot_methods,
+    plot_severity,
     plot_similarity_curves,
     plot_variants,
 )
 from cog_pl.report.probes import optimism_markdown
 from cog_pl.report.protocols import split_protocols, stale_markdown
+from cog_pl.report.severity import add_concept_columns, severity_markdown, severity_report
 from cog_pl.report.tables import csv_table, official_cells, probe_cells, report_markdown, summarize
 from cog_pl.report.variants import variant_lines, variants_markdown
 from cog_pl.report.zeroshot import zeroshot_markdown
@@ -64,7 +66,7 @@ def skipped_markdown(features: str | Path, models: Sequence[str] = ()) -> str:
 #: holds one report (:func:`write_report`).
 ARTEFACTS = ("report.md", "results.csv", "concepts.csv", "domains.png", "domains_relative.png", "few_shot.png",
              "methods.png", "variants.png", "concepts_similarity.png", "concepts_similarity_relative.png",
-             "probe_gains.png", "report.html")
+             "probe_gains.png", "severity.png", "report.html")
 #: The results store's ``info`` key of the feature stores' root its rows were made from (``cog-pl run`` records it).
 FEATURES_INFO = "features"
 
@@ -140,11 +142,13 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     official = official_cells(cells)  # the probes' figures
     variants = variant_lines(rows)
     concepts = concept_report(results, rows, baseline, levels, seed)
+    severity = severity_report(concepts.predictions, seed)
     out = Path(out)
     files = {"markdown": out / "report.md", "csv": out / "results.csv"}
     markdown = (report_markdown(cells, baseline, variants_markdown(variants) if variants else "",
                                 summary_columns(concepts), relative_intervals(concepts),
-                                concepts_markdown(concepts, probe_cells(cells)),
+                                concepts_markdown(concepts, probe_cells(cells))
+                                + severity_markdown(severity, cells),
                                 optimism_markdown(cells) + zeroshot_markdown(
                                     cells, rows, concepts.scores, concepts.info.similarity if concepts.info else None,
                                     concepts.info.measure if concepts.info else "similarity", seed))
@@ -156,6 +160,7 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     with atomic_open(files["csv"]) as fh:
         fh.write(csv_table(cells))
     concept_lines = concept_rows(concepts)
+    add_concept_columns(concept_lines, severity)
     if concept_lines:
         files["concepts"] = out / "concepts.csv"
         with atomic_open(files["concepts"]) as fh:
@@ -180,6 +185,8 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     gains = {method: gain.curves for method, gain in concepts.gains.items() if gain.curves}
     if gains:
         files["probe_gains"] = plot_gain_curves(gains, out / "probe_gains.png", concepts.info.measure)
+    if severity.cells:
+        files["severity"] = plot_severity(severity.cells, out / "severity.png")
     if html:
         figures = {k: v for k, v in files.items() if v.suffix == ".png"}
         made = {"results": str(results), "made": created(), "by": f"cog_pl {versions()['cog_pl']}",

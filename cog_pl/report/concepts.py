@@ -83,6 +83,7 @@ class ConceptReport:
         default_factory=dict)  # (model, domain): each level concept's confusion, level classes, seen classes, seed
     lacking: list[tuple[str, str]] = field(default_factory=list)  # (row, why it has no predictions)
     gains: dict[str, ProbeGain] = field(default_factory=dict)  # per probe method: its gain over the linear probe
+    predictions: dict[Cell, dict[int, Predictions]] = field(default_factory=dict)  # stored_predictions' (per seed)
 
     @property
     def models(self) -> list[str]:
@@ -234,6 +235,7 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
     draws from ``seed``."""
     out = ConceptReport(baseline, seed, drops=level_drops(rows))
     stored, out.lacking = stored_predictions(results, rows)
+    out.predictions = stored
     out.scores = {cell: ca.concept_scores(*cell, by_seed) for cell, by_seed in sorted(stored.items())}
     linear = {m: [s for (mm, meth, d), s in out.scores.items() if mm == m and meth == DEFAULT_METHOD
                   and d in LEVEL_OF_DOMAIN] for m in out.models}
