@@ -47,6 +47,7 @@ from cog_pl.report.tables import Cell, domain_label, mean_std
 from cog_pl.resources import level_file_sha256
 from cog_pl.results import DEFAULT_METHOD, method_of
 from cog_pl.results.predictions import Predictions
+from cog_pl.results.weights import row_weights
 
 __all__ = ["FORMAT", "VERSION", "export_records", "export_schema", "leaderboard_markdown", "read_exports",
            "write_exports"]
@@ -77,6 +78,12 @@ def _benchmark(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if len(digests) != 1:
         return {"name": None, "sha256": None}
     return {"name": next(iter(names)), "sha256": next(iter(digests))}
+
+
+def _weights(rows: Sequence[dict[str, Any]]) -> str | None:
+    """The one weights digest a label's rows record (:func:`cog_pl.results.weights.row_weights`), else None."""
+    found = {d for r in rows if (d := row_weights(r))}
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def _interval(by_seed: Mapping[int, Predictions] | None, seed: int) -> dict[str, Any] | None:
@@ -133,7 +140,7 @@ def export_records(cells: Sequence[Cell], rows: Sequence[dict[str, Any]], facts:
         out[label] = {"format": FORMAT, "version": VERSION, "made_by": made_by,
                       "model": {"label": label, "arch": f.get("arch"),
                                 "weights": Path(weights).name if weights and weights not in ("random", "module")
-                                else weights, "weights_sha256": f.get("weights_sha256"),
+                                else weights, "weights_sha256": f.get("weights_sha256") or _weights(label_rows),
                                 "definition": f.get("definition")},
                       "benchmark": _benchmark(label_rows), "run": (runs or {}).get(label), "methods": methods}
     return out
