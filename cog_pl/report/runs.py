@@ -192,7 +192,7 @@ def runs_markdown(runs: Runs) -> str:
                               sorted(run.protocols.items(), key=lambda kv: method_sort_key(kv[0])))
         lines.append(f"| {run.name} | {run.results} | {', '.join(labels) or '–'} | "
                      f"{', '.join(d[:12] for d in run.benchmarks) or 'not recorded'} | "
-                     f"{similarity_where(run.similarity)} | {protocols} | {run.rows} |")
+                     f"{similarity_where({**run.similarity, 'file': None})} | {protocols} | {run.rows} |")
     if runs.left_out:
         lines += ["", "Labels found in more than one run, shown from the first run given that holds them (the same "
                   "weights; a cell averages one run's rows): " + "; ".join(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -145,3 +146,50 @@ def test_runs_that_cannot_be_set_side_by_side_are_refused_in_one_line(two_runs, 
         root, "--runs", "a", "c", process=True)
     assert "--features a names one feature stores' root" in _refused(root, "--runs", "a", "b", "--features", "a",
                                                                      capsys=capsys)
+
+
+@pytest.mark.slow  # 2026-12-04, shared 2 cores: about 70 s (two cog-pl runs as processes); the core stays fast above
+def test_two_demo_runs_in_two_folders_make_one_report(onto, tmp_path):
+    """Issue 48: the demo's model and the same network at random weights, each evaluated by its own ``cog-pl run``
+    into its own folder on the demo's benchmark; ``cog-pl report --runs`` sets them side by side, with each level's
+    mistake severity, and exports them."""
+    import jsonschema
+
+    from cog_pl.demo.backbone import DemoCNN
+    from cog_pl.demo.pretrain import save_backbone
+    from cog_pl.demo.synthetic import make_demo
+    from cog_pl.report.export import export_schema
+
+    bench = make_demo(tmp_path / "d", n_seen=3, n_per_level=3, train_per_concept=6, test_per_concept=3,
+                      image_size=32, onto=onto)
+    save_backbone(DemoCNN(), tmp_path / "demo_cnn.pt")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    common = ["--in21k-root", str(tmp_path / "d" / "in21k"), "--benchmark", str(bench), "--domains", "cog_l1",
+              "cog_l5", "--no-check", "--num-workers", "0", "--seeds", "22", "--shots", "all", "--trials", "2",
+              "--epochs", "1", "--accelerator", "cpu", "--probe-device", "cpu", "--no-html"]
+    for folder, weights in (("a", ["--checkpoint", str(tmp_path / "demo_cnn.pt")]), ("b", ["--random-weights"])):
+        done = subprocess.run([str(COG_PL), "run", "--model", "external:demo_cnn", *weights, "--out",
+                               str(tmp_path / folder), *common], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    done = _report(tmp_path, "--runs", "a", "b", "--out", "both", "--export", "--no-html")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Rows of 2 runs, each label's from one (section Runs): a (demo_cnn); "
+                                  "b (demo_cnn@random).")
+    text = (tmp_path / "both" / "report.md").read_text()
+    runs = text.split("## Runs")[1].split("\n## ")[0]
+    assert "| a | a/results.sqlite | demo_cnn |" in runs and "| b | b/results.sqlite | demo_cnn@random |" in runs
+    assert "| benchmark.json (15 concepts) | linear probe: custom (2 trials × 1 epoch) | 2 |" in runs
+    severity = _table_lines(text.split("## Mistake severity per level")[1].split("\n## ")[0])
+    assert {(ln[0], ln[2]) for ln in severity} == {(m, lv) for m in ("demo_cnn", "demo_cnn@random")
+                                                     for lv in ("L1", "L5")}
+    assert {ln["run"] for ln in _csv(tmp_path / "both" / "results.csv")} == {"a", "b"}
+    for label in ("demo_cnn", "demo_cnn%40random"):
+        rec = json.loads((tmp_path / "both" / "export" / f"{label}.json").read_text())
+        jsonschema.validate(rec, export_schema())
+        assert rec["benchmark"]["name"].startswith("cog-demo-seed") and rec["run"] in ("a", "b")
+    assert "## Sorted by L5 top-1" in (tmp_path / "both" / "leaderboard.md").read_text()
+
+
+def _table_lines(section: str) -> list[list[str]]:
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in section.splitlines() if ln.startswith("| ")][1:]
