@@ -72,11 +72,13 @@ def _leaderboard(args: argparse.Namespace) -> int:
     """``--leaderboard``: a leaderboard of export files, checked as a shared one checks them."""
     from cog_pl.errors import CogError
     from cog_pl.io import atomic_open
+    from cog_pl.report.build import check_out
     from cog_pl.report.export import LEADERBOARD, leaderboard_markdown, read_exports
 
     if args.models or args.export or args.baseline:
         raise CogError("--leaderboard makes a leaderboard of export files only: leave out models, --baseline and "
                        "--export")
+    check_out(args.out)
     records = read_exports(args.leaderboard)
     path = args.out / LEADERBOARD
     with atomic_open(path) as fh:

@@ -98,16 +98,21 @@ def trusted_markdown(features: str | Path, models: Sequence[str] = ()) -> str:
                    for model, weights in trusted.items())
 
 
-def check_report_arguments(results: str | Path, out: str | Path, features: str | Path | None = None) -> None:
-    """Refuse, before any work, a results file that does not exist, an output folder where a file stands (``out``
-    or a folder above it) and a feature stores' root given that is not a folder: each in one line naming it."""
-    if not Path(results).exists():
-        raise MissingFileError(f"results file {results} does not exist (cog-pl run and cog-pl probe write it)")
+def check_out(out: str | Path) -> None:
+    """Refuse, in one line naming it, an output folder where a file stands (``out`` or a folder above it)."""
     blocker = next((p for p in (Path(out), *Path(out).parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         where = "" if blocker == Path(out) else f" ({blocker}, a folder above it, is a file)"
         raise CogError(f"report folder {out} cannot be made: {'it is a file' if not where else 'a file is in the way'}"
                        f"{where}; give --out a folder")
+
+
+def check_report_arguments(results: str | Path, out: str | Path, features: str | Path | None = None) -> None:
+    """Refuse, before any work, a results file that does not exist, an output folder where a file stands (``out``
+    or a folder above it) and a feature stores' root given that is not a folder: each in one line naming it."""
+    if not Path(results).exists():
+        raise MissingFileError(f"results file {results} does not exist (cog-pl run and cog-pl probe write it)")
+    check_out(out)
     if features is not None and not Path(features).is_dir():
         error = CogError if Path(features).exists() else MissingFileError
         raise error(f"features {features} {'is a file' if error is CogError else 'does not exist'}: give the feature "

@@ -184,7 +184,7 @@ def test_two_demo_runs_in_two_folders_make_one_report(onto, tmp_path):
     assert {(ln[0], ln[2]) for ln in severity} == {(m, lv) for m in ("demo_cnn", "demo_cnn@random")
                                                      for lv in ("L1", "L5")}
     assert {ln["run"] for ln in _csv(tmp_path / "both" / "results.csv")} == {"a", "b"}
-    for label in ("demo_cnn", "demo_cnn%40random"):
+    for label in ("demo_cnn", "demo_cnn@random"):
         rec = json.loads((tmp_path / "both" / "export" / f"{label}.json").read_text())
         jsonschema.validate(rec, export_schema())
         assert rec["benchmark"]["name"].startswith("cog-demo-seed") and rec["run"] in ("a", "b")
