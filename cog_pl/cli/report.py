@@ -13,13 +13,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Top-1 mean ± std over seeds per domain and shots, relative to a baseline "
                                    "with paired intervals, the paper's plots, and concept-level results from the "
                                    "stored test predictions, for any number of models side by side; of one run, or "
-                                   "of several runs of one benchmark and protocol (--results A B, --runs A B).")
-    p.add_argument("models", nargs="*", help="models to show (default: all in the store); before --results or --runs")
+                                   "of several runs of one benchmark and protocol (--runs A B, --results A --results "
+                                   "B).")
+    p.add_argument("models", nargs="*", help="models to show (default: all in the store); before --runs")
     given = p.add_mutually_exclusive_group()
-    given.add_argument("--results", type=Path, nargs="+", default=None, metavar="FILE",
-                       help="results store (SQLite; default: results.sqlite); several: one report of several runs of "
-                            "one benchmark, similarity source and protocol (refused otherwise), each label's rows "
-                            "from the first store given that holds it, its run named in the tables")
+    given.add_argument("--results", type=Path, action="append", default=None, metavar="FILE",
+                       help="results store (SQLite; default: results.sqlite); given again (--results A --results B): "
+                            "one report of several runs of one benchmark, similarity source and protocol (refused "
+                            "otherwise), each label's rows from the first store given that holds it, its run named in "
+                            "the tables")
     given.add_argument("--runs", type=Path, nargs="+", default=None, metavar="DIR",
                        help="run folders (cog-pl run --out DIR): their DIR/results.sqlite, as --results")
     given.add_argument("--leaderboard", type=Path, nargs="+", default=None, metavar="EXPORT",

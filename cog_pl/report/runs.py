@@ -1,4 +1,4 @@
-"""Several runs in one report: ``cog-pl report --results A/results.sqlite B/results.sqlite`` or ``--runs A B``.
+"""Several runs in one report: ``cog-pl report --runs A B`` or ``--results A/results.sqlite --results B/...``.
 
 :func:`read_runs` reads each results store and refuses, before any work and in one line naming both stores, stores
 that cannot be set side by side: rows of another benchmark (the ``level_file_sha256`` their feature stores record:

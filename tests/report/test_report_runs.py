@@ -1,6 +1,7 @@
-"""Several runs in one report through the installed ``cog-pl report --runs A B`` / ``--results A B``: each label's
-rows from one run, named in the main table, results.csv, report.html and section Runs, its predictions read beside
-its own store; stores of other benchmarks, similarity sources or protocols, a label of other weights: one line."""
+"""Several runs in one report through the installed ``cog-pl report --runs A B`` / ``--results A --results B``: each
+label's rows from one run, named in the main table, results.csv, report.html and section Runs, its predictions read
+beside its own store; stores of other benchmarks, similarity sources or protocols, a label of other weights: one
+line."""
 
 from __future__ import annotations
 
@@ -83,9 +84,9 @@ def test_two_runs_make_one_report_naming_each_labels_run(two_runs):
     assert "| other | linear probe | L5 |" in text.split("## Mistake severity per level")[1]
     html = (root / "r" / "report.html").read_text()
     assert ">Runs</h2>" in html and "<td>b/results.sqlite</td>" in html
-    # --results with the two stores is the same report
-    again = _report(root, "--results", "a/results.sqlite", "b/results.sqlite", "--baseline", "base", "--levels",
-                    "a/levels.json", "--out", "r2")
+    # --results given for each store is the same report
+    again = _report(root, "--results", "a/results.sqlite", "--results", "b/results.sqlite", "--baseline", "base",
+                    "--levels", "a/levels.json", "--out", "r2")
     assert again.returncode == 0, again.stderr
     assert (root / "r2" / "report.md").read_text() == text
     # one store: no run column, no section Runs
@@ -139,8 +140,8 @@ def test_runs_that_cannot_be_set_side_by_side_are_refused_in_one_line(two_runs, 
     _with_features(b, {"base": "9" * 64, "other": "3" * 64})  # base: other weights under the same label
     assert "label base names other weights in a/results.sqlite (sha256 1111111111111111) and in b/results.sqlite " \
            "(9999999999999999)" in _refused(root, "--runs", "a", "b", capsys=capsys)
-    assert "a/results.sqlite is given twice" in _refused(root, "--results", "a/results.sqlite", "a/../a/results.sqlite",
-                                                              capsys=capsys)
+    twice = _refused(root, "--results", "a/results.sqlite", "--results", "a/../a/results.sqlite", capsys=capsys)
+    assert "a/../a/results.sqlite is given twice (a/results.sqlite)" in twice
     (root / "c").mkdir()
     assert "--runs c: the folder has no results.sqlite (cog-pl run --out c writes c/results.sqlite)" in _refused(
         root, "--runs", "a", "c", process=True)
