@@ -114,7 +114,7 @@ def severity_markdown(report: SeverityReport, cells: Sequence[Cell] = ()) -> str
         unanswered = f" (+{s.unanswered} unanswered)" if s.unanswered else ""
         parts.append(f"| {key[0]} | {method_label(key[1])} | {domain_label(key[2])} | {s.errors} of "
                      f"{s.images * len(s.seeds)}{unanswered} | {_num(s.mean)} | [{_num(s.low)}, {_num(s.high)}] | "
-                     f"{_num(s.same_parent, 1)} % | {', '.join(map(str, s.seeds))} |")
+                     f"{_num(s.same_parent, 1) + ' %' if s.errors else '–'} | {', '.join(map(str, s.seeds))} |")
     for key in sorted(report.skipped, key=_order):
         parts.append(f"| {key[0]} | {method_label(key[1])} | {domain_label(key[2])} | – | – | "
                      f"{report.skipped[key]} | – | – |")
