@@ -191,6 +191,7 @@ def read_exports(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
         if not label or not isinstance(linear, dict) or not (rec.get("benchmark") or {}).get("sha256"):
             raise CogError(f"export file {path} has no model label, linear probe results or benchmark digest: a "
                            "leaderboard ranks linear probes of one benchmark")
+        _check_linear(linear, path)
         if label in labels:
             raise CogError(f"export file {path} is of label {label}, as {labels[label]} is: a leaderboard holds one "
                            "line per label")
@@ -207,6 +208,21 @@ def read_exports(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
         labels[label] = path
         records.append(rec)
     return records
+
+
+def _check_linear(linear: Mapping[str, Any], path: Path) -> None:
+    """Refuse, in one line naming the file, a linear probe's entry without what a leaderboard reads of it."""
+    try:
+        ok = isinstance(linear["protocol"]["words"], str) and all(
+            isinstance(cell["top1"], (int, float)) and (cell.get("interval") is None or {"low", "high"} <= set(
+                cell["interval"])) for cell in linear["domains"].values())
+        drop = linear.get("drop_l1_l5")
+        ok = ok and (drop is None or all(isinstance(drop[k], (int, float)) for k in ("mean", "std", "seeds")))
+    except (KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        raise CogError(f"export file {path}: its linear probe's entry lacks the protocol's words, a domain's top1 or "
+                       f"a drop's mean, std and seeds ({FORMAT} v{VERSION}, docs/reference/export.md)")
 
 
 def _num(value: float | None) -> str:

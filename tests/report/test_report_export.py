@@ -119,3 +119,8 @@ def test_a_shared_leaderboard_takes_exports_of_one_benchmark_and_protocol(store,
         (tmp_path / path).write_text(json.dumps(rec))
         assert f"export file {tmp_path / path} {words}" in refused(files[0], str(tmp_path / path))
     assert "is of label base, as" in refused(files[0], files[0])
+    broken = json.loads(json.dumps(other))
+    del broken["methods"]["linear"]["domains"]["cog_l5"]["top1"]
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    assert f"export file {tmp_path / 'broken.json'}: its linear probe's entry lacks" in refused(str(tmp_path /
+                                                                                                  "broken.json"))
