@@ -1,4 +1,4 @@
-"""``cog-pl report``: tables and figures from a results store."""
+"""``cog-pl report``: tables and figures from a results store, or from several runs' stores side by side."""
 
 from __future__ import annotations
 
@@ -12,9 +12,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="result tables (markdown, CSV) and plots from a results store",
                        description="Top-1 mean ± std over seeds per domain and shots, relative to a baseline "
                                    "with paired intervals, the paper's plots, and concept-level results from the "
-                                   "stored test predictions, for any number of models side by side.")
-    p.add_argument("models", nargs="*", help="models to show (default: all in the store)")
-    p.add_argument("--results", type=Path, default=Path("results.sqlite"), help="results store (SQLite)")
+                                   "stored test predictions, for any number of models side by side; of one run, or "
+                                   "of several runs of one benchmark and protocol (--runs A B, --results A --results "
+                                   "B).")
+    p.add_argument("models", nargs="*", help="models to show (default: all in the store); before --runs")
+    given = p.add_mutually_exclusive_group()
+    given.add_argument("--results", type=Path, action="append", default=None, metavar="FILE",
+                       help="results store (SQLite; default: results.sqlite); given again (--results A --results B): "
+                            "one report of several runs of one benchmark, similarity source and protocol (refused "
+                            "otherwise), each label's rows from the first store given that holds it, its run named in "
+                            "the tables")
+    given.add_argument("--runs", type=Path, nargs="+", default=None, metavar="DIR",
+                       help="run folders (cog-pl run --out DIR): their DIR/results.sqlite, as --results")
+    given.add_argument("--leaderboard", type=Path, nargs="+", default=None, metavar="EXPORT",
+                       help="export files (cog-pl report --export, one per model, from anyone): check they share "
+                            "the format, benchmark digest and linear-probe protocol, and write OUT/leaderboard.md of "
+                            "them (no results store read)")
     p.add_argument("--baseline", default=None, help="model the relative accuracies refer to, e.g. resnet50")
     p.add_argument("--out", type=Path, default=Path("report"),
                    help="folder for report.md, results.csv, PNGs, report.html; report files of an earlier report "
@@ -32,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "IN-1K from WordNet")
     p.add_argument("--seed", type=at_least(0), default=0,
                    help="seed of the bootstrap intervals and permutation tests (an integer of at least 0)")
+    p.add_argument("--export", action="store_true",
+                   help="also write OUT/export/<model>.json, one machine-readable file per model (format "
+                        "cog-pl-export v1: label, weights digest, benchmark digest, protocol in words, per-level "
+                        "top-1 with intervals), and OUT/leaderboard.md of every model, ranked by L5 and by L1−L5")
     p.set_defaults(func=_report)
 
 
@@ -39,7 +56,34 @@ def _report(args: argparse.Namespace) -> int:
     from cog_pl.report.build import write_report
     from cog_pl.report.summary import console_summary
 
-    files = write_report(args.results, args.out, args.models, args.baseline, args.features, levels=args.levels,
-                         html=args.html, seed=args.seed)
+    if args.leaderboard is not None:
+        return _leaderboard(args)
+    if args.runs is not None:
+        from cog_pl.report.runs import run_stores
+
+        stores = run_stores(args.runs)
+    else:
+        stores = args.results or [Path("results.sqlite")]
+    files = write_report(stores[0] if len(stores) == 1 else stores, args.out, args.models, args.baseline,
+                         args.features, levels=args.levels, html=args.html, seed=args.seed, export=args.export)
     print(console_summary(files))  # the main table and where the rest is: the whole report stays in its files
+    return 0
+
+
+def _leaderboard(args: argparse.Namespace) -> int:
+    """``--leaderboard``: a leaderboard of export files, checked as a shared one checks them."""
+    from cog_pl.errors import CogError
+    from cog_pl.io import atomic_open
+    from cog_pl.report.build import check_out
+    from cog_pl.report.export import LEADERBOARD, leaderboard_markdown, read_exports
+
+    if args.models or args.export or args.baseline:
+        raise CogError("--leaderboard makes a leaderboard of export files only: leave out models, --baseline and "
+                       "--export")
+    check_out(args.out)
+    records = read_exports(args.leaderboard)
+    path = args.out / LEADERBOARD
+    with atomic_open(path) as fh:
+        fh.write(leaderboard_markdown(records, f"{len(records)} export file(s)"))
+    print(f"{len(records)} model(s) ranked: {path}")
     return 0

@@ -254,7 +254,8 @@ def _noise(report: ConceptReport, cells: Sequence[Cell], k: int = 5) -> list[str
 
 
 CONCEPT_COLUMNS = ("model", "method", "domain", "level", "wnid", "name", "similarity", "closest_seen",
-                   "closest_seen_name", "top1", "images", "seeds", "taken_for", "taken_for_name", "taken_for_share")
+                   "closest_seen_name", "top1", "images", "seeds", "taken_for", "taken_for_name", "taken_for_share",
+                   "errors", "severity", "same_parent_share")
 
 
 def concept_rows(report: ConceptReport) -> list[dict[str, Any]]:
@@ -283,11 +284,12 @@ def concept_rows(report: ConceptReport) -> list[dict[str, Any]]:
 
 
 def concepts_csv(rows: list[dict[str, Any]]) -> str:
-    """``concepts.csv``: :func:`concept_rows` with :data:`CONCEPT_COLUMNS`."""
+    """``concepts.csv``: :func:`concept_rows` with :data:`CONCEPT_COLUMNS` (those a line lacks empty: the mistake
+    severity's, :func:`cog_pl.report.severity.add_concept_columns`)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CONCEPT_COLUMNS)
     for r in rows:
-        w.writerow(["" if r[c] is None else (f"{r[c]:.4f}" if isinstance(r[c], float) else r[c])
+        w.writerow(["" if r.get(c) is None else (f"{r[c]:.4f}" if isinstance(r[c], float) else r[c])
                     for c in CONCEPT_COLUMNS])
     return buf.getvalue()

@@ -83,6 +83,7 @@ class ConceptReport:
         default_factory=dict)  # (model, domain): each level concept's confusion, level classes, seen classes, seed
     lacking: list[tuple[str, str]] = field(default_factory=list)  # (row, why it has no predictions)
     gains: dict[str, ProbeGain] = field(default_factory=dict)  # per probe method: its gain over the linear probe
+    predictions: dict[Cell, dict[int, Predictions]] = field(default_factory=dict)  # stored_predictions' (per seed)
 
     @property
     def models(self) -> list[str]:
@@ -91,6 +92,16 @@ class ConceptReport:
 
 def _name(row: dict[str, Any]) -> str:
     return f"{row['model']}/{method_of(row)}/{row['domain']}/shots={row.get('shots') or 'all'}/seed={row['seed']}"
+
+
+#: The key a report of several results stores adds to each row it read: the store it was read from, beside which its
+#: predictions lie (:mod:`cog_pl.report.runs`); a row without it is of the report's one store.
+STORE = "_store"
+
+
+def row_store(row: dict[str, Any], results: str | Path) -> Path:
+    """The results store ``row`` was read from (:data:`STORE`), else ``results``: where its predictions lie."""
+    return Path(row.get(STORE) or results)
 
 
 def stored_predictions(results: str | Path, rows: Iterable[dict[str, Any]]) -> tuple[
@@ -104,9 +115,10 @@ def stored_predictions(results: str | Path, rows: Iterable[dict[str, Any]]) -> t
     for row in rows:
         if row.get("shots") is not None or row["domain"] not in DOMAINS:
             continue
-        preds = read_row_predictions(results, row)
+        store = row_store(row, results)
+        preds = read_row_predictions(store, row)
         if preds is None:
-            lacking.append((_name(row), missing_reason(results, row) or "no predictions"))
+            lacking.append((_name(row), missing_reason(store, row) or "no predictions"))
         else:
             seed = NO_SEED if is_seedless(row) else int(row["seed"])
             found[row["model"], method_of(row), row["domain"]][seed] = preds
@@ -159,17 +171,20 @@ def record_similarity_source(results: str | Path, levels: str | Path | None) -> 
     want, have = similarity_source(levels), read_info(results, SIMILARITY_INFO)
     if have is None:
         write_info(results, SIMILARITY_INFO, want)
-    elif _compared(have) != _compared(want):
-        raise CogError(f"results file {results} holds rows whose concept similarity comes from {_where(have)}; this "
-                       f"run's from {_where(want)}: give this run another --out")
+    elif similarity_compared(have) != similarity_compared(want):
+        raise CogError(f"results file {results} holds rows whose concept similarity comes from "
+                       f"{similarity_where(have)}; this run's from {similarity_where(want)}: give this run another "
+                       "--out")
     return want
 
 
-def _compared(source: dict[str, Any]) -> dict[str, Any]:
+def similarity_compared(source: dict[str, Any]) -> dict[str, Any]:
+    """What two similarity sources must share to be the same (:func:`similarity_source`, less the file's path)."""
     return {k: v for k, v in source.items() if k != "file"}
 
 
-def _where(source: dict[str, Any]) -> str:
+def similarity_where(source: dict[str, Any]) -> str:
+    """A similarity source in words: its file and concept count, or WordNet's Lin similarity to its seen concepts."""
     if source.get("similarity"):
         return f"{source.get('file') or source.get('source')} ({len(source['similarity'])} concepts)"
     return f"WordNet, Lin similarity to {source.get('seen_name')}"
@@ -234,6 +249,7 @@ def concept_report(results: str | Path, rows: Sequence[dict[str, Any]], baseline
     draws from ``seed``."""
     out = ConceptReport(baseline, seed, drops=level_drops(rows))
     stored, out.lacking = stored_predictions(results, rows)
+    out.predictions = stored
     out.scores = {cell: ca.concept_scores(*cell, by_seed) for cell, by_seed in sorted(stored.items())}
     linear = {m: [s for (mm, meth, d), s in out.scores.items() if mm == m and meth == DEFAULT_METHOD
                   and d in LEVEL_OF_DOMAIN] for m in out.models}
@@ -268,12 +284,13 @@ def _noise(out: ConceptReport, results: str | Path, rows: Sequence[dict[str, Any
         if any(m == row["model"] for m, _ in out.noise):
             continue
         for domain in LEVEL_OF_DOMAIN:
-            preds = read_noise_predictions(results, row, domain)
+            preds = read_noise_predictions(row_store(row, results), row, domain)
             if preds is not None and preds.classes and preds.meta.get("label_classes"):
                 labels = tuple(preds.meta["label_classes"])
                 shown = out.scores.get((row["model"], DEFAULT_METHOD, domain))
                 if shown is not None and tuple(shown.classes) != labels:
-                    raise PredictionsError(f"label-noise predictions {noise_file(results, row, domain)} name "
+                    where = noise_file(row_store(row, results), row, domain)
+                    raise PredictionsError(f"label-noise predictions {where} name "
                                            f"{len(labels)} concepts ({', '.join(labels[:2])}, ...) that are not "
                                            f"{domain}'s ({', '.join(shown.classes[:2])}, ...): remove the file")
                 taken = most_taken_for([preds.label], [preds.top5[:, 0]], len(labels), len(preds.classes))

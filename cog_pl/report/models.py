@@ -4,7 +4,7 @@ baseline a user names, resolved to a label of the results."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +44,17 @@ def _from_rows(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return facts
 
 
-def model_facts(rows: Sequence[dict[str, Any]], features: str | Path | None = None) -> dict[str, dict[str, Any]]:
+def model_facts(rows: Sequence[dict[str, Any]], features: str | Path | Mapping[str, Path | None] | None = None
+                ) -> dict[str, dict[str, Any]]:
     """Per label of ``rows``: ``arch``, ``weights`` (the file, ``random``, a package), ``weights_sha256`` and
-    ``definition``, from its feature stores' meta.json under ``features`` where there, else from its rows."""
+    ``definition``, from its feature stores' meta.json under ``features`` (a root, or each label's) where there,
+    else from its rows."""
     facts = _from_rows(rows)
     for label in sorted({r["model"] for r in rows}):
-        if features is None:
-            break
-        for meta_path in sorted(Path(features).glob(f"{label}/*/*/meta.json")):
+        root = features.get(label) if isinstance(features, Mapping) else features
+        if root is None:
+            continue
+        for meta_path in sorted(Path(root).glob(f"{label}/*/*/meta.json")):
             try:
                 meta = json.loads(meta_path.read_text())
             except (OSError, ValueError):
@@ -61,18 +64,21 @@ def model_facts(rows: Sequence[dict[str, Any]], features: str | Path | None = No
     return facts
 
 
-def models_markdown(rows: Sequence[dict[str, Any]], features: str | Path | None = None) -> str:
-    """The report's "Models" section: one line per label of ``rows``; empty when nothing is known of any."""
+def models_markdown(rows: Sequence[dict[str, Any]], features: str | Path | Mapping[str, Path | None] | None = None,
+                    runs: Mapping[str, str] | None = None) -> str:
+    """The report's "Models" section: one line per label of ``rows``; empty when nothing is known of any. ``runs``
+    (a report of several runs): each label's run, in a last column."""
     facts = model_facts(rows, features)
     if not facts:
         return ""
     lines = ["", "## Models", "", "Each label names one set of weights (`cog-pl run --name`; paper names only for "
-             "the published files).", "", "| model | architecture | weights | sha256 | definition |",
-             "|---|---|---|---|---|"]
+             "the published files).", "", "| model | architecture | weights | sha256 | definition |"
+             + (" run |" if runs else ""), "|---|---|---|---|---|" + ("---|" if runs else "")]
     for label in sorted(facts):
         f = facts[label]
         digest = f["weights_sha256"][:SHA_DIGITS] if f.get("weights_sha256") else "–"
         weights = Path(f["weights"]).name if f.get("weights") and f["weights"] not in ("random", "module") \
             else (f.get("weights") or "–")
-        lines.append(f"| {label} | {f.get('arch') or '–'} | {weights} | {digest} | {f.get('definition') or '–'} |")
+        lines.append(f"| {label} | {f.get('arch') or '–'} | {weights} | {digest} | {f.get('definition') or '–'} |"
+                     + (f" {runs.get(label, '–')} |" if runs else ""))
     return "\n".join(lines) + "\n"

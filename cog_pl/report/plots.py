@@ -1,11 +1,13 @@
 """Figures in the style of the paper: top-1 across IN-1K and L1..L5 (absolute and relative), few-shot curves, the
 level variants (top-1 per level for each similarity measure), and concept top-1 against similarity to the seen
-concepts (binned, with bands); each probe method's gain over the linear probe against that similarity."""
+concepts (binned, with bands); each probe method's gain over the linear probe against that similarity; the mean mistake
+severity per level."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from cog_pl.analysis.concepts import Curve
 from cog_pl.evaluate.table import method_label, method_sort_key
@@ -181,5 +183,30 @@ def plot_gain_curves(gains: Mapping[str, Mapping[str, Curve]], out: str | Path, 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("concept top-1 gain (points)")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_severity(severity: Mapping[tuple[str, str, str], Any], out: str | Path) -> Path:
+    """Mean mistake severity (hypernym steps) over IN-1K, L1..L5, a line per (model, method): the linear probe solid,
+    other methods dashed; error bars = the 95 % bootstrap interval over test images
+    (:func:`cog_pl.report.severity.severity_report`'s cells: (model, method, domain) -> its severity)."""
+    plt = _plt()
+    domains = sorted({d for _, _, d in severity}, key=lambda d: list(LEVEL_OF_DOMAIN).index(d) + 1
+                     if d in LEVEL_OF_DOMAIN else 0)
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    for model, method in sorted({(m, meth) for m, meth, _ in severity}, key=lambda p: (p[0], method_sort_key(p[1]))):
+        xs = [i for i, d in enumerate(domains) if (model, method, d) in severity
+              and severity[model, method, d].errors]
+        got = [severity[model, method, domains[i]] for i in xs]
+        label, style = _line(model, method)
+        ax.errorbar(xs, [s.mean for s in got], yerr=[[s.mean - s.low for s in got], [s.high - s.mean for s in got]],
+                    marker="o", capsize=3, label=label, lw=1.5, **style)
+    ax.set_xticks(range(len(domains)), [domain_label(d) for d in domains])
+    ax.set_ylabel("mean severity of the errors (hypernym steps)")
+    ax.set_title("Mistake severity: steps from the true concept to the lowest common hypernym\n(wrong top-1 "
+                 "predictions, all data, 95 % intervals over test images)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     return _save(fig, out)

@@ -291,20 +291,21 @@ def settings_digest(c: Cell) -> str:
     return digest(_settings(c.settings))[:12] if c.protocol else ""
 
 
-def csv_table(cells: Sequence[Cell]) -> str:
+def csv_table(cells: Sequence[Cell], runs: Mapping[str, str] | None = None) -> str:
     """Long format: one line per cell; ``protocol``: :func:`settings_digest`, ``protocol_name``: its words
-    (:mod:`cog_pl.report.protocol_names`)."""
+    (:mod:`cog_pl.report.protocol_names`); ``runs`` (a report of several runs: each label's run,
+    :mod:`cog_pl.report.runs`): a last column ``run`` naming it."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["model", "method", "domain", "shots", "top1_mean", "top1_std", "top5_mean", "seeds", "top1_relative",
                 "relative_to", "relative_note", "protocol", "protocol_name", "oracle_top1_mean", "selection_gap_mean",
-                "selection_gap_seeds"])
+                "selection_gap_seeds", *(["run"] if runs else [])])
     for c in cells:
         w.writerow([c.model, c.method, c.domain, c.shots_label, f"{c.top1:.4f}", f"{c.top1_std:.4f}", f"{c.top5:.4f}",
                     c.seeds, "" if c.relative is None else f"{c.relative:.4f}", c.relative_to or "",
                     c.relative_note or "", settings_digest(c), c.protocol_words,
                     "" if c.oracle is None else f"{c.oracle:.4f}", "" if c.gap is None else f"{c.gap:.4f}",
-                    c.gap_seeds])
+                    c.gap_seeds, *([runs.get(c.model, "")] if runs else [])])
     return buf.getvalue()
 
 
@@ -337,7 +338,7 @@ def _main_table(cells: Sequence[Cell], summary: Mapping[str, Mapping[str, str]] 
     if linear:
         parts = ["## Linear probes on all training data: test top-1 (%), mean ± std over seeds", "",
                  cells_protocol(linear), "", markdown_table(official, None, extra=summary, marks=marks)]
-        if summary:
+        if any("L1−L5" in cols for cols in (summary or {}).values()):
             slope = any(k.startswith("slope") for cols in summary.values() for k in cols)
             parts += ["", "L1−L5: the top-1 drop from L1 to L5, paired by seed" + (
                 "; slope: concept top-1 against similarity to the seen concepts (section Concepts)." if slope

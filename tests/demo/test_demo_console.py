@@ -80,6 +80,7 @@ def _check(lines: list[str], out: Path) -> None:
                   "finetune demo_cnn", "pretrain demo_cnn (supervised)", "pretrain demo_cnn_ssl (self-supervised)"):
         assert re.search(rf"^  {re.escape(stage)} +\d", text, re.M), f"no time for {stage}"
     assert "| demo_cnn_ssl | " in text and "  - Relative to demo_cnn (top-1 points)" in text  # the rest: a line each
+    assert "  - Mistake severity per level (all data, over seeds)" in text  # issue 48: from the stored predictions
     assert "protocol: custom (2 trials × 2 epochs)" in text and not any(line.startswith("## ") for line in lines)
     assert f"report: {out / 'report' / 'report.md'}" in text and f"plot:   {out / 'report' / 'domains_relative.png'}" \
         in text
