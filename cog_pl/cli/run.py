@@ -458,7 +458,7 @@ def check_cluster_extraction(args: argparse.Namespace, cluster: ClusterOptions) 
 
 #: Loggers whose per-item messages ``run`` keeps to ``--verbose``: each batch of Optuna trials, each probe's
 #: result, each row written (thousands of lines for a full grid); the progress bar counts the rows.
-RUN_DETAIL_LOGGERS = ("cog_pl.probe",)
+RUN_DETAIL_LOGGERS = ("cog_pl.probe", "cog_pl.evaluate")
 #: Loggers whose per-item messages (each probe, each dataset, each regrouped level) the demo keeps to ``--verbose``:
 #: its console shows stages, progress, stores written and the closing summary.
 DEMO_DETAIL_LOGGERS = (*RUN_DETAIL_LOGGERS, "cog_pl.datamodules", "cog_pl.data", "cog_pl.extract", "cog_pl.levels",

@@ -72,13 +72,14 @@ def check_methods(methods: Sequence[str], inputs: Inputs, grid: Sequence[Grid], 
 
 
 def run_methods(methods: Sequence[str], inputs: Inputs, grid: Sequence[Grid], plan: Plan, *, title: str = "",
-                check: bool = True) -> int:
+                check: bool = True, rows: Any = None) -> int:
     """Every method of ``methods`` on every domain of ``grid``, checked first (``check``); returns the rows
-    written. A progress bar counts the grids' cells."""
+    written. A progress bar counts the grids' cells. ``rows``: the model's rows a caller read (else read here, once,
+    for every grid)."""
     from cog_pl.progress import Progress
     from cog_pl.results import read_stored
 
-    stored = read_stored(plan.results, model=inputs.label)
+    stored = rows if rows is not None else read_stored(plan.results, model=inputs.label)
     if check:
         check_methods(methods, inputs, grid, plan, stored)
     jobs = [job for name in methods for job in jobs_of(get_method(name), inputs, grid, plan, stored)]

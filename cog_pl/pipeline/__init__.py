@@ -102,10 +102,15 @@ def run(cfg: RunConfig) -> RunSummary:
     if runs("probe") or (cfg.report and runs("report")):
         stages.record_report_inputs(cfg, out)
     evaluated = [s for s in ("probe", "finetune") if runs(s) and cfg.methods_of(s)]
-    if evaluated:
-        written = timed("methods", _evaluate, cfg, evaluated, stores, transform)
-    if runs("probe") and cfg.noise_predictions and "in1k" in cfg.domains and stages.noise_method(cfg):
-        timed("label-noise predictions", stages.noise, cfg, out, cfg.label)
+    if evaluated:  # the model's rows, read once: every method's rows of other values refused before the first runs
+        from cog_pl.results import read_stored
+
+        rows = read_stored(out / "results.sqlite", model=cfg.label)
+        _evaluate(cfg, evaluated, stores, transform, rows, check_only=True)
+    for stage in evaluated:  # the methods on the stores, then those that read images (their own stage, job)
+        written += timed(stage, _evaluate, cfg, [stage], stores, transform, rows)
+        if stage == "probe" and cfg.noise_predictions and "in1k" in cfg.domains and stages.noise_method(cfg):
+            timed("label-noise predictions", stages.noise, cfg, out, cfg.label)
     if cfg.report and runs("report"):
         from cog_pl.report.build import write_report
 
@@ -113,18 +118,26 @@ def run(cfg: RunConfig) -> RunSummary:
     return RunSummary(out, stores, written, count_rows(out / "results.sqlite"), report, seconds)
 
 
-def _evaluate(cfg: RunConfig, which: Sequence[str], stores: Sequence[Path], transform: object) -> int:
+def _evaluate(cfg: RunConfig, which: Sequence[str], stores: Sequence[Path], transform: object, rows: object,
+              check_only: bool = False) -> int:
     """The methods of the stages ``which`` (``probe``: on the stores, which must be complete when the stage runs
-    alone; ``finetune``: on images, read with the extraction's ``transform``), every grid checked first."""
+    alone; ``finetune``: on images, read with the extraction's ``transform``) on the model's ``rows`` read once
+    (a cell whose row was written since is found so when it is claimed); ``check_only``: the check alone, rows of
+    other values refused."""
     from dataclasses import replace
 
-    from cog_pl.evaluate.runner import run_methods
+    from cog_pl.evaluate.runner import check_methods, run_methods
 
-    if cfg.stage == "probe":
+    if cfg.stage == "probe" and "probe" in which:
         stages.require_stores(stores)
     methods = [m for stage in which for m in cfg.methods_of(stage)]
     inputs = replace(cfg.inputs, transform=transform)
-    return run_methods(methods, inputs, cfg.grids(), cfg.evaluation_plan(), title=f"evaluating {cfg.label}")
+    if check_only:
+        check_methods(methods, inputs, cfg.grids(), cfg.evaluation_plan(), rows)
+        return 0
+    what = "probes" if which == ["probe"] else "images"
+    return run_methods(methods, inputs, cfg.grids(), cfg.evaluation_plan(), title=f"{what} of {cfg.label}",
+                       check=False, rows=rows)
 
 
 def format_summary(s: RunSummary, domains: Sequence[str]) -> str:
