@@ -173,7 +173,7 @@ class AttentiveImagesProbe(BackboneModule):
                  augmentation: bool = True) -> None:
         super().__init__()
         if preset not in POOLER_PRESETS:
-            raise CogError(f"--attentive-images {preset!r}: choose a preset from {', '.join(POOLER_PRESETS)}")
+            raise CogError(f"--attentive-images-preset {preset!r}: choose a preset from {', '.join(POOLER_PRESETS)}")
         self.set_backbone(backbone, channels_last=False)
         self.net.requires_grad_(False)
         self.lrs, self.wds, self.preset, self.augmentation = list(lrs), list(wds), preset, augmentation
