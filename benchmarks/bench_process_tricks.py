@@ -45,7 +45,7 @@ gc.callbacks.append(collecting)
 if TRICKS:
     gc.disable()
     import torch, optuna, sqlalchemy.orm, alembic.command, alembic.config, alembic.migration, alembic.script
-    import cog_pl.probe.protocol_run
+    import cog_pl.evaluate.grid, cog_pl.probe.cell
     gc.freeze()
     gc.enable()
 from cog_pl.cli.main import main

@@ -9,7 +9,9 @@ the grid loops. What both versions hold alike and is no coordination is left out
 workers a machine runs (``plan_workers`` and its helpers). A definition counts from its first decorator to its
 last line, docstring, comments and blank lines inside it included. The whole-file count is every line of the four
 files the issue counted ("about 1,100 lines": study, resume, workers, protocol_run) and of their successors
-(resume's identity rules are ``cog_pl/results/identity.py``; claims and cells are new), whatever else they hold.
+(resume's identity rules are ``cog_pl/results/identity.py``; the claims are new; protocol_run's grid and the cell
+loop of issue 29, ``probe/cells.py``, are since issue 46 the one grid runner of every evaluation method,
+``cog_pl/evaluate/grid.py``, counted whole), whatever else they hold.
 
     python benchmarks/coordination_lines.py            # before: the commit before issue 29's merge
     python benchmarks/coordination_lines.py --before bf11a15 --after HEAD
@@ -37,13 +39,12 @@ BEFORE = {
     "cog_pl/probe/tuner.py": ("_ask", "run_search"),
     "cog_pl/results.py": ("_CLAIMS", "_KEY_MATCH", "claim_row", "renew_claim", "release_claim"),
 }
-#: The same after it: the claims and the cell loop whole, and the rest of what the files above held.
+#: The same after it: the claims and the grid runner whole, and the rest of what the files above held.
 AFTER = {
     "cog_pl/results/claims.py": "*",
-    "cog_pl/probe/cells.py": "*",
+    "cog_pl/evaluate/grid.py": "*",
     "cog_pl/probe/study.py": ("open_study", "trial_sampler", "ask_trials", "_FINISHED", "fail_trial", "tell_result"),
     "cog_pl/probe/workers.py": ("worker_pool", "_MAKER", "_start", "make_cell"),
-    "cog_pl/probe/protocol_run.py": ("grid_todo", "run_protocol"),
     "cog_pl/probe/tuner.py": ("run_search",),
 }
 
@@ -51,7 +52,7 @@ AFTER = {
 FILES_BEFORE = ("cog_pl/probe/study.py", "cog_pl/probe/resume.py", "cog_pl/probe/workers.py",
                 "cog_pl/probe/protocol_run.py")
 FILES_AFTER = ("cog_pl/probe/study.py", "cog_pl/results/identity.py", "cog_pl/probe/workers.py",
-               "cog_pl/probe/protocol_run.py", "cog_pl/results/claims.py", "cog_pl/probe/cells.py")
+               "cog_pl/results/claims.py", "cog_pl/evaluate/grid.py")
 
 
 def source(rev: str, path: str) -> str:

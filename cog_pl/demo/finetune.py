@@ -1,7 +1,8 @@
 """How the demo fine-tunes its backbone on each domain (paper App. C.2 on the miniature benchmark).
 
-One recipe, used by ``cog-pl demo --finetune`` (:func:`cog_pl.finetune.compare.finetune_domains`) and spelt out for
-``cog-pl finetune fit/test`` in ``configs/finetune/demo.yaml`` (a test keeps the two equal). Tuned on the default
+One recipe, used by ``cog-pl demo --finetune`` (the ``finetune`` method's options,
+:class:`~cog_pl.evaluate.finetune.FinetuneOptions`) and spelt out for ``cog-pl finetune fit/test`` in
+``configs/finetune/demo.yaml`` (a test keeps the two equal). Tuned on the default
 demo for speed and margin: 6 epochs on images decoded once and kept in memory, bf16 autocast where the machine has
 native bf16, channels-last convolutions (the README gives its time).
 """
@@ -38,8 +39,8 @@ class DemoFineTune:
         return {k: v for k, v in asdict(self).items() if k in MODEL_FIELDS}
 
     def finetune_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`~cog_pl.finetune.compare.finetune_domains` (and of ``RunConfig.finetune``):
-        the other fields, and the module's as ``recipe``."""
+        """The ``finetune`` method's options (:class:`~cog_pl.evaluate.finetune.FinetuneOptions`, as
+        ``RunConfig.method_options["finetune"]``): the other fields, and the module's as ``recipe``."""
         return {**{k: v for k, v in asdict(self).items() if k not in MODEL_FIELDS}, "recipe": self.model_kwargs()}
 
 

@@ -27,7 +27,7 @@ def _devices(text: str) -> int | str:
 @dataclass(frozen=True)
 class FinetuneOptions:
     """The fine-tuning runs: their seeds, the Trainer's epochs, batch, precision and devices, the module's recipe
-    (keyword arguments of :class:`~cog_pl.finetune.module.FineTuneClassifier`)."""
+    (keyword arguments of FineTuneClassifier)."""
 
     epochs: int = field(default=10, metadata={"help": "fine-tuning epochs"})
     seeds: tuple[int, ...] | None = field(default=None, metadata={

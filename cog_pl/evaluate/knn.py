@@ -21,7 +21,7 @@ __all__ = ["KNN", "KNNOptions"]
 
 @dataclass(frozen=True)
 class KNNOptions:
-    """The k-NN classifier's values; the k of the best validation top-1 is chosen among ``ks``."""
+    """The k-NN classifier's values; the k of the best validation top-1 is chosen among the ks."""
 
     ks: tuple[int, ...] | None = field(default=None, metadata={
         "help": "the ks tried, the best on validation chosen (default: DINO's, cog_pl.probe.knn.KS)", "metavar": "K"})

@@ -1,6 +1,6 @@
 """An attentive probe trained on images, with augmentation, as the published protocols train theirs (method
-``attentive_images``, label "attentive probe (images, augmented)", chosen by ``cog-pl run``'s ``--attentive-images
-PRESET``).
+``attentive_images``, label "attentive probe (images, augmented)": ``cog-pl run --methods ... attentive_images`` with
+its ``--attentive-images-*`` options, :mod:`cog_pl.evaluate.attentive_images`).
 
 The stored-feature ``attentive`` method reads each image's tokens once; V-JEPA's and V-JEPA 2's frozen image
 evaluations run the frozen backbone on every augmented batch of every epoch instead. This method does the latter:
@@ -11,20 +11,18 @@ definition's, :func:`cog_pl.models.features.with_feature`, or the backbone's vec
 
 Augmentation (:data:`AUGMENTATION`, recorded in every row): both publishers train on timm's
 ``create_transform(is_training=True, auto_augment="original", interpolation="bicubic", re_prob=0.25,
-re_mode="pixel", re_count=1)`` (facebookresearch/jepa 51c59d5 ``evals/image_classification_frozen/eval.py``
-l.392-403; facebookresearch/vjepa2 c2963a4 ``evals/image_classification_frozen/eval.py`` l.369-381), whose first
-steps are a RandomResizedCrop with timm's default scale (0.08, 1) and ratio (3/4, 4/3) and a horizontal flip with
-p = 0.5 (timm 1.0 ``timm/data/transforms_factory.py`` ``transforms_imagenet_train``). This method applies those two,
-bicubic, per sample on the already decoded tensors (:func:`cog_pl.finetune.module.augment`, so the image
-datamodules are shared with extraction); it does not apply AutoAugment or random erasing, and the record says so.
+re_mode="pixel", re_count=1)``, whose first steps are a RandomResizedCrop with timm's default scale (0.08, 1) and
+ratio (3/4, 4/3) and a horizontal flip with p = 0.5. This method applies those two, bicubic, per sample on the
+already decoded tensors (:func:`cog_pl.finetune.module.augment`, so the image datamodules are shared with
+extraction); it does not apply AutoAugment or random erasing, and the record says so.
 
-Optimisation: V-JEPA 2's (eval.py l.407-476: ``torch.optim.AdamW`` with its default betas and eps; the learning
-rate warmed up linearly from ``start_lr`` to the trial's lr over the warm-up steps, then cosine to ``final_lr``,
-the schedule stepped before each optimiser step, l.281-284; ``configs/eval/vitl/in1k.yaml``: 20 epochs, warm-up 5,
-``start_lr`` 2e-4, ``final_lr`` 0, constant weight decay where ``final_weight_decay`` equals ``weight_decay``).
-:class:`BankAdamW` is ``torch.optim.AdamW`` with a learning rate and weight decay per head of the bank (the bank's
-parameters carry a leading head axis), so a head of a bank follows the trajectory of the same head trained alone
-(tested). The searched ranges are the stored-feature attentive probe's (lr 1e-4 to 1e-2, wd 1e-4 to 1e-1).
+Optimisation: V-JEPA 2's: ``torch.optim.AdamW`` with its default betas and eps; the learning rate warmed up linearly
+from ``start_lr`` to the trial's lr over the warm-up steps, then cosine to ``final_lr``, the schedule stepped before
+each optimiser step; 20 epochs, warm-up 5, ``start_lr`` 2e-4, ``final_lr`` 0, a constant weight decay
+(``final_weight_decay`` equals ``weight_decay``). :class:`BankAdamW` is ``torch.optim.AdamW`` with a learning rate
+and weight decay per head of the bank (the bank's parameters carry a leading head axis), so a head of a bank follows
+the trajectory of the same head trained alone (tested). The searched ranges are the stored-feature attentive
+probe's (lr 1e-4 to 1e-2, wd 1e-4 to 1e-1).
 
 The benchmark's discipline, as for the linear probe: per (seed, shots) cell, the held-out 20 % of train and the
 few-shot samples of :mod:`cog_pl.data.sampling` (:func:`~cog_pl.data.sampling.tuning_indices`,
@@ -44,6 +42,12 @@ refuses, in one line, a row made with other settings. The checkpoint's digest in
 (``checkpoint_sha256``) identifies the weights (:func:`cog_pl.results.weights.row_weights`). Each row keeps its test
 predictions (the retrained head's top-5 classes of every test image, :mod:`cog_pl.results.predictions`), so the
 report sets it against the linear probe of the same weights on the same test images.
+
+Sources (what was taken from which lines: ``docs/reference/sources.md``): facebookresearch/jepa 51c59d5
+``evals/image_classification_frozen/eval.py`` (the transform); facebookresearch/vjepa2 c2963a4
+``evals/image_classification_frozen/eval.py`` (the transform, the optimiser and schedule) and
+``configs/eval/vitl/in1k.yaml`` (epochs, warm-up, learning rates); timm 1.0 ``timm/data/transforms_factory.py``
+``transforms_imagenet_train`` (the crop's and flip's defaults).
 """
 
 from __future__ import annotations
@@ -80,7 +84,8 @@ logger = logging.getLogger(__name__)
 
 #: The ``method`` of its rows.
 METHOD = "attentive_images"
-#: The augmentation of the training batches, recorded in every row (the module's docstring gives the sources).
+#: The augmentation of the training batches, recorded in every row and part of its identity: its ``source`` keeps
+#: the line citations it was first recorded with, so rows made before resume.
 AUGMENTATION: dict[str, Any] = {
     "RandomResizedCrop": {"scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "interpolation": "bicubic"},
     "RandomHorizontalFlip": {"p": 0.5},
@@ -98,8 +103,8 @@ FROZEN_NOTICE = r"Found \d+ module\(s\) in eval mode at the start of training"
 
 def vjepa2_lr(step: int, ref_lr: float, warmup_steps: int, total_steps: int, start_lr: float = START_LR,
               final_lr: float = FINAL_LR) -> float:
-    """V-JEPA 2's ``WarmupCosineLRSchedule`` at its ``step``-th call (1 for the first optimiser step: it steps
-    before each; vjepa2 evals/image_classification_frozen/eval.py l.429-456)."""
+    """V-JEPA 2's ``WarmupCosineLRSchedule`` at its ``step``-th call (1 for the first optimiser step: its frozen
+    evaluation steps the schedule before each)."""
     if step < warmup_steps:
         return start_lr + step / max(1, warmup_steps) * (ref_lr - start_lr)
     progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
@@ -173,7 +178,7 @@ class AttentiveImagesProbe(BackboneModule):
                  augmentation: bool = True) -> None:
         super().__init__()
         if preset not in POOLER_PRESETS:
-            raise CogError(f"--attentive-images {preset!r}: choose a preset from {', '.join(POOLER_PRESETS)}")
+            raise CogError(f"--attentive-images-preset {preset!r}: choose a preset from {', '.join(POOLER_PRESETS)}")
         self.set_backbone(backbone, channels_last=False)
         self.net.requires_grad_(False)
         self.lrs, self.wds, self.preset, self.augmentation = list(lrs), list(wds), preset, augmentation

@@ -22,7 +22,7 @@ from cog_pl.results.identity import digest
 logger = logging.getLogger(__name__)
 
 
-#: Arguments of :class:`FineTuneClassifier` that :func:`finetune_domains` sets itself, hence no recipe keys.
+#: Arguments of :class:`FineTuneClassifier` that :func:`finetune_domain` sets itself, hence no recipe keys.
 SET_PER_DOMAIN = ("model", "num_classes", "checkpoint")
 
 

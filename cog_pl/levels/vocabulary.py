@@ -2,14 +2,14 @@
 
 Two file formats (the user supplies the file):
 
-- MetaCLIP's entry counts, ``entry_counts_400m.json`` (facebookresearch/MetaCLIP ``metaclip/metaclip1/``, read in its
-  ``demo.ipynb`` as ``json.load`` of a JSON object from metadata entry to count: the substring matches of each entry
-  in the 1.6B-pair pool from which the 400M set was curated). Its entries are WordNet synset names (``ss.name()``
-  before the first dot, ``_`` as a space: ``metaclip/metaclip1/build_metadata.py`` l.7-15), Wikipedia unigrams,
-  bigrams and article titles; an entry counts as seen when its count reaches ``min_count``;
+- MetaCLIP's entry counts, ``entry_counts_400m.json`` (read in its ``demo.ipynb`` as ``json.load`` of a JSON object
+  from metadata entry to count: the substring matches of each entry in the 1.6B-pair pool from which the 400M set
+  was curated). Its entries are WordNet synset names (``ss.name()`` before the first dot, ``_`` as a space, as
+  ``build_metadata.py`` makes them), Wikipedia unigrams, bigrams and article titles; an entry counts as seen when its
+  count reaches ``min_count``;
 - a plain lemma list, one per line (``#`` starts a comment).
 
-The same JSON format holds bethgelab/frequency_determines_performance's ``search_counts/*_search_counts.json``
+The same JSON format holds the ``search_counts/*_search_counts.json`` files of "frequency determines performance"
 (concept -> count in a pretraining set, for the class names of a downstream dataset, ``_`` for spaces).
 
 Each entry is matched to the noun synsets that have it as a lemma (WordNet 3.0; case, ``_`` for a space and
@@ -18,6 +18,10 @@ synsets, the only ones the levels' ontology places. An entry naming several of t
 ``senses="all"`` takes them all (the data named the word, not a sense: the cautious reading for a seen set),
 ``"first"`` the first in WordNet's sense order. Entries naming no noun synset are *unmatched*, those naming only
 synsets outside ImageNet-21K *outside*; all are reported (:class:`VocabularyMatch`).
+
+Sources (line by line: ``docs/reference/sources.md``): facebookresearch/MetaCLIP f47f784
+``metaclip/metaclip1/entry_counts_400m.json``, ``metaclip/metaclip1/demo.ipynb``,
+``metaclip/metaclip1/build_metadata.py``; bethgelab/frequency_determines_performance 11ef009 ``search_counts/``.
 """
 
 from __future__ import annotations

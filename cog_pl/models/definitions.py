@@ -10,16 +10,14 @@ which states it), so a store made by another definition is never reused or resum
 Vector definitions (a ViT-like backbone: anything with timm's ``forward_intermediates`` and a ``num_prefix_tokens``):
 
 - ``cls``, ``cls_last<n>``: the class token of the last block, or of the last ``n`` blocks concatenated (oldest
-  first), each after the final norm: DINOv2's ``create_linear_input`` (facebookresearch/dinov2
-  ``dinov2/eval/linear.py`` l.171-183) on ``get_intermediate_layers(..., norm=True)`` (``dinov2/models/
-  vision_transformer.py`` l.299-313: the final norm applied to every block taken);
+  first), each after the final norm: DINOv2's ``create_linear_input`` on ``get_intermediate_layers(..., norm=True)``
+  (the final norm applied to every block taken);
 - ``patch_mean``: the average of the last block's patch tokens (after the final norm; register and distillation
   tokens excluded);
 - ``cls_last<n>+patch_mean`` (``cls+patch_mean``): both, the patch average appended last, as DINOv2's
-  ``use_avgpool`` and DINOv3's linear evaluation (facebookresearch/dinov3 ``dinov3/eval/linear.py`` l.148-160);
+  ``use_avgpool`` and DINOv3's linear evaluation;
 - ``mean_last<k>``: the average over the last ``k`` blocks' outputs, then over the patch tokens, without the final
-  norm: AIM's ``AverageLayers(reduce=True)`` (apple/ml-aim ``aim-v1/aim/v1/torch/layers.py`` l.324-340) on the
-  blocks' raw outputs (``aim-v1/aim/v1/torch/models.py`` l.77-94: ``features`` are appended before
+  norm: AIM's ``AverageLayers(reduce=True)`` on the blocks' raw outputs (its ``features`` are appended before
   ``post_trunk_norm``). AIM has no class token; here the prefix tokens are left out.
 
 Token definitions (any ViT-like backbone, and CNNs: the last feature map's cells as patches, its global average as
@@ -29,6 +27,11 @@ the class token) make *token stores*, float16 ``[N, T, D]``:
   tokens (after the final norm) averaged to an ``h`` x ``w`` grid (``adaptive_avg_pool2d``), row-major:
   ``T = 1 + h * w``;
 - ``tokens_full``: the class token and every patch token (``T = 1 + H * W``, 197 for ViT-B/16 at 224 px).
+
+Sources (line by line: ``docs/reference/sources.md``; :data:`DEFINITIONS` names each definition's):
+facebookresearch/dinov2 b8931f7 ``dinov2/eval/linear.py``, ``dinov2/models/vision_transformer.py``;
+facebookresearch/dinov3 6876159 ``dinov3/eval/linear.py``; apple/ml-aim bd9e068 ``aim-v1/aim/v1/torch/layers.py``,
+``aim-v1/aim/v1/torch/models.py``.
 """
 
 from __future__ import annotations

@@ -4,29 +4,23 @@ An attentive pooler reads a bag of tokens ``[B, T, D]`` (a token store's rows: t
 tokens) through learned queries and a cross-attention, then a linear classifier gives ``[B, C]`` logits.
 :class:`PoolerConfig` names every published choice (queries, heads, self-attention blocks before or after the
 cross-attention, q/k/v/o projections, norms, residual and MLP, EP's split values and BatchNorm, the initialisation);
-:data:`POOLER_PRESETS` holds the four published heads, each from its source (the commits read are below):
+:data:`POOLER_PRESETS` holds the four published heads, each built as its publisher's code builds it:
 
-- ``vjepa``: V-JEPA's ``AttentiveClassifier`` (facebookresearch/jepa 51c59d5 ``src/models/attentive_pooler.py``
-  l.21-136, blocks in ``src/models/utils/modules.py`` l.13-181; the frozen evaluation builds it with depth 1 and the
-  encoder's heads, ``evals/image_classification_frozen/eval.py`` l.162-167): one query, a cross-attention block
-  (LayerNorm on the tokens, q and kv projections, residual, LayerNorm + MLP 4x, residual), a linear layer. Its
-  ``CrossAttention`` defines an output projection that its forward never applies (``modules.py`` l.137, 140-157),
-  so the pooler has none. Depth > 1 adds self-attention blocks over the queries *after* the cross-attention
-  (``attentive_pooler.py`` l.52-62, 96-102).
-- ``vjepa2``: V-JEPA 2's (facebookresearch/vjepa2 c2963a4 ``src/models/attentive_pooler.py`` l.16-137 with
-  ``configs/eval/vitl/in1k.yaml`` l.10-12: 16 heads, ``num_probe_blocks: 4``): depth 4 is three self-attention
-  blocks over the *tokens* before the cross-attention block (l.44-58, 91-100); its cross-attention has no output
-  projection either (``src/models/utils/modules.py`` l.571-599: ``# self.proj`` commented out).
-- ``capi``: CAPI's ``AttnPoolClassifier`` (facebookresearch/capi 98b4fa1 ``eval_classification.py`` l.203-234): one
-  query, heads = D / 64, keys and values projected (one ``kv`` linear with bias), no q and no output projection, no
-  norm, residual or MLP, then a linear layer.
-- ``ep``: Efficient Probing (billpsomas/efficient-probing b8f4fb8 ``poolings/ep.py`` l.7-47 and ``probe_heads.py``
-  l.66-76, 106-110): 32 queries, one head, keys are the raw tokens, a value projection without bias whose channels
-  are split among the queries (query ``q`` reads the ``q``-th ``D/32`` slice), the slices concatenated to ``D``,
-  then ``BatchNorm1d(D, affine=False, eps=1e-6)`` and a linear layer.
+- ``vjepa``: V-JEPA's ``AttentiveClassifier`` as its frozen evaluation builds it (depth 1, the encoder's heads): one
+  query, a cross-attention block (LayerNorm on the tokens, q and kv projections, residual, LayerNorm + MLP 4x,
+  residual), a linear layer. Its ``CrossAttention`` defines an output projection that its forward never applies, so
+  the pooler has none. Depth > 1 adds self-attention blocks over the queries *after* the cross-attention.
+- ``vjepa2``: V-JEPA 2's (16 heads, ``num_probe_blocks: 4`` in its ImageNet evaluation config): depth 4 is three
+  self-attention blocks over the *tokens* before the cross-attention block; its cross-attention has no output
+  projection either.
+- ``capi``: CAPI's ``AttnPoolClassifier``: one query, heads = D / 64, keys and values projected (one ``kv`` linear
+  with bias), no q and no output projection, no norm, residual or MLP, then a linear layer.
+- ``ep``: Efficient Probing's: 32 queries, one head, keys are the raw tokens, a value projection without bias whose
+  channels are split among the queries (query ``q`` reads the ``q``-th ``D/32`` slice), the slices concatenated to
+  ``D``, then ``BatchNorm1d(D, affine=False, eps=1e-6)`` and a linear layer.
 
 Where the sources stop: with more than one query and without EP's split, the queries' outputs are averaged into one
-vector (V-JEPA's classifier squeezes its single query, l.134; this average is ours).
+vector (V-JEPA's classifier squeezes its single query; this average is ours).
 
 :class:`PoolerBank` holds ``n`` independent poolers as stacked parameters (a leading ``n`` axis) and computes all of
 them in one forward of batched products: ``[B, T, D] -> [n, B, C]``, so a grid of learning rates and weight decays
@@ -38,15 +32,26 @@ weights sum to one); a LayerNorm's scale and shift fold into the same products. 
 and head instead of ``O(T * D^2)`` per token, and is the same function (tested against the publishers' modules to
 1e-5). The key bias, which can change nothing, is left out (it would be a parameter without a gradient).
 
-:class:`MLPProbe` is MAE's linear-probe input, ``BatchNorm1d(D, affine=False, eps=1e-6)`` (facebookresearch/mae
-efb2a80 ``main_linprobe.py`` l.220-222), followed by VISSL's ``eval_mlp`` classifier with a ReLU hidden layer
-(facebookresearch/vissl 09270ed ``vissl/models/heads/linear_eval_mlp.py`` l.17-79: a BatchNorm, then
-``vissl/models/heads/mlp.py`` l.86-105: ``Linear -> ReLU -> Linear`` for ``dims=[D, hidden, C]``, default init
-l.72); ``hidden=0`` is MAE's BatchNorm + linear. :class:`MLPBank` stacks ``n`` of them likewise.
+:class:`MLPProbe` is MAE's linear-probe input, ``BatchNorm1d(D, affine=False, eps=1e-6)``, followed by VISSL's
+``eval_mlp`` classifier with a ReLU hidden layer (a BatchNorm, then ``Linear -> ReLU -> Linear`` for
+``dims=[D, hidden, C]``, PyTorch's default initialisation); ``hidden=0`` is MAE's BatchNorm + linear.
+:class:`MLPBank` stacks ``n`` of them likewise.
 
 :class:`HeadRollback` gives a bank the linear probe's fast-mode rule for a diverging head
 (:mod:`cog_pl.probe.multihead`, ``on_divergence="rollback"``): it fails alone, the other heads train on as if it were
 not there.
+
+Sources (what was taken from which lines: ``docs/reference/sources.md``; each preset is tested against its
+publisher's module, ``tests/models/test_poolers.py``):
+
+- facebookresearch/jepa 51c59d5: ``src/models/attentive_pooler.py``, ``src/models/utils/modules.py``,
+  ``src/utils/tensors.py``, ``evals/image_classification_frozen/eval.py``;
+- facebookresearch/vjepa2 c2963a4: ``src/models/attentive_pooler.py``, ``src/models/utils/modules.py``,
+  ``configs/eval/vitl/in1k.yaml``;
+- facebookresearch/capi 98b4fa1: ``eval_classification.py``;
+- billpsomas/efficient-probing b8f4fb8: ``poolings/ep.py``, ``probe_heads.py``, ``main_linprobe.py``;
+- facebookresearch/mae efb2a80: ``main_linprobe.py``;
+- facebookresearch/vissl 09270ed: ``vissl/models/heads/linear_eval_mlp.py``, ``vissl/models/heads/mlp.py``.
 """
 
 from __future__ import annotations
@@ -75,8 +80,8 @@ __all__ = [
 
 #: The initialisations :class:`PoolerConfig` knows, each its publisher's (see :func:`_init_pooler`).
 INITS = ("vjepa", "vjepa2", "capi", "ep")
-#: BatchNorm's epsilon in EP's head and MAE's linear probe (probe_heads.py l.110; main_linprobe.py l.222); momentum
-#: is torch's default 0.1 in both.
+#: BatchNorm's epsilon in EP's head and MAE's linear probe (both ``BatchNorm1d(D, affine=False, eps=1e-6)``);
+#: momentum is torch's default 0.1 in both.
 BN_EPS = 1e-6
 BN_MOMENTUM = 0.1
 LN_EPS = 1e-5  # nn.LayerNorm's default, which jepa, vjepa2 use (norm_layer=nn.LayerNorm)
@@ -150,16 +155,15 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-#: The published poolers (module docstring; each field's source in the comment beside it).
+#: The published poolers (module docstring; each value's source line by line: docs/reference/sources.md).
 POOLER_PRESETS: dict[str, PoolerConfig] = {
-    # jepa attentive_pooler.py l.105-136 (defaults l.107-117), eval.py l.162-167: depth 1, the encoder's heads
+    # V-JEPA's AttentiveClassifier defaults, built by its frozen evaluation with depth 1 and the encoder's heads
     "vjepa": PoolerConfig(),
-    # vjepa2 in1k.yaml l.10-12 (num_heads 16, num_probe_blocks 4); modules.py l.579 (no output projection)
+    # V-JEPA 2's in1k.yaml: num_heads 16, num_probe_blocks 4 (three token blocks); no output projection
     "vjepa2": PoolerConfig(num_heads=16, token_blocks=3, init="vjepa2"),
-    # capi eval_classification.py l.206-210: heads D / 64, kv = nn.Linear(D, 2D) (bias), no q/o projection
+    # CAPI: heads D / 64, kv = nn.Linear(D, 2D) (bias), no q/o projection, no norm, residual or MLP
     "capi": PoolerConfig(q_proj=False, norm=False, residual=False, mlp_ratio=0.0, init="capi"),
-    # ep.py l.8-26 (num_heads 1, qkv_bias False, v only); main_linprobe.py l.113 (32 queries, d_out 1);
-    # probe_heads.py l.106-110 (BatchNorm1d(affine=False, eps=1e-6) before the classifier)
+    # EP: num_heads 1, qkv_bias False, v only; 32 queries; BatchNorm1d(affine=False, eps=1e-6) before the classifier
     "ep": PoolerConfig(num_queries=32, num_heads=1, q_proj=False, k_proj=False, qkv_bias=False,
                        norm=False, residual=False, mlp_ratio=0.0, value_split=True, out_batchnorm=True, init="ep"),
 }
@@ -177,7 +181,7 @@ def _shapes(dim: int, num_classes: int, c: PoolerConfig) -> dict[str, tuple[int,
                   "fc2": (dim, hidden)}
         for name in _BLOCK if count else ():
             layer, kind = name.rsplit("_", 1)
-            if name != "qkv_bias" or c.qkv_bias:  # jepa modules.py l.54: Block's qkv takes qkv_bias
+            if name != "qkv_bias" or c.qkv_bias:  # as V-JEPA's Block: its qkv takes qkv_bias
                 s[f"{blocks}_{name}"] = (count, *(widths[layer] if kind == "weight" else widths[layer][:1]))
     if c.norm:
         s["norm_x_weight"] = s["norm_x_bias"] = (dim,)
@@ -214,7 +218,7 @@ def _layer_norm(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 
 
 def _mlp(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
-    return _lin(F.gelu(_lin(x, w1, b1)), w2, b2)  # jepa modules.py l.13-36: fc1, GELU, fc2 (dropout 0)
+    return _lin(F.gelu(_lin(x, w1, b1)), w2, b2)  # V-JEPA's MLP: fc1, GELU, fc2 (dropout 0)
 
 
 def _self_block(x: Tensor, p: dict[str, Tensor], heads: int) -> Tensor:
@@ -255,7 +259,7 @@ def _pool(p: dict[str, Tensor], x: Tensor, c: PoolerConfig, heads: int, bn: tupl
     n, (_, nq, d) = p["query"].shape[0], p["query"].shape
     dh = d // heads
     blocks = _blocks(p, "token_blocks")
-    if blocks:  # V-JEPA 2: self-attention over the tokens first (vjepa2 attentive_pooler.py l.91-97)
+    if blocks:  # V-JEPA 2: self-attention over the tokens first
         x = x.unsqueeze(0).expand(n, *x.shape)
         for blk in blocks:
             x = _self_block(x, blk, heads)
@@ -277,7 +281,7 @@ def _pool(p: dict[str, Tensor], x: Tensor, c: PoolerConfig, heads: int, bn: tupl
     pooled = torch.einsum(f"nbqht,{xs}->nbqhd", attn, x)  # the attention-weighted tokens, per query and head
     if c.norm:
         pooled = pooled * gain.view(n, 1, 1, 1, d) + shift.view(n, 1, 1, 1, d)
-    if c.value_split:  # EP (ep.py l.40-45): query q's output is the q-th slice of W_v (sum_t a_qt x_t)
+    if c.value_split:  # EP: query q's output is the q-th slice of W_v (sum_t a_qt x_t)
         w = p["v_weight"].view(n, nq, d // nq, d) if c.v_proj else None
         pooled = pooled[:, :, :, 0]  # [n, B, Q, D]: one head
         out = torch.einsum("nbqd,nqed->nbqe", pooled, w) if w is not None else torch.diagonal(
@@ -291,14 +295,14 @@ def _pool(p: dict[str, Tensor], x: Tensor, c: PoolerConfig, heads: int, bn: tupl
             out = out + p["v_bias"].view(n, 1, 1, heads, dh)
     else:
         out = torch.diagonal(pooled.view(*pooled.shape[:4], heads, dh), dim1=3, dim2=4).transpose(3, 4)
-    y = out.reshape(n, -1, nq, d)  # heads concatenated (jepa modules.py l.156)
+    y = out.reshape(n, -1, nq, d)  # heads concatenated
     if c.o_proj:
         y = _lin(y, p["o_weight"], p["o_bias"])
-    q = query.unsqueeze(1) + y if c.residual else y  # jepa modules.py l.177-180
+    q = query.unsqueeze(1) + y if c.residual else y  # V-JEPA's cross-attention block adds the query back
     if "fc1_weight" in p:
         h = _layer_norm(q, p["norm_q_weight"], p["norm_q_bias"]) if c.norm else q
         q = q + _mlp(h, p["fc1_weight"], p["fc1_bias"], p["fc2_weight"], p["fc2_bias"])
-    for blk in _blocks(p, "query_blocks"):  # V-JEPA: self-attention over the queries after (l.98-101)
+    for blk in _blocks(p, "query_blocks"):  # V-JEPA: self-attention over the queries after
         q = _self_block(q, blk, heads)
     return _classify(p, q.mean(2), bn, training)
 
@@ -310,7 +314,7 @@ def _classify(p: dict[str, Tensor], z: Tensor, bn: tuple[Tensor, Tensor] | None,
 
 
 def _trunc_normal(t: Tensor, std: float = 0.02) -> None:
-    nn.init.trunc_normal_(t, std=std, a=-2.0, b=2.0)  # jepa src/utils/tensors.py l.47-49: the same bounds
+    nn.init.trunc_normal_(t, std=std, a=-2.0, b=2.0)  # V-JEPA's trunc_normal_: the same bounds
 
 
 def _torch_linear(w: Tensor, b: Tensor | None) -> None:
@@ -324,33 +328,33 @@ def _torch_linear(w: Tensor, b: Tensor | None) -> None:
 @torch.no_grad()
 def _init_pooler(p: dict[str, Tensor], c: PoolerConfig) -> None:
     """Initialise stacked parameters (a leading ``n``) in place as the publisher of ``c.init`` does."""
-    for name, t in p.items():  # zero biases, unit norm scales (jepa attentive_pooler.py l.83-90; capi l.213-218)
+    for name, t in p.items():  # zero biases, unit norm scales (V-JEPA's and CAPI's init)
         t.fill_(1.0 if "norm" in name and name.endswith("weight") else 0.0)
     if c.init == "ep":
-        p["query"].normal_().mul_(0.02)  # ep.py l.26: torch.randn(...) * 0.02
-        for name in ("v", "head"):  # ep.py l.25 and probe_heads.py l.76: fresh nn.Linear layers
+        p["query"].normal_().mul_(0.02)  # EP's queries: torch.randn(...) * 0.02
+        for name in ("v", "head"):  # EP's value layer and classifier: fresh nn.Linear
             if f"{name}_weight" in p:
                 _torch_linear(p[f"{name}_weight"], p.get(f"{name}_bias"))
         return
     for name, t in p.items():  # every linear weight of the pooler and the query: trunc_normal(std=0.02)
         if name == "query" or (name.endswith("weight") and "norm" not in name and name != "head_weight"):
             _trunc_normal(t)
-    if c.init == "capi":  # capi l.217-218: the classifier too
+    if c.init == "capi":  # CAPI initialises the classifier too
         _trunc_normal(p["head_weight"])
         return
-    # V-JEPA's AttentiveClassifier makes its linear layer outside the pooler's init (l.131): nn.Linear's default
+    # V-JEPA's AttentiveClassifier makes its linear layer outside the pooler's init: nn.Linear's default
     _torch_linear(p["head_weight"], p["head_bias"])
 
-    def rescale(name: str, layer_id: int, index: int | None = None) -> None:  # l.69-71 in both
+    def rescale(name: str, layer_id: int, index: int | None = None) -> None:  # _rescale_blocks' helper, in both
         if name in p:
             (p[name] if index is None else p[name][:, index]).div_(math.sqrt(2.0 * layer_id))
 
-    if c.init == "vjepa":  # jepa attentive_pooler.py l.69-81
-        rescale("fc2_weight", 1)  # (l.74, 77 also rescale the cross-attention's proj, which it never applies)
+    if c.init == "vjepa":  # V-JEPA's _rescale_blocks
+        rescale("fc2_weight", 1)  # (and the cross-attention's proj, which it never applies)
         for i in range(c.query_blocks):
             rescale("query_blocks_proj_weight", i + 2, i)
             rescale("query_blocks_fc2_weight", i + 2, i)
-    else:  # vjepa2 attentive_pooler.py l.65-76: the blocks by their index, then the cross block's MLP by the last one
+    else:  # V-JEPA 2's: the blocks by their index, then the cross block's MLP by the last one
         layer_id = 0
         for layer_id in range(c.token_blocks):
             rescale("token_blocks_proj_weight", layer_id + 1, layer_id)
@@ -484,7 +488,7 @@ class _MLPBase(_Stacked):
             raise CogError(f"MLP probe: hidden must be an integer >= 0 (0: BatchNorm + linear), got {hidden!r}")
         super().__init__(_mlp_shapes(dim, num_classes, hidden), n, dim if batchnorm else None)
         self.dim, self.num_classes, self.hidden, self.batchnorm = dim, num_classes, hidden, batchnorm
-        with torch.no_grad():  # vissl mlp.py l.72: the default initialisation of nn.Linear
+        with torch.no_grad():  # VISSL's MLP: nn.Linear's default initialisation
             p = self.stacked()
             for name in ("fc1", "head"):
                 if f"{name}_weight" in p:

@@ -102,7 +102,7 @@ def text_handling(tower: TextTower) -> dict[str, Any]:
 
 
 def clip_tokenizer(context_length: int = 77) -> Callable[[list[str]], Tensor]:
-    """CLIP's byte-pair tokenizer (openai/CLIP ``clip/simple_tokenizer.py``, vocabulary
+    """CLIP's byte-pair tokenizer (openai/CLIP d05afc4 ``clip/simple_tokenizer.py``, vocabulary
     ``bpe_simple_vocab_16e6.txt.gz``) as ``open_clip_torch`` ships it: texts -> token ids (N, ``context_length``),
     start and end-of-text tokens around each, zero-padded, a longer text cut with its end token kept."""
     try:

@@ -7,9 +7,9 @@ layout (:class:`Layout`: the container the weights sit under, the authors' key p
 dropped, key renames), the feature (``"penultimate"``: the classifier replaced by identity; ``"fc7"``: VGG's second
 fully-connected layer after its ReLU; ``"cls_token"``: a ViT's class token after the final norm; ``"output"``: the
 network's own output, e.g. CLIP's attention-pooled embedding), the input (size, mean, std, channel order) and where
-its authors publish the file (:class:`Published`). Facts are taken from the benchmark's released loaders (naver/cog
-``model_loaders.py``, ``model_loaders_deit.py``, ``prepare_models/prepare_*.sh``) and the publishers' saving code;
-docs/models.md lists the sources per model.
+its authors publish the file (:class:`Published`). Facts are taken from the benchmark's released loaders
+(naver/cog 5b34ca9 ``model_loaders.py``, ``model_loaders_deit.py``, ``prepare_models/prepare_*.sh``) and the
+publishers' saving code; docs/models.md lists the sources per model.
 
 ``seen``: the label set its pretraining covered, a named seen set of :mod:`cog_pl.levels.seen` (``in1k`` for the
 paper's models, ``None`` where unknown, e.g. CLIP's captions); ``cog-pl run`` warns when it covers concepts of the

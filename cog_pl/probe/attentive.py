@@ -5,17 +5,17 @@ train and the same few-shot samples (:func:`cog_pl.data.sampling.tuning_indices`
 final_indices`), TPE over (lr, wd) with the protocol's trials and epochs and the search plan's batches
 (:func:`cog_pl.probe.study.ask_trials`, :func:`cog_pl.probe.tuner.best_trial`), the best (lr, wd) retrained on the
 whole train sample of the cell and tested once. A batch of trials trains as one bank of heads
-(:class:`PoolerBank` / :class:`MLPBank` of :mod:`cog_pl.models.poolers`, ) in one pass: every head sees
+(:class:`PoolerBank` / :class:`MLPBank` of :mod:`cog_pl.models.poolers`) in one pass: every head sees
 the same batches, and :func:`train_bank`'s AdamW gives each head its own learning rate and weight decay, so a head of
 a bank follows the trajectory of the same head trained alone with ``torch.optim.AdamW`` (tested).
 
-The optimisation is V-JEPA 2's frozen evaluation's, for every preset (``facebookresearch/vjepa2`` at c2963a4,
-``evals/image_classification_frozen/eval.py`` l.407-476: ``torch.optim.AdamW`` with its default betas and eps over
-all of a head's parameters, its learning rate warmed up linearly from ``start_lr`` then cosine-annealed to
-``final_lr``, both stepped before each optimizer step, l.281-284; ``configs/eval/vitl/in1k.yaml`` l.28-33:
-``start_lr: 0.0002``, ``warmup: 5`` of ``num_epochs: 20``, ``final_lr: 0.0``, ``final_weight_decay`` equal to
-``weight_decay``, so a constant weight decay). The searched ranges span that config's grid (lr 5e-4 to 2e-3, wd
-5e-4 to 8e-3, l.21-148) with room on both sides: lr 1e-4 to 1e-2, wd 1e-4 to 1e-1 (:class:`HeadSettings`).
+The optimisation is V-JEPA 2's frozen evaluation's, for every preset (facebookresearch/vjepa2 c2963a4
+``evals/image_classification_frozen/eval.py`` and ``configs/eval/vitl/in1k.yaml``; line by line:
+``docs/reference/sources.md``): ``torch.optim.AdamW`` with its default betas and eps over all of a head's parameters,
+its learning rate warmed up linearly from ``start_lr: 0.0002`` over ``warmup: 5`` of ``num_epochs: 20``, then
+cosine-annealed to ``final_lr: 0.0``, both stepped before each optimizer step, a constant weight decay
+(``final_weight_decay`` equal to ``weight_decay``). The searched ranges span that config's grid of heads (lr 5e-4 to
+2e-3, wd 5e-4 to 8e-3) with room on both sides: lr 1e-4 to 1e-2, wd 1e-4 to 1e-1 (:class:`HeadSettings`).
 
 Features: a token store's ``[N, T, D]``, a vector store's ``[N, D]`` read as ``T = 1``. The attentive
 probe reads every token; the MLP probe reads the class token (token 0) of a token store, or the vector. Neither

@@ -1,18 +1,16 @@
 """The few-shot bridge from zero-shot to the linear probe (``linear_text_init``): the linear probe with every head
 starting from the domain's zero-shot text classifier, as ELEVATER's ``TRAIN.INIT_HEAD_WITH_TEXT_ENCODER``.
 
-ELEVATER (Computer-Vision-in-the-Wild/Elevater_Toolkit_IC, commit 00d0af7) builds the classifier as its zero-shot
-evaluation does (``vision_benchmark/evaluation/feature.py:546-557``: per class, the L2-normalised prompt embeddings
+ELEVATER builds the classifier as its zero-shot evaluation does (per class, the L2-normalised prompt embeddings
 averaged and renormalised, stacked as ``[E, C]``) and, when ``INIT_HEAD_WITH_TEXT_ENCODER`` is set, copies its
-transpose into the head's weight and fills the bias with 0 (``vision_benchmark/evaluation/full_model_finetune.py:
-106-116``). The logits are multiplied by ``exp(logit_scale)``, and ``logit_scale`` is 0 under the default
-``TRAIN.LOGIT_SCALE_INIT = 'none'`` (``full_model_finetune.py:132-141``, ``vision_benchmark/config/default.py:145``),
-so the head starts at the classifier itself, scale 1 (:data:`INIT_SCALE`). ELEVATER does not L2-normalise the image
-features by default (``TRAIN.NORMALIZE_VISUAL_FEATURE = False``, ``default.py:148``) but passes them through a
-``BatchNorm1d(affine=False)`` (``TRAIN.USE_CHANNEL_BN = True``, ``default.py:143``; ``full_model_finetune.py:99-102``)
-fitted with the head; here the features are the linear probe's (L2-normalised rows when ``protocol.normalize``, the
-paper's), so at the start a head's logits are the zero-shot cosine similarities and its first choice the zero-shot
-method's. No channel BatchNorm is applied: the two methods differ only in the heads' start.
+transpose into the head's weight and fills the bias with 0. The logits are multiplied by ``exp(logit_scale)``, and
+``logit_scale`` is 0 under the default ``TRAIN.LOGIT_SCALE_INIT = 'none'``, so the head starts at the classifier
+itself, scale 1 (:data:`INIT_SCALE`). ELEVATER does not L2-normalise the image features by default
+(``TRAIN.NORMALIZE_VISUAL_FEATURE = False``) but passes them through a ``BatchNorm1d(affine=False)``
+(``TRAIN.USE_CHANNEL_BN = True``) fitted with the head; here the features are the linear probe's (L2-normalised rows
+when ``protocol.normalize``, the paper's), so at the start a head's logits are the zero-shot cosine similarities and
+its first choice the zero-shot method's. No channel BatchNorm is applied: the two methods differ only in the heads'
+start.
 
 Everything else is the linear probe's (:mod:`cog_pl.evaluate.text_init`): the same split, samples, TPE over (lr, wd),
 trials, epochs, seeds, shots, modes and oracle fields. The classifier is built exactly as the zero-shot
@@ -20,6 +18,10 @@ method builds it (:func:`cog_pl.probe.zeroshot.domain_classifier`, the same name
 cache beside the results file). Rows: ``method = "linear_text_init"``, with ``init`` (``from: "text"``, the names, the
 templates and their digest, the text tower's model and ``sha256``, ``scale``, ``bias``) in their identity (the search
 record's ``init``, so their studies are never the linear probe's).
+
+Source (what was taken from which lines: ``docs/reference/sources.md``): Computer-Vision-in-the-Wild/Elevater_Toolkit_IC
+00d0af7 ``vision_benchmark/evaluation/feature.py``, ``vision_benchmark/evaluation/full_model_finetune.py``,
+``vision_benchmark/config/default.py``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ __all__ = ["INIT_SCALE", "METHOD", "text_start"]
 
 METHOD = "linear_text_init"
 #: The factor on the text classifier in the heads' start: ELEVATER's ``exp(logit_scale)`` with its default
-#: ``LOGIT_SCALE_INIT = 'none'`` (logit_scale 0), ``full_model_finetune.py:132-141``.
+#: ``LOGIT_SCALE_INIT = 'none'`` (logit_scale 0).
 INIT_SCALE = 1.0
 
 

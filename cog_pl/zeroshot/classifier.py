@@ -1,11 +1,14 @@
 """The zero-shot classifier: one unit text embedding per class, built as the references build it.
 
 Per class, each prompt's text embedding is L2-normalised, the normalised embeddings are averaged and the mean is
-normalised again (LAION-AI/CLIP_benchmark ``clip_benchmark/metrics/zeroshot_classification.py`` l.16-57:
-``F.normalize(class_embeddings, dim=-1).mean(dim=0)``, then ``/= norm``; mlfoundations/open_clip
-``src/open_clip/zero_shot_classifier.py`` l.20-73 does the same on the normalised features ``model(text=...)``
-returns, batched over classes). A class's prompts are its names x the templates (:class:`ClassName`), so a class
-with several names averages over all of them, as CLIP_benchmark does with per-class prompt lists (l.43-45).
+normalised again: CLIP_benchmark's ``F.normalize(class_embeddings, dim=-1).mean(dim=0)``, then ``/= norm``; open_clip
+does the same on the normalised features ``model(text=...)`` returns, batched over classes. A class's prompts are its
+names x the templates (:class:`ClassName`), so a class with several names averages over all of them, as
+CLIP_benchmark does with per-class prompt lists.
+
+Sources (what was taken from which lines: ``docs/reference/sources.md``): LAION-AI/CLIP_benchmark 48de38c
+``clip_benchmark/metrics/zeroshot_classification.py``; mlfoundations/open_clip 89fb801
+``src/open_clip/zero_shot_classifier.py``.
 
 The texts of many classes go through the text encoder in one call (up to ``batch_size`` texts; a class's prompts are
 never split), and the per-class means are taken with one ``index_add_``.

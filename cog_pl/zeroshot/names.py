@@ -9,12 +9,11 @@ WordNet 3.0 (:func:`cog_pl.wordnet.get_wordnet`).
 - ``lemma``: WordNet's first lemma (``tiger cat``);
 - ``lemmas``: every lemma; the classifier averages over names x templates;
 - ``lemma_gloss``: the first lemma, each prompt followed by the gloss as ELEVATER's
-  ``KNOWLEDGE.WORDNET.USE_DEFINITION`` appends it (Computer-Vision-in-the-Wild/Elevater_Toolkit_IC
-  ``vision_benchmark/evaluation/feature.py`` l.455-466, l.528-537: ``template.format(name) + " ; {name} , {gloss}"``);
-- ``lemma_hypernym``: the same with ELEVATER's ``KNOWLEDGE.WORDNET.USE_HIERARCHY`` knowledge (l.468-485): the first
-  three names of the path up WordNet's hypernyms, the concept's own first lemma first, each a synset's first lemma as
-  WordNet spells it (``accordion free-reed_instrument wind_instrument``, as its ``resources/knowledge`` files and
-  ``hypernyms_chain`` l.404-417 make them);
+  ``KNOWLEDGE.WORDNET.USE_DEFINITION`` appends it (``template.format(name) + " ; {name} , {gloss}"``);
+- ``lemma_hypernym``: the same with ELEVATER's ``KNOWLEDGE.WORDNET.USE_HIERARCHY`` knowledge: the first three names
+  of the path up WordNet's hypernyms, the concept's own first lemma first, each a synset's first lemma as WordNet
+  spells it (``accordion free-reed_instrument wind_instrument``, as its ``resources/knowledge`` files and
+  ``hypernyms_chain`` make them);
 - ``openai``: OpenAI's curated names of the 1000 IN-1K classes (IN-1K concepts only; package data
   ``assets/openai_imagenet_zeroshot.json`` from open_clip's ``zero_shot_metadata.py``, MIT);
 - ``demo_ancestors``: the first lemma with every ancestor up the hypernym path as knowledge (``lemma_hypernym``'s
@@ -25,7 +24,7 @@ WordNet 3.0 (:func:`cog_pl.wordnet.get_wordnet`).
 Where these differ from ELEVATER: the concept's own synset is used (ELEVATER looks the class name up and takes its
 first sense, ``wn.synsets(name)[0]``, which is often another concept); the hypernym followed is the first by synset
 offset (NLTK's order of a synset's hypernyms is not fixed); the knowledge text is not passed through NLTK's
-``word_tokenize`` (ELEVATER l.531 spaces punctuation out with it).
+``word_tokenize`` (ELEVATER spaces punctuation out with it).
 
 Concepts whose name is shared by another concept of the same domain (polysemy: ``crane`` the bird and the machine)
 would get the same prompts, so the same text embedding, and the second would never be predicted (0 % on it: CuPL's
@@ -35,6 +34,11 @@ name two or more concepts of the domain share, with the same knowledge text, is 
 synset's first hypernym (``crane (wading bird)``, ``crane (lifting device)``, as OpenAI's curated names qualify
 ``kite (bird of prey)``), or, where two of them have hypernyms of one name, by their glosses. The rule,
 :data:`DISTINCT_NAMES`, is part of a zero-shot row's identity.
+
+Sources (what was taken from which lines: ``docs/reference/sources.md``):
+Computer-Vision-in-the-Wild/Elevater_Toolkit_IC 00d0af7 ``vision_benchmark/evaluation/feature.py`` (the knowledge and
+the prompts); mlfoundations/open_clip 89fb801 ``src/open_clip/zero_shot_metadata.py`` (OpenAI's names);
+sarahpratt/CuPL issue 2 (a shared name).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ class ClassName:
 
     def texts(self, templates: Sequence[str]) -> list[str]:
         """The class's prompts: each template (``{c}``) with each name, then ``" ; {name} , {knowledge}"`` when
-        there is knowledge (ELEVATER feature.py l.530, l.537)."""
+        there is knowledge (as ELEVATER's zero-shot prompts)."""
         if not self.names:
             raise CogError("a class needs at least one name")
         suffix = f" ; {self.names[0]} , {self.knowledge}" if self.knowledge else ""

@@ -2,7 +2,7 @@
 
 A page holding ``<!-- generated: cli -->`` gets every ``cog-pl`` command and option from the parsers
 (:func:`cog_pl.cli.reference.cli_markdown`); ``<!-- generated: configs -->`` the table of packaged configs;
-``<!-- generated: methods -->`` the table of the registered evaluation methods (:mod:`cog_pl.methods`).
+``<!-- generated: methods -->`` the table of the registered evaluation methods (:mod:`cog_pl.evaluate.table`).
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def test_the_launcher_drops_the_old_workers_spelling_from_the_tasks_command(tmp_
                                    ("run", "--model", "resnet50", "--in1k-root", "a", "--in21k-root", "b")],
                          ids=["probe protocol", "run"])
 def test_claim_cells_is_accepted_does_nothing_and_says_so(words, capsys):
-    """Every worker claims each cell now (cog_pl.probe.cells): the old flag changes nothing and says it goes."""
+    """Every worker claims each cell now (cog_pl.evaluate.grid): the old flag changes nothing and says it goes."""
     parser = build_parser(only=words[0])
     flagged = parser.parse_args([*words, "--claim-cells"])
     assert capsys.readouterr().err.strip().splitlines() == [

@@ -21,7 +21,7 @@ from cog_pl.results import read_rows, row_times
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: The user's module: a few lines of numpy over the public face (register_probe_method, open_store, the results API).
+#: The user's module: a few lines of numpy over the public face (Method, register_method) and the stores' identity.
 PLUGIN = '''
 from dataclasses import dataclass, field
 
@@ -76,6 +76,14 @@ class NCM(cog_pl.Method):
 
 cog_pl.register_method(NCM())
 '''
+
+
+def test_the_developer_docs_quote_this_module_unchanged():
+    """docs/development.md's worked example is this module, as it runs here."""
+    text = (REPO / "docs" / "development.md").read_text()
+    section = text[text.index("## Adding an evaluation method"):]
+    quoted = section[section.index("```python\n") + len("```python\n"):]
+    assert quoted[:quoted.index("```")].strip("\n") == PLUGIN.strip("\n")
 
 
 def _plugin(site: Path) -> None:

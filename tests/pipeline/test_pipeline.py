@@ -355,7 +355,8 @@ def test_bad_options_fail_before_any_work(tmp_path, monkeypatch):
 
 
 def test_demo_recipe_is_a_valid_run_finetune_option(tmp_path):
-    """Every field of DemoFineTune reaches FineTuneClassifier or finetune_domains, and RunConfig accepts the lot."""
+    """Every field of DemoFineTune reaches FineTuneClassifier or the finetune method's options, and RunConfig accepts
+    the lot."""
     from cog_pl.demo.finetune import MODEL_FIELDS, DemoFineTune
 
     kwargs = DemoFineTune().finetune_kwargs()

@@ -1,4 +1,4 @@
-"""CLIP's ResNet-50 image tower (openai/CLIP ``clip/model.py`` ``ModifiedResNet``) as timm's ``resnet50_clip``.
+"""CLIP's ResNet-50 image tower (openai/CLIP d05afc4 ``clip/model.py`` ``ModifiedResNet``) as timm's ``resnet50_clip``.
 
 timm's ``resnet50_clip`` (``timm/models/byobnet.py``, ``model_cfgs["resnet50_clip"]``, timm 1.0.31) is the same
 network, layer for layer:

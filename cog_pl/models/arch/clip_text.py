@@ -1,30 +1,30 @@
-"""CLIP's text tower (openai/CLIP ``clip/model.py`` ``CLIP.encode_text``), read from OpenAI's published file.
+"""CLIP's text tower (``CLIP.encode_text``), read from OpenAI's published file.
 
-The network, as openai/CLIP at d05afc4 ``clip/model.py`` writes it (lines cited):
+The network, as OpenAI's ``clip/model.py`` writes it:
 
-- ``token_embedding`` (``nn.Embedding(vocab_size, width)``) plus ``positional_embedding`` (context_length, width)
-  (lines 290-291, 344-346);
-- ``transformer.resblocks.<i>``: pre-norm residual blocks, ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``
-  (lines 171-192), ``nn.MultiheadAttention(width, heads)`` under a causal mask (``-inf`` above the diagonal, lines
-  329-334), the MLP ``c_fc`` (width -> 4 width), QuickGELU (``x * sigmoid(1.702 x)``, lines 166-168), ``c_proj``;
-  LayerNorm computed in float32 (lines 157-163), eps 1e-5;
+- ``token_embedding`` (``nn.Embedding(vocab_size, width)``) plus ``positional_embedding`` (context_length, width);
+- ``transformer.resblocks.<i>``: pre-norm residual blocks, ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``,
+  ``nn.MultiheadAttention(width, heads)`` under a causal mask (``-inf`` above the diagonal), the MLP ``c_fc``
+  (width -> 4 width), QuickGELU (``x * sigmoid(1.702 x)``), ``c_proj``; LayerNorm computed in float32, eps 1e-5;
 - ``ln_final``, then the features at the end-of-text token, the highest id of each sequence (``text.argmax(-1)``),
-  times ``text_projection`` (width, embed_dim) (lines 350-354). ``logit_scale`` (line 295) is kept with the tower.
+  times ``text_projection`` (width, embed_dim). ``logit_scale`` is kept with the tower.
 
-Under the causal mask (lines 328-334) a position's output depends on the positions up to it only, and only the
-end-of-text position's output is read (lines 352-354), so the positions after a batch's last end-of-text token
-change no embedding: the forward cuts each batch there (token ids, positional embedding and mask cut alike), which
-gives the full-context forward's embeddings at a fraction of its cost (prompts of ~10-20 tokens out of 77), and the
-tower encodes its texts sorted by that length (:attr:`~cog_pl.models.text.TokenTextTower.sort_by_length`) so that a
-batch holds prompts of like lengths.
+Under the causal mask a position's output depends on the positions up to it only, and only the end-of-text
+position's output is read, so the positions after a batch's last end-of-text token change no embedding: the forward
+cuts each batch there (token ids, positional embedding and mask cut alike), which gives the full-context forward's
+embeddings at a fraction of its cost (prompts of ~10-20 tokens out of 77), and the tower encodes its texts sorted by
+that length (:attr:`~cog_pl.models.text.TokenTextTower.sort_by_length`) so that a batch holds prompts of like
+lengths.
 
-The sizes are read from the tensors as ``build_model`` reads them (lines 417-422: embed_dim from
-``text_projection``, context length from ``positional_embedding``, vocabulary from ``token_embedding``, width from
-``ln_final``, heads = width // 64, layers from the ``transformer.resblocks`` indices), so any of OpenAI's CLIP files
-(``RN50.pt``, ``ViT-B-32.pt``...) gives its own tower. The published files store the linear and attention weights
-and the projection in fp16 (``convert_weights``, lines 375-396): the tower runs in float32, as ``clip.load`` does on a
-CPU (``model.float()``). The tokenizer is CLIP's byte-pair encoding (``clip/simple_tokenizer.py`` with
+The sizes are read from the tensors as ``build_model`` reads them (embed_dim from ``text_projection``, context
+length from ``positional_embedding``, vocabulary from ``token_embedding``, width from ``ln_final``, heads =
+width // 64, layers from the ``transformer.resblocks`` indices), so any of OpenAI's CLIP files (``RN50.pt``,
+``ViT-B-32.pt``...) gives its own tower. The published files store the linear and attention weights and the
+projection in fp16 (``convert_weights``): the tower runs in float32, as ``clip.load`` does on a CPU
+(``model.float()``). The tokenizer is CLIP's byte-pair encoding (``clip/simple_tokenizer.py`` with
 ``bpe_simple_vocab_16e6.txt.gz``), as the PyPI package ``open_clip_torch`` ships it (``open_clip.tokenizer``).
+
+Source (line by line: ``docs/reference/sources.md``): openai/CLIP d05afc4 ``clip/model.py``.
 """
 
 from __future__ import annotations
@@ -39,21 +39,21 @@ from torch import Tensor, nn
 from cog_pl.models.checkpoints import CheckpointError, load_file, load_into
 from cog_pl.models.text import TokenTextTower, clip_tokenizer
 
-#: The keys of OpenAI's CLIP state dict that make the text tower (``CLIP.__init__``, lines 282-295); the rest of the
-#: file is the image tower (``visual.*``) and the sizes ``build_model`` deletes (lines 430-432).
+#: The keys of OpenAI's CLIP state dict that make the text tower (``CLIP.__init__``'s); the rest of the file is the
+#: image tower (``visual.*``) and the sizes ``build_model`` deletes.
 TEXT_KEYS = ("transformer.", "token_embedding.", "positional_embedding", "ln_final.", "text_projection",
              "logit_scale")
 
 
 class QuickGELU(nn.Module):
-    """``x * sigmoid(1.702 x)`` (clip/model.py lines 166-168)."""
+    """``x * sigmoid(1.702 x)``, CLIP's QuickGELU."""
 
     def forward(self, x: Tensor) -> Tensor:
         return x * torch.sigmoid(1.702 * x)
 
 
 class ResidualAttentionBlock(nn.Module):
-    """One pre-norm block of CLIP's text transformer (clip/model.py lines 171-192), batch first."""
+    """One pre-norm block of CLIP's text transformer (its ``ResidualAttentionBlock``), batch first."""
 
     def __init__(self, width: int, heads: int) -> None:
         super().__init__()
@@ -70,7 +70,7 @@ class ResidualAttentionBlock(nn.Module):
 
 
 class Transformer(nn.Module):
-    """``resblocks``: the blocks under the names OpenAI's state dict gives them (clip/model.py lines 195-203)."""
+    """``resblocks``: the blocks under the names OpenAI's state dict gives them (CLIP's ``Transformer``)."""
 
     def __init__(self, width: int, layers: int, heads: int) -> None:
         super().__init__()
@@ -99,12 +99,12 @@ class CLIPTextTransformer(nn.Module):
         self.ln_final = nn.LayerNorm(width)
         self.text_projection = nn.Parameter(torch.zeros(width, embed_dim))
         self.logit_scale = nn.Parameter(torch.ones([]))
-        # the causal mask (clip/model.py lines 329-334): a token attends to itself and those before it
+        # CLIP's causal mask: a token attends to itself and those before it
         mask = torch.full((context_length, context_length), float("-inf")).triu_(1)
         self.register_buffer("attn_mask", mask, persistent=False)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        eot = tokens.argmax(dim=-1)  # the position read (clip/model.py line 354)
+        eot = tokens.argmax(dim=-1)  # the position read: the end-of-text token, the highest id
         n = int(eot.max()) + 1 if len(tokens) and self.cut else tokens.shape[1]  # later ones change nothing (causal)
         x = self.token_embedding(tokens[:, :n]) + self.positional_embedding[:n]
         x = self.ln_final(self.transformer(x, self.attn_mask[:n, :n]))
@@ -124,7 +124,7 @@ def text_state(state: Mapping[str, Tensor], where: str) -> dict[str, Tensor]:
 
 
 def text_transformer_for(state: Mapping[str, Tensor]) -> CLIPTextTransformer:
-    """A tower of the sizes ``state`` holds, read as ``build_model`` reads them (clip/model.py lines 417-422)."""
+    """A tower of the sizes ``state`` holds, read as CLIP's ``build_model`` reads them."""
     width = state["ln_final.weight"].shape[0]
     layers = len({k.split(".")[2] for k in state if k.startswith("transformer.resblocks")})
     return CLIPTextTransformer(embed_dim=state["text_projection"].shape[1],
@@ -155,8 +155,7 @@ def build_clip_text_tower(name: str, checkpoint: str | Path | None, trust_checkp
                           ) -> CLIPTextTower:
     """The text tower of OpenAI's CLIP file ``checkpoint`` (``RN50.pt``: a TorchScript archive, read only with
     ``trust_checkpoint``, as the zoo reads its image tower); without a file, random weights of RN50's sizes from a
-    fixed seed, the embeddings and projection drawn as ``CLIP.initialize_parameters`` draws them (lines 300-301,
-    325-326)."""
+    fixed seed, the embeddings and projection drawn as ``CLIP.initialize_parameters`` draws them."""
     if checkpoint is None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)

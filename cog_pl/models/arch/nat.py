@@ -2,9 +2,10 @@
 
 The network is the authors' ``NATNet`` (a MobileNetV3 variant) as ``NATNet.build_from_config`` builds it, with the
 same module names, so the state dict of their ``net.weights`` loads unchanged once ``classifier.*`` is dropped. Its
-output is the paper's feature: ``feature_mix_layer`` after global average pooling (naver/cog ``model_loaders.py``
-``load_nat`` sets ``classifier`` to identity). Facts from human-analysis/neural-architecture-transfer at commit
-5aca00a11b22902a9e7b2f9c33b58bc4ba686828, the one naver/cog ``prepare_models/prepare_nat.sh`` checks out:
+output is the paper's feature: ``feature_mix_layer`` after global average pooling (naver/cog 5b34ca9
+``model_loaders.py`` ``load_nat`` sets ``classifier`` to identity). Facts from
+human-analysis/neural-architecture-transfer at commit 5aca00a11b22902a9e7b2f9c33b58bc4ba686828, the one naver/cog
+``prepare_models/prepare_nat.sh`` checks out:
 
 - ``codebase/networks/natnet.py``: ``NATNet`` runs ``first_conv``, ``blocks``, ``final_expand_layer``, a mean over
   width then height, ``feature_mix_layer``, ``classifier``; ``MobileInvertedResidualBlock`` adds its identity

@@ -6,19 +6,23 @@ of that model (``open_clip.list_pretrained_tags_by_model(name)``), whose file is
 (``huggingface_hub.hf_hub_download``, which honours ``HF_HUB_OFFLINE=1``) or, for a tag published only at a URL,
 from ``open_clip``'s download folder (``~/.cache/clip``); weights that are not there are refused in one line that
 says where to put them. A tag's preprocessing (mean, std) and QuickGELU setting are applied as
-``open_clip.create_model`` applies them for a tag (open_clip 3.3.0 ``factory.py`` ``create_model``).
+``open_clip.create_model`` applies them for a tag.
 
-The image features are ``encode_image``'s output, ``model.visual(images)`` (open_clip ``model.py``
-``CLIP.encode_image``): the embedding the text tower's texts are compared with, so the linear probe and zero-shot
-read one embedding. The text tower is :mod:`cog_pl.models.arch.openclip_text`.
+The image features are ``encode_image``'s output, ``model.visual(images)`` (``CLIP.encode_image``): the embedding
+the text tower's texts are compared with, so the linear probe and zero-shot read one embedding. The text tower is
+:mod:`cog_pl.models.arch.openclip_text`.
 
 **The text context is the weights'.** A checkpoint whose text positional embedding has another number of rows than
-the model config's context length is read by open_clip 3.3.0 ``factory.load_checkpoint`` (line 221) through
-``model.resize_text_pos_embed`` (``model.py`` lines 826-856), which interpolates it linearly to the config's length
-and only logs it: a changed context, which knocks a SigLIP tower's zero-shot back to chance (mlfoundations/open_clip
-issue 1067, rwightman: "it knocks zero-shot back to pretty much random"). Such a model is dropped and built again at
-the checkpoint's own length (``create_model(force_context_length=...)``, one warning), and the text tower's tokenizer
-follows the model's context (:func:`text_positions`).
+the model config's context length is read by open_clip's ``factory.load_checkpoint`` through
+``model.resize_text_pos_embed``, which interpolates it linearly to the config's length and only logs it: a changed
+context, which knocks a SigLIP tower's zero-shot back to chance (mlfoundations/open_clip issue 1067, rwightman: "it
+knocks zero-shot back to pretty much random"). Such a model is dropped and built again at the checkpoint's own
+length (``create_model(force_context_length=...)``, one warning), and the text tower's tokenizer follows the model's
+context (:func:`text_positions`).
+
+Source (line by line: ``docs/reference/sources.md``): open_clip_torch 3.3.0 (mlfoundations/open_clip)
+``src/open_clip/factory.py`` (``create_model``, ``load_checkpoint``), ``src/open_clip/model.py``
+(``CLIP.encode_image``, ``resize_text_pos_embed``).
 """
 
 from __future__ import annotations
@@ -59,8 +63,8 @@ def text_positions(model: nn.Module) -> tuple[int, int] | None:
 def _text_contexts_read() -> Iterator[list[tuple[int, int]]]:
     """While open_clip loads a checkpoint, the (checkpoint's, config's) text context lengths of every load whose text
     positional embedding ``load_checkpoint`` resizes to another length: it calls ``resize_text_pos_embed(state_dict,
-    model)`` by the name ``open_clip.factory`` imported (open_clip 3.3.0 ``factory.py`` lines 15, 221), which this
-    wraps; the keys are those that function reads (``model.py`` lines 826-828)."""
+    model)`` by the name ``open_clip.factory`` imported, which this wraps; the keys are those that function
+    reads."""
     from open_clip import factory
 
     resize, seen = factory.resize_text_pos_embed, []

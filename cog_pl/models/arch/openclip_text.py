@@ -1,37 +1,39 @@
 """The text tower of an ``open_clip:<name>`` model, and the guards on the tokens its family must be given.
 
-The tower is ``encode_text`` on the model's own tokenizer (``open_clip.get_tokenizer``), over the whole context:
-unlike CLIP's own tower (:mod:`cog_pl.models.arch.clip_text`) its batches are not cut after their last end-of-text
-token, since ``CLIP._encode_text`` adds the whole ``positional_embedding`` and applies ``self.attn_mask`` of the full
-context (open_clip 89fb801 ``src/open_clip/model.py`` lines 396-411) and some towers pool the last position or attend
-without a causal mask (``text_global_pool``, ``src/open_clip/transformer.py`` lines 931-951): cutting would mean a
-copy of their forward.
+The tower is ``encode_text`` on the model's own tokenizer (``open_clip.get_tokenizer``), over the whole context: unlike
+CLIP's own tower (:mod:`cog_pl.models.arch.clip_text`) its batches are not cut after their last end-of-text token, since
+``CLIP._encode_text`` adds the whole ``positional_embedding`` and applies ``self.attn_mask`` of the full context, and
+some towers pool the last position or attend without a causal mask (``text_global_pool``): cutting would mean a copy of
+their forward.
 
-Known silent traps of text towers, each refused or handled when the tower is built (:func:`checked_tokenizer`), what
-was done recorded in :attr:`~cog_pl.models.text.TokenTextTower.text_handling` (part of a zero-shot row's identity):
+Known silent traps of text towers, each refused or handled when the tower is built (:func:`checked_tokenizer`), what was
+done recorded in :attr:`~cog_pl.models.text.TokenTextTower.text_handling` (part of a zero-shot row's identity):
 
 - **Padding.** A tower whose read position sees the padding (no causal mask: SigLIP, CLIPA, MobileCLIP; or the last
-  position read: SigLIP's ``pool_type: last``) gives the embeddings it was trained to give only on texts padded to
-  its whole context with its own pad token. big_vision's SigLIP tokenizer pads with ``</s>`` (``pad_value=1``,
-  google-research/big_vision 0127fb6 ``big_vision/pp/ops_text.py`` ``get_pp_tokenize``: "traditionally used with
-  contrastive models that use the last token"; transformers' ``SiglipTokenizer`` has ``pad_token="</s>"``), SigLIP 2's
-  Gemma tokenizer with ``<pad>`` (0; open_clip 3.3.0 ``tokenizer.py`` ``SigLipTokenizer``); mteb's SigLIP, padded to
-  the longest text of a batch, lost up to 70 points (embeddings-benchmark/mteb PR 1424: MNIST zero-shot ~10 % ->
-  80 %+ with ``padding="max_length"``). open_clip's ``HFTokenizer`` pads to ``max_length`` with its tokenizer's pad
+  position read: SigLIP's ``pool_type: last``) gives the embeddings it was trained to give only on texts padded to its
+  whole context with its own pad token. big_vision's SigLIP tokenizer pads with ``</s>`` (``pad_value=1``,
+  "traditionally used with contrastive models that use the last token"; transformers' ``SiglipTokenizer`` has
+  ``pad_token="</s>"``), SigLIP 2's Gemma tokenizer with ``<pad>`` (0; open_clip's ``SigLipTokenizer``); mteb's SigLIP,
+  padded to the longest text of a batch, lost up to 70 points (embeddings-benchmark/mteb PR 1424: MNIST zero-shot ~10 %
+  -> 80 %+ with ``padding="max_length"``). open_clip's ``HFTokenizer`` pads to ``max_length`` with its tokenizer's pad
   token; the tower checks that a short text comes out as long as the model's context, padded after the text with that
   pad token, and refuses a tokenizer without one, of another length, or padding on the left (transformers 5.25's
   ``Siglip2Tokenizer`` has ``padding_side = "left"``).
 - **Context length.** The tokenizer's context is set to the model's, which is the checkpoint's
   (:mod:`cog_pl.models.arch.openclip`: open_clip would interpolate another length, open_clip issue 1067).
 - **Canonicalisation.** big_vision evaluates SigLIP and SigLIP 2 zero-shot on canonicalised class names and templates
-  (lowercase, punctuation removed: ``big_vision/evaluators/proj/image_text/prompt_engineering.py``
-  ``canonicalize_text``, lines 94-115), as open_clip's SigLIP configs ask (``"tokenizer_kwargs": {"clean":
-  "canonicalize"}``); the Hugging Face SigLIP 2 tokenizer does not, which costs about 12 points (NVlabs/RADIO PR 142).
-  A SigLIP-family tower (its Hugging Face tokenizer's name holds ``siglip``, or, without one, the model's: open_clip's
-  own rule, ``factory.get_tokenizer``) whose tokenizer does not canonicalise gets one that does
+  (lowercase, punctuation removed: ``canonicalize_text``), as open_clip's SigLIP configs ask (``"tokenizer_kwargs":
+  {"clean": "canonicalize"}``); the Hugging Face SigLIP 2 tokenizer does not, which costs about 12 points (NVlabs/RADIO
+  PR 142). A SigLIP-family tower (its Hugging Face tokenizer's name holds ``siglip``, or, without one, the model's:
+  open_clip's own rule, ``factory.get_tokenizer``) whose tokenizer does not canonicalise gets one that does
   (``get_tokenizer(name, clean="canonicalize")``), with a warning.
 - **Tokenizer files.** A Hugging Face tokenizer that is not in the cache (``HF_HUB_OFFLINE=1``) is refused in one line
   saying how to fetch it, before the weights are read.
+
+Sources (line by line: ``docs/reference/sources.md``): mlfoundations/open_clip 89fb801 ``src/open_clip/model.py``,
+``src/open_clip/transformer.py``, and open_clip_torch 3.3.0 ``src/open_clip/tokenizer.py``,
+``src/open_clip/factory.py``; google-research/big_vision 0127fb6 ``big_vision/pp/ops_text.py``,
+``big_vision/evaluators/proj/image_text/prompt_engineering.py``.
 """
 
 from __future__ import annotations

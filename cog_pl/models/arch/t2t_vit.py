@@ -1,7 +1,7 @@
 """T2T-ViT-t-14 (Yuan et al., 2021, "Tokens-to-Token ViT"): the paper's feature network, without its classifier.
 
 Neither timm nor torchvision provides T2T-ViT, so it is written here; the ViT blocks are timm's own. Every fact
-comes from the authors' code at the commit the ImageNet-CoG benchmark checked out (naver/cog
+comes from the authors' code at the commit the ImageNet-CoG benchmark checked out (naver/cog 5b34ca9
 ``prepare_models/prepare_t2tvit.sh``: yitu-opensource/T2T-ViT @ 9dafdef17f6740fc600dad754e0f40bd246463e0):
 
 - ``models/t2t_vit.py``: ``T2t_vit_t_14`` = ``T2T_ViT(tokens_type='transformer', embed_dim=384, depth=14,
