@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cog_pl import console
-from cog_pl.errors import CogError, DiskFullError
+from cog_pl.errors import CogError, DiskFullError, UnknownNameError
 from cog_pl.version import __version__
 
 #: Command-group modules under ``cog_pl.cli``; each defines ``register(subparsers)``.
@@ -58,7 +58,7 @@ def command_module(name: str) -> Any:
         case "probe_lightning":
             from cog_pl.cli import probe_lightning as module
         case _:
-            raise KeyError(name)
+            raise UnknownNameError(f"no cog-pl command module {name!r}; known: {', '.join(COMMAND_MODULES)}")
     return module
 #: The one-word LightningCLI commands as ``cog-pl --help`` lists them (``cog-pl probe --help`` lists ``probe fit``...).
 LIGHTNING_HELP = {
