@@ -32,6 +32,7 @@ from cog_pl.report.plots import (
 )
 from cog_pl.report.probes import optimism_markdown
 from cog_pl.report.protocols import split_protocols, stale_markdown
+from cog_pl.report.ridge import ridge_markdown
 from cog_pl.report.tables import csv_table, official_cells, probe_cells, report_markdown, summarize
 from cog_pl.report.variants import variant_lines, variants_markdown
 from cog_pl.report.zeroshot import zeroshot_markdown
@@ -145,7 +146,8 @@ def write_report(results: str | Path, out: str | Path, models: Sequence[str] = (
     markdown = (report_markdown(cells, baseline, variants_markdown(variants) if variants else "",
                                 summary_columns(concepts), relative_intervals(concepts),
                                 concepts_markdown(concepts, probe_cells(cells)),
-                                optimism_markdown(cells) + zeroshot_markdown(
+                                optimism_markdown(cells) + ridge_markdown(cells, rows, results, seed)
+                                + zeroshot_markdown(
                                     cells, rows, concepts.scores, concepts.info.similarity if concepts.info else None,
                                     concepts.info.measure if concepts.info else "similarity", seed))
                 + (skipped_markdown(features, models) + trusted_markdown(features, models)
