@@ -41,7 +41,7 @@ from torch import Tensor
 
 from cog_pl.data.sampling import final_indices, tuning_indices
 from cog_pl.errors import CogError
-from cog_pl.metrics import accuracy, topk_correct, topk_first
+from cog_pl.metrics import accuracy, topk_first
 
 __all__ = ["BIAS_CONSTANT", "DTYPE", "REGS", "Choice", "Moments", "RidgeProbe", "RidgeSystem", "check_regs",
            "choose_reg", "design", "moments", "solve", "targets"]
@@ -55,6 +55,8 @@ PRECISION = "64-true"
 REGS = tuple(2.0 ** e for e in range(-10, 21, 2))
 #: Rows per float64 chunk of the moments and the scores (a chunk's products, not the features, live in float64).
 CHUNK_ROWS = 8192
+#: Bytes of one chunk's scores of every penalty (float64, penalties x rows x classes): the rows per chunk follow.
+SCORE_BYTES = 1 << 27
 
 
 def check_regs(regs: Sequence[float], what: str = "ridge regs") -> tuple[float, ...]:
@@ -144,8 +146,13 @@ class RidgeSystem:
         return design(x) @ self.lhs
 
     def scores(self, projected: Tensor, reg: float) -> Tensor:
-        """The scores ``design(x) @ weights(reg)`` of rows already :meth:`projected <project>`."""
-        return (projected * self.scale(reg)) @ self.rhs
+        """The scores ``design(x) @ weights(reg)`` of rows already :meth:`projected <project>` (the penalty's scaling
+        applied to ``rhs``, K x C, rather than to the rows)."""
+        return projected @ self.scaled([reg])[0]
+
+    def scaled(self, regs: Sequence[float]) -> Tensor:
+        """``diag(1 / (e + reg)) rhs`` of each penalty, ``(R, K, C)``: every penalty's scores in one product."""
+        return torch.stack([self.scale(reg)[:, None] * self.rhs for reg in regs])
 
 
 def solve(x: Tensor, y: Tensor, num_classes: int, rows: np.ndarray | Tensor | None = None, *,
@@ -170,22 +177,23 @@ def solve(x: Tensor, y: Tensor, num_classes: int, rows: np.ndarray | Tensor | No
 def score(system: RidgeSystem, x: Tensor, y: Tensor, regs: Sequence[float], rows: np.ndarray | Tensor | None = None,
           rank: float | None = None, chunk: int = CHUNK_ROWS) -> tuple[dict[float, float], Tensor | None]:
     """Top-1 (%) of every penalty of ``regs`` on ``rows`` of ``x`` (all: None) against ``y`` (ties to the lower
-    class, argmax's rule: :func:`cog_pl.metrics.topk_correct`) and, with ``rank`` (a penalty), that penalty's
-    ranked top-5 classes of each row (:func:`cog_pl.metrics.topk_first`, the same tie rule)."""
+    class: argmax's rule, which :func:`cog_pl.metrics.topk_correct` follows) and, with ``rank`` (a penalty), that
+    penalty's ranked top-5 classes of each row (:func:`cog_pl.metrics.topk_first`, the same tie rule)."""
     if rank is not None and rank not in regs:
         raise CogError(f"ridge: penalty {rank} is not among those scored ({list(regs)})")
     index = _index(rows, len(x), x.device)
     labels = y.to(x.device)
+    scaled = system.scaled(regs)
+    at = None if rank is None else list(regs).index(rank)
     correct = torch.zeros(len(regs), dtype=torch.long, device=x.device)
     ranked: list[Tensor] = []
-    for start in range(0, len(index), chunk):
-        part = index[start:start + chunk]
-        projected, truth = system.project(x[part]), labels[part]
-        for i, reg in enumerate(regs):
-            logits = system.scores(projected, reg)
-            correct[i] += topk_correct(logits, truth, (1,))[0]
-            if rank == reg:
-                ranked.append(topk_first(logits, min(5, logits.shape[1]))[1].cpu())
+    step = max(1, min(chunk, SCORE_BYTES // (8 * len(regs) * scaled.shape[2])))  # a chunk's (R, rows, C) scores
+    for start in range(0, len(index), step):
+        part = index[start:start + step]
+        logits = system.project(x[part]) @ scaled  # (R, rows, C): every penalty's in one product
+        correct += (logits.argmax(2) == labels[part]).sum(1)  # the first of equal scores: topk_correct's rule
+        if at is not None:
+            ranked.append(topk_first(logits[at], min(5, logits.shape[2]))[1].cpu())
     top1 = {reg: 100.0 * c / max(len(index), 1) for reg, c in zip(regs, correct.tolist())}
     if rank is None:
         return top1, None
