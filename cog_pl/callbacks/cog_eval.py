@@ -25,7 +25,9 @@ train images is tested. Cost per call, bounded by the sizes: one forward pass ov
 the backbone's dtype (``precision="bf16-true"`` casts the weights, the images follow), plus ``len(domains)`` probes on
 at most that many features, with the process's threads (``benchmarks/bench_callback.py`` times a call at any sizes).
 The k-NN (``methods=("linear", "knn")`` or ``("knn",)``): k of ``knn_ks`` chosen on the same validation split, no
-training, cheaper than the probes.
+training, cheaper than the probes. The closed-form ridge probe (``methods=("ridge",)``, logged as
+``cog/<domain>/ridge_top1``): the penalty of ``ridge_regs`` chosen on the same split from one eigendecomposition,
+refitted, no training either: the cheap signal to watch L1-L5 every epoch (:mod:`cog_pl.probe.ridge`).
 
 As a Lightning user expects (docs/lightning.md): the data roots, the backbone attribute and the strategy are checked
 at ``setup``, before the first epoch; rank zero extracts and probes under DDP, the other ranks wait and receive the
@@ -64,6 +66,7 @@ from cog_pl.callbacks.eval_methods import EVAL_METHODS, EvalSettings, check_meth
 from cog_pl.callbacks.eval_schedule import FAST_DEV_RUN_EPOCHS, fast_dev_run_sizes, fit_ends_here, periodic
 from cog_pl.data.transforms import TransformConfig, protocol_transform
 from cog_pl.errors import CogError, MissingFileError
+from cog_pl.probe.ridge import REGS, check_regs
 from cog_pl.protocol import DOMAINS, FeatureProtocol, check_domains
 
 logger = logging.getLogger(__name__)
@@ -111,10 +114,11 @@ class CoGEvaluationCallback(L.Callback):
         epochs: the probe's epochs.
         batch_size: the batch size of the backbone's forward.
         seed: the validation split's and the probe's seed.
-        methods: names of :data:`~cog_pl.callbacks.eval_methods.EVAL_METHODS` (``linear``, ``knn``); the console
-            line shows the first.
+        methods: names of :data:`~cog_pl.callbacks.eval_methods.EVAL_METHODS` (``linear``, ``knn``, ``ridge``); the
+            console line shows the first.
         knn_ks: the k-NN's candidate k.
         knn_precision: the k-NN's similarity precision (``auto``, ``float32``, ...).
+        ridge_regs: the ridge probe's L2 penalties (the best on the validation split is kept).
         name: the prefix of the logged keys (``{name}/l5/top1``) and the name of the checkpointed state; two
             instances in one Trainer need two names (Lightning refuses two callbacks of one ``state_key``).
 
@@ -124,8 +128,8 @@ class CoGEvaluationCallback(L.Callback):
         ...                             every_n_epochs=5)  # doctest: +SKIP
         >>> L.Trainer(max_epochs=100, callbacks=[cog]).fit(my_module, my_data)  # doctest: +SKIP
 
-    The accuracies are logged as ``{name}/{key}/top1`` and ``{name}/{key}/knn_top1``, ``key`` being ``in1k``,
-    ``l1`` .. ``l5`` (:func:`metric_key`): :meth:`metric_name`.
+    The accuracies are logged as ``{name}/{key}/top1``, ``{name}/{key}/knn_top1`` and ``{name}/{key}/ridge_top1``,
+    ``key`` being ``in1k``, ``l1`` .. ``l5`` (:func:`metric_key`): :meth:`metric_name`.
     """
 
     def __init__(self, in1k_root: str | None = None, in21k_root: str | None = None, benchmark: str | None = None,
@@ -135,7 +139,7 @@ class CoGEvaluationCallback(L.Callback):
                  lrs: Sequence[float] = (0.3, 3.0, 30.0), weight_decay: float = 1e-6, epochs: int = 30,
                  batch_size: int = FeatureProtocol().batch_size, seed: int = 0,
                  methods: Sequence[str] = ("linear",), knn_ks: Sequence[int] = (10, 20, 100, 200),
-                 knn_precision: str = "auto", name: str = "cog") -> None:
+                 knn_precision: str = "auto", ridge_regs: Sequence[float] = REGS, name: str = "cog") -> None:
         super().__init__()
         from cog_pl.probe.knn import KNNSettings
         from cog_pl.probe.knn_protocol import resolve_knn_precision
@@ -144,6 +148,7 @@ class CoGEvaluationCallback(L.Callback):
         check_domains(domains, "CoGEvaluationCallback: ")  # refused now rather than at the end of the first epoch
         self.methods = check_methods(methods)
         KNNSettings(ks=tuple(knn_ks))  # refuses bad ks now
+        ridge_regs = check_regs(ridge_regs, "CoGEvaluationCallback: ridge_regs")
         if not isinstance(every_n_epochs, int) or isinstance(every_n_epochs, bool) or every_n_epochs < 0:
             raise CogError(f"CoGEvaluationCallback: every_n_epochs {every_n_epochs!r}; expected an integer >= 0 "
                            "(0: no periodic evaluation)")
@@ -160,7 +165,8 @@ class CoGEvaluationCallback(L.Callback):
         self.batch_size = batch_size
         self.settings = EvalSettings(lrs=tuple(lrs), weight_decay=weight_decay, epochs=epochs, seed=seed,
                                      knn_ks=tuple(knn_ks),
-                                     knn_precision=resolve_knn_precision(knn_precision, "cpu"))  # host features
+                                     knn_precision=resolve_knn_precision(knn_precision, "cpu"),  # host features
+                                     ridge_regs=ridge_regs)
         self._data: Subsets | None = None
         self._data_sizes: tuple[int, int, int] | None = None
         self.history: list[dict[str, float]] = []
@@ -302,7 +308,8 @@ class CoGEvaluationCallback(L.Callback):
         if saved is None:
             return
         now = self._settings_record()
-        changed = [f"{k} {_show(saved.get(k))} -> {_show(v)}" for k, v in now.items() if saved.get(k) != v]
+        changed = [f"{k} {_show(saved.get(k))} -> {_show(v)}" for k, v in now.items()
+                   if k in saved and saved[k] != v]  # a setting the saved record lacks is newer than its history
         if changed:
             warnings.warn(f"CoGEvaluationCallback {self.name!r}: the checkpoint's history ({len(self.history)} "
                           f"evaluation(s)) was made with other settings ({'; '.join(changed)}); it is kept as it "

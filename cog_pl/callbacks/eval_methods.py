@@ -17,13 +17,15 @@ import numpy as np
 import torch
 
 from cog_pl.errors import CogError
+from cog_pl.probe.ridge import REGS
 from cog_pl.protocol import ProbeProtocol
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalSettings:
     """What the score functions read: the linear probe's learning rates, weight decay and epochs, the k-NN's ks and
-    similarity precision (resolved: ``32-true`` on the host), and the seed of the validation split and the probe."""
+    similarity precision (resolved: ``32-true`` on the host), the ridge probe's penalties, and the seed of the
+    validation split and the probe."""
 
     lrs: tuple[float, ...] = (0.3, 3.0, 30.0)
     weight_decay: float = 1e-6
@@ -31,6 +33,7 @@ class EvalSettings:
     seed: int = 0
     knn_ks: tuple[int, ...] = (10, 20, 100, 200)
     knn_precision: str = "32-true"
+    ridge_regs: tuple[float, ...] = REGS
 
 
 Score = Callable[[EvalSettings, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], float]
@@ -79,10 +82,23 @@ def knn_top1(settings: EvalSettings, xtr: torch.Tensor, ytr: torch.Tensor, xte: 
     return score_test(data, xte, yte, {(None, seed): k}, knn, precision)[None, seed]["test_top1"] / 100
 
 
+def ridge_top1(settings: EvalSettings, xtr: torch.Tensor, ytr: torch.Tensor, xte: torch.Tensor,
+               yte: torch.Tensor) -> float:
+    """Test top-1 of the closed-form ridge probe (:mod:`cog_pl.probe.ridge`): the penalty of ``settings.ridge_regs``
+    chosen on the same 20 % validation split of the train images (one eigendecomposition for all of them), the
+    head refitted on all of them (one more) and tested. No training: the cheap signal to watch every epoch."""
+    from cog_pl.probe.ridge import RidgeProbe
+
+    probe = RidgeProbe(xtr, ytr, int(max(ytr.max(), yte.max())) + 1, settings.ridge_regs)
+    choice = probe.choose(settings.seed, None, ProbeProtocol().val_fraction)
+    return probe.test(settings.seed, None, choice.reg, xte, yte).test_top1 / 100
+
+
 #: The methods the callback can run, by the name ``methods=`` takes.
 EVAL_METHODS: dict[str, EvalMethod] = {
     "linear": EvalMethod("top1", "top-1", linear_top1),
     "knn": EvalMethod("knn_top1", "k-NN top-1", knn_top1),
+    "ridge": EvalMethod("ridge_top1", "ridge top-1", ridge_top1),
 }
 
 

@@ -273,7 +273,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--ssl-epochs", type=at_least(0), default=SSL_EPOCHS,
                    help="epochs of the second backbone, self-supervised on the seen concepts' images without labels "
                         f"and reported relative to the baseline (default {SSL_EPOCHS}; 0: the baseline alone)")
-    _common(d, (22, 37), [None, 1, 4], 10, 30, ["linear", "knn"])
+    _common(d, (22, 37), [None, 1, 4], 10, 30, ["linear", "knn", "ridge"])
     d.add_argument("--token-probes", nargs="?", const="tokens2x2", default=None, metavar="FEATURE",
                    help="also extract the baseline's token stores of this definition (default: tokens2x2: the class "
                         "token and a 2 x 2 grid) under the label <baseline>+FEATURE and run the attentive and MLP "

@@ -39,6 +39,7 @@ def _load() -> None:
         heads,
         knn,
         linear,
+        ridge,
         text_init,
         zeroshot,
     )

@@ -36,6 +36,7 @@ from cog_pl.report.plots import (
 )
 from cog_pl.report.probes import optimism_markdown
 from cog_pl.report.protocols import split_protocols, stale_markdown
+from cog_pl.report.ridge import ridge_markdown
 from cog_pl.report.runs import Runs, merge_sections, read_runs, runs_markdown, runs_note, with_runs
 from cog_pl.report.severity import add_concept_columns, severity_markdown, severity_report
 from cog_pl.report.tables import csv_table, official_cells, probe_cells, report_markdown, summarize
@@ -176,7 +177,8 @@ def write_report(results: str | Path | Sequence[str | Path], out: str | Path, mo
                                 with_runs(summary_columns(concepts), runs, rows), relative_intervals(concepts),
                                 concepts_markdown(concepts, probe_cells(cells))
                                 + severity_markdown(severity, cells),
-                                optimism_markdown(cells) + zeroshot_markdown(
+                                optimism_markdown(cells) + ridge_markdown(cells, rows, results, seed)
+                                + zeroshot_markdown(
                                     cells, rows, concepts.scores, concepts.info.similarity if concepts.info else None,
                                     concepts.info.measure if concepts.info else "similarity", seed))
                 + _features_markdown(roots, rows, models, runs) + stale_markdown(stale, rows)

@@ -30,7 +30,7 @@ def test_the_demo_runs_attentive_and_mlp_on_token_stores_beside_the_linear_probe
     methods = {(r["model"], r["method"]) for r in rows}
     base = next(m for m, method in methods if method == "linear")
     tokens = f"{base}+tokens2x2"
-    assert methods == {(base, "linear"), (base, "knn"), (tokens, "attentive"), (tokens, "mlp")}
+    assert methods == {(base, "linear"), (base, "knn"), (base, "ridge"), (tokens, "attentive"), (tokens, "mlp")}
     made = [r for r in rows if r["method"] in ("attentive", "mlp")]
     assert {(r["feature"], r["tokens"], r["preset"] or "-") for r in made} == {("tokens2x2", 5, "ep"),
                                                                                 ("tokens2x2", 5, "-")}
@@ -45,13 +45,13 @@ def test_the_demo_runs_attentive_and_mlp_on_token_stores_beside_the_linear_probe
             assert re.search(rf"^\| {re.escape(tokens)} \| {base} \| {level} \| [+-]\d+\.\d\d \| "
                              rf"\[[+-]\d+\.\d\d, [+-]\d+\.\d\d\]", section, re.M), (level, section)
     optimism = text.split("## Selection optimism")[1].split("\n## ")[0]
-    for label in ("linear probe", "k-NN", "attentive probe", "MLP probe"):
+    for label in ("linear probe", "ridge", "k-NN", "attentive probe", "MLP probe"):
         line = next(ln for ln in optimism.splitlines() if f" | {label} | " in ln)
         values = [v.strip() for v in line.strip("|").split("|")[2:]]
         assert len(values) == len(LEVELS) and all(re.fullmatch(r"\+\d+\.\d\d \(n = 1\)", v) for v in values), line
     gaps = [float(r["selection_gap_mean"]) for r in csv.DictReader(io.StringIO(
         (out / "report" / "results.csv").read_text()))]
-    assert len(gaps) == 4 * len(LEVELS) and min(gaps) >= 0
+    assert len(gaps) == 5 * len(LEVELS) and min(gaps) >= 0
     assert (out / "report" / "probe_gains.png").is_file()
     # the console: the main table and a line per other section, the whole report in its files
     assert "  - attentive probe against the linear probe: gain per level and over concept similarity" in shown

@@ -132,7 +132,7 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
     assert (f"  ncm{' ' * 15}nearest class mean: each test feature goes to the class of the nearest mean train "
             f"feature\n  {' ' * 16}  options: --ncm-metric") in listed.stdout
     helped = " ".join(_cog_pl(site, "run", "--help").stdout.split())
-    assert "linear, linear_text_init, zeroshot, attentive, mlp, finetune, attentive_images, knn, ncm" in helped
+    assert "linear, linear_text_init, zeroshot, attentive, mlp, finetune, attentive_images, ridge, knn, ncm" in helped
     assert "--ncm-metric NCM_METRIC cosine or euclidean (default: cosine)" in helped
 
     domains = ("cog_l1", "cog_l2")

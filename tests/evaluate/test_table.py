@@ -17,12 +17,12 @@ from cog_pl.results import read_rows
 
 def test_the_table_lists_the_built_in_methods_in_report_order_and_refuses_unknown_names():
     assert list_methods() == ("linear", "linear_text_init", "zeroshot", "attentive", "mlp", "finetune",
-                              "attentive_images", "knn")
+                              "attentive_images", "ridge", "knn")
     assert list_methods(probe=False) == ("finetune", "attentive_images")
     assert token_methods() == ("attentive", "mlp")
     assert (method_label("knn"), method_label("not_registered")) == ("k-NN", "not_registered")
     with pytest.raises(ValueError, match="unknown method 'svm'; known: linear, linear_text_init, zeroshot, "
-                                         "attentive, mlp, finetune, attentive_images, knn"):
+                                         "attentive, mlp, finetune, attentive_images, ridge, knn"):
         get_method("svm")
     with pytest.raises(ValueError, match="evaluation method 'linear' is already registered"):
         register_method(get_method("linear"))

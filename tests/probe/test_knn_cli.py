@@ -100,7 +100,7 @@ def test_run_methods_linear_knn_writes_rows_of_both_methods_on_every_domain(tmp_
     assert read_rows(out / "results.sqlite") == rows
     with pytest.raises(ValueError,
                        match="methods: unknown method.s. svm; choose from linear, linear_text_init, zeroshot, "
-                             "attentive, mlp, finetune, attentive_images, knn"):
+                             "attentive, mlp, finetune, attentive_images, ridge, knn"):
         _config(tmp_path, ["linear", "svm"])
     with pytest.raises(ValueError):
         RunConfig(model="m", in1k_root=None, in21k_root=str(tmp_path), domains=("cog_l1",), methods=())
