@@ -128,7 +128,7 @@ def test_a_probe_method_of_an_installed_package_is_listed_run_resumed_and_report
              line.split()[0] != "options:"]
     # by order: the probes, then fine-tuning
     assert names == ["linear", "linear_text_init", "zeroshot", "attentive", "mlp", "finetune", "attentive_images",
-                     "knn", "ncm"], listed.stdout
+                     "ridge", "knn", "ncm"], listed.stdout
     assert (f"  ncm{' ' * 15}nearest class mean: each test feature goes to the class of the nearest mean train "
             f"feature\n  {' ' * 16}  options: --ncm-metric") in listed.stdout
     helped = " ".join(_cog_pl(site, "run", "--help").stdout.split())
