@@ -2,9 +2,11 @@
 
 :func:`run_demo` runs :func:`cog_pl.pipeline.run` for the baseline (the supervised ``demo_cnn``, with everything the
 demo shows: few-shot, level variants, fine-tuning) and then for the second model (the self-supervised
-``demo_cnn_ssl``, all data, same seeds, same probe methods; with ``--zeroshot`` the tiny CLIP ``demo_clip``, linear
-and zero-shot), into one results file; then writes one report, each
-model relative to the baseline per domain (the paper's Fig. 3 (b)-(e)). It returns the time of every stage.
+``demo_cnn_ssl``, all data, same seeds, same probe methods) in a run folder of its own, ``OUT/demo_cnn_ssl``, as a
+second team's run of another model would be (with ``--zeroshot`` the tiny CLIP ``demo_clip``, linear and zero-shot,
+and with ``--token-probes`` the baseline's token stores, into the baseline's folder); then writes one report of both
+runs (:mod:`cog_pl.report.runs`: the runs checked alike, each row's folder named), each model relative to the baseline
+per domain (the paper's Fig. 3 (b)-(e)). It returns the time of every stage.
 """
 
 from __future__ import annotations
@@ -36,12 +38,18 @@ class DemoSummary:
 
 
 def second_config(base: RunConfig, assets: DemoAssets) -> RunConfig:
-    """The second model's run: the baseline's probes (seeds, methods on the stores, search) on all data, nothing
-    else."""
+    """The second model's run, in its own folder (:func:`second_out`): the baseline's probes (seeds, methods on the
+    stores, search) on all data, nothing else."""
     probes = base.methods_of("probe")
-    return dataclasses.replace(base, model=assets.ssl_model, checkpoint=str(assets.ssl_checkpoint), name=None,
-                               shots=(None,), variants=(), methods=probes,
-                               method_options={m: base.method_options[m] for m in probes}, check=False, report=False)
+    cfg = dataclasses.replace(base, model=assets.ssl_model, checkpoint=str(assets.ssl_checkpoint), name=None,
+                              shots=(None,), variants=(), methods=probes,
+                              method_options={m: base.method_options[m] for m in probes}, check=False, report=False)
+    return dataclasses.replace(cfg, out=str(second_out(base.out, cfg.label)))
+
+
+def second_out(out: str | Path, label: str) -> Path:
+    """The second model's run folder: ``OUT/<its label>`` (its features, results store and Optuna studies)."""
+    return Path(out) / label
 
 
 def clip_config(base: RunConfig, assets: DemoAssets) -> RunConfig:
@@ -96,7 +104,9 @@ def run_demo(assets: DemoAssets, base: RunConfig, token_probes: str | None = Non
     baseline = base.baseline or models[0]
     t = time.perf_counter()
     out = Path(base.out)
-    report = write_report(out / "results.sqlite", out / "report", models=models, baseline=baseline,
-                          features=out / "features", levels=base.benchmark, html=base.html)
+    stores = list(dict.fromkeys(Path(cfg.out) / "results.sqlite" for cfg in configs))
+    report = write_report(stores if len(stores) > 1 else stores[0], out / "report", models=models, baseline=baseline,
+                          features=None if len(stores) > 1 else out / "features", levels=base.benchmark,
+                          html=base.html)
     seconds["report"] = time.perf_counter() - t
     return DemoSummary(out, baseline, models, report, seconds)

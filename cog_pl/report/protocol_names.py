@@ -10,12 +10,14 @@ from what a run was asked for:
   included (none for the paper's), else ``custom``, with its trials and epochs and what else differs from the paper's
   (:func:`cog_pl.protocol.protocol_words`, which the refusals of rows of another protocol use too);
 - a method that keeps its values in its own record (``row[<method>]``: fine-tuning's ``epochs``,
-  ``attentive_images``' ``trials`` and ``epochs``, the k-NN's ``ks``) is named by them;
+  ``attentive_images``' ``trials`` and ``epochs``, the k-NN's ``ks``, the ridge probe's ``regs``) is named by them;
 - a row that records neither (written by hand, or before rows recorded their protocol) is ``not recorded``.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -41,7 +43,21 @@ def _own_words(own: Mapping[str, Any]) -> str:
         return _count(epochs, "epoch")
     if ks:
         return "k among " + ", ".join(str(k) for k in ks)
+    regs = own.get("regs")
+    if regs:
+        return "L2 penalty among " + _values(regs)
     return "no trials or epochs"
+
+
+def _values(values: Iterable[float]) -> str:
+    """Penalties in words: ``2^-10, 2^-8, ..., 2^20 (16 values)`` for evenly spaced powers of two, else each
+    (``0.01, 1, 100``)."""
+    values = sorted(float(v) for v in values)
+    exponents = [math.log2(v) if v > 0 else math.nan for v in values]
+    steps = {b - a for a, b in itertools.pairwise(exponents)}
+    if len(values) > 3 and all(e == round(e) for e in exponents) and len(steps) == 1:
+        return f"2^{exponents[0]:.0f}, 2^{exponents[1]:.0f}, ..., 2^{exponents[-1]:.0f} ({len(values)} values)"
+    return ", ".join(f"{v:g}" for v in values)
 
 
 def row_protocol(row: Mapping[str, Any]) -> tuple[str | None, str]:

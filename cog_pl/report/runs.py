@@ -91,9 +91,12 @@ def _names(stores: Sequence[Path]) -> list[str]:
 
 
 def _benchmarks(rows: Sequence[dict[str, Any]]) -> tuple[str, ...]:
-    """The benchmark digests (``level_file_sha256``) the rows' feature stores record."""
+    """The benchmark digests (``level_file_sha256``) the feature stores of the rows on the benchmark's own domains
+    record (a level variant's stores, ``cog_l3@wup``, record the variant's level file: not the benchmark's)."""
     found = set()
     for row in rows:
+        if "@" in str(row.get("domain", "")):
+            continue
         features = row.get("features")
         if isinstance(features, dict):
             found |= {v["level_file_sha256"] for v in features.values()

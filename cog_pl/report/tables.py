@@ -390,8 +390,10 @@ def report_markdown(cells: Sequence[Cell], baseline: str | None = None, variants
                       "(paired permutation p ≥ 0.05); section Paired differences."]
     beside = methods_markdown(cells, marks) if linear else ""
     if beside:
-        parts += ["", "## " + " beside ".join(method_label(m) for m in reversed(probe_methods(cells)))
-                  + ": test top-1 (%) on all data, mean ± std over seeds", "",
+        others = [method_label(m) for m in reversed(probe_methods(cells)) if m != DEFAULT_METHOD]
+        named = ", ".join(others[:-1]) + " and " + others[-1] if len(others) > 1 else others[0]
+        parts += ["", f"## {named} beside {method_label(DEFAULT_METHOD)}: test top-1 (%) on all data, mean ± std "
+                  "over seeds", "",
                   cells_protocol((c for c in probe_cells(cells) if c.shots is None), by_method=True), "", beside]
     if optimism:
         parts += ["", optimism.rstrip("\n")]

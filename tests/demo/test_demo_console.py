@@ -72,7 +72,8 @@ def _check(lines: list[str], out: Path) -> None:
     assert "Traceback" not in "\n".join(lines)
     assert not any("± 0.00" in line for line in lines)  # one seed: "(n = 1)", no made-up spread
     text = "\n".join(lines)
-    stores = sorted((out / "features").glob("*/*/*/meta.json"))
+    stores = sorted([*(out / "features").glob("*/*/*/meta.json"),  # the baseline's run
+                     *(out / "demo_cnn_ssl" / "features").glob("*/*/*/meta.json")])  # the second model's own run
     assert len(stores) == 2 * 12 + 10  # two models' six domains, the baseline's wup variant
     for meta in stores:
         assert text.count(f"wrote feature store {meta.parent} ") == 1  # one message per store written

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -52,19 +54,42 @@ def test_reduced_demo_end_to_end(demo_run):
     out, summary = demo_run
     stdout = summary + (out / "report" / "report.md").read_text()  # the closing summary, the whole report
     rows = read_rows(out / "results.sqlite")
-    second = [r for r in rows if r["model"] == "demo_cnn_ssl"]  # the second model: all data, same seeds and methods
+    assert {r["model"] for r in rows} == {"demo_cnn"}
+    # the second model, in a run folder of its own (issue 48: the report sets several runs side by side): all data,
+    # the same seeds and methods
+    second = read_rows(out / "demo_cnn_ssl" / "results.sqlite")
     assert sorted((r["method"], r["domain"], r["shots"], r["seed"]) for r in second) == sorted(
-        (m, d, None, seed) for m in ("linear", "knn") for d in ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4",
-                                                                 "cog_l5") for seed in (22, 37))
+        (m, d, None, seed) for m in ("linear", "knn", "ridge") for d in ("in1k", "cog_l1", "cog_l2", "cog_l3",
+                                                                          "cog_l4", "cog_l5") for seed in (22, 37))
     assert "| demo_cnn_ssl | " in summary and "  - Relative to demo_cnn (top-1 points)" in summary
+    assert f"Rows of 2 runs, each label's from one (section Runs): {out} (demo_cnn); {out / 'demo_cnn_ssl'} " \
+           "(demo_cnn_ssl)." in summary
+    main = stdout.split("## Relative to")[0]
+    assert f"| {out} |" in main and f"| {out / 'demo_cnn_ssl'} |" in main  # the main table's column run
+    runs = stdout.split("\n## Runs\n")[1].split("\n## ")[0]
+    assert f"| {out} | {out / 'results.sqlite'} | demo_cnn |" in runs
+    assert f"| {out / 'demo_cnn_ssl'} | {out / 'demo_cnn_ssl' / 'results.sqlite'} | demo_cnn_ssl |" in runs
+    with open(out / "report" / "results.csv") as fh:
+        table = list(csv.DictReader(fh))
+    assert {(ln["model"], ln["run"]) for ln in table} == {("demo_cnn", str(out)),
+                                                         ("demo_cnn_ssl", str(out / "demo_cnn_ssl"))}
+    # issue 48: the ridge probe beside the linear probe, its ranking agreement per level, and mistake severity
+    agreement = stdout.split("## Ridge beside the linear probe: ranking agreement per level")[1].split("\n## ")[0]
+    for level in ("IN-1K", "L1", "L2", "L3", "L4", "L5"):
+        assert re.search(rf"^\| All \| {level} \| 2 \| not defined for n < 3 \| [+-]\d+\.\d\d \| [+-]\d+\.\d\d \[",
+                         agreement, re.M), agreement
+    severity = stdout.split("## Mistake severity per level")[1].split("\n## ")[0]
+    assert "| demo_cnn_ssl |" in severity and "| demo_cnn |" in severity
+    assert (out / "report" / "severity.png").stat().st_size > 100
     rows = [r for r in rows if r["model"] == "demo_cnn"]
     knn = [r for r in rows if r["method"] == "knn" and "@" not in r["domain"]]  # the k-NN beside the linear probe
     assert sorted((r["domain"], r["shots"] or 0, r["seed"]) for r in knn) == sorted(
         (d, s, seed) for d in ("in1k", "cog_l1", "cog_l2", "cog_l3", "cog_l4", "cog_l5") for s in (0, 2)
         for seed in (22, 37))
-    assert "## k-NN beside linear probe" in stdout and "| model | method | IN-1K | L1 | L2 | L3 | L4 | L5 |" in stdout
+    assert "## k-NN and ridge beside linear probe" in stdout
+    assert "| model | method | IN-1K | L1 | L2 | L3 | L4 | L5 |" in stdout
     both = ("| demo_cnn | k-NN |", "| demo_cnn | linear probe |")
-    section = stdout.split("## k-NN beside linear probe")[1].split("\n## ")[0]
+    section = stdout.split("## k-NN and ridge beside linear probe")[1].split("\n## ")[0]
     beside = [ln for ln in section.splitlines() if ln.startswith(both)]
     assert len(beside) == 2 and all(ln.count("±") == 6 for ln in beside)  # both methods on every level
     # issue 40: each method's selection optimism per level, from the oracles its rows record
@@ -124,12 +149,14 @@ def test_killed_run_resumes_to_the_same_results(demo_run, tmp_path):
     proc.wait()
     before = _table(read_rows(results))
     assert 3 <= len(before) < 24 + 15
-    stamps = {p: p.stat().st_mtime_ns for p in (out / "features").rglob("features.npy")}
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("features.npy")}  # both runs' stores
     resumed = _demo(out)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = _table(read_rows(results))
     assert {k: after[k] for k in before} == before  # finished rows kept as they were
     assert after == _table(read_rows(ref_out / "results.sqlite"))  # and the run ends where an uninterrupted one does
+    second = out / "demo_cnn_ssl" / "results.sqlite"  # the second model's run folder
+    assert _table(read_rows(second)) == _table(read_rows(ref_out / "demo_cnn_ssl" / "results.sqlite"))
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished feature stores not redone
 
 

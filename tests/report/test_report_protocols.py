@@ -332,6 +332,11 @@ def test_each_rows_protocol_is_named_in_words_from_what_it_records():
     assert row_protocol({"method": "attentive_images", "attentive_images": {"trials": 30, "epochs": 20}}) == (
         None, "30 trials × 20 epochs")
     assert row_protocol({"method": "knn", "knn": {"ks": [10, 20]}}) == (None, "k among 10, 20")
+    from cog_pl.probe.ridge import REGS
+    assert row_protocol({"method": "ridge", "ridge": {"regs": list(REGS)}}) == (
+        None, "L2 penalty among 2^-10, 2^-8, ..., 2^20 (16 values)")  # the default grid
+    assert row_protocol({"method": "ridge", "ridge": {"regs": [100, 0.01, 1]}})[1] == "L2 penalty among 0.01, 1, 100"
+    assert row_protocol({"method": "ridge", "ridge": {"regs": [1, 2, 8, 16]}})[1] == "L2 penalty among 1, 2, 8, 16"
     assert row_protocol({"model": "m", "test_top1": 1.0}) == (None, "not recorded")
     assert protocol_line([("a", "x"), ("b", "x")]) == "protocol: x"
     assert protocol_line([("a", "x"), ("b", "y"), ("c", "x")]) == "protocols: x (a, c); y (b)"
