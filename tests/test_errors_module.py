@@ -28,6 +28,7 @@ INTERNAL = {
     "PixelImages.__init__": "the extraction resolves the decode path before it builds the dataset",
     "Predictions.of": "ranked classes, labels and images of one evaluation always have one length",
     "write_info": "no caller writes the results file's format key but cog_pl.results",
+    "spearman": "the report pairs each model's two means before it calls it (cog_pl.analysis.agreement)",
     "ImageDataset.__init__": "the datamodules build samples and labels from one list",
     "ordered": "the launcher builds the job graph; an unknown or circular dependency is its bug",
     "_levels": "aligned() gives the paired statistics arrays of one shape",

@@ -86,7 +86,8 @@ def test_heads_trained_in_one_pass_equal_the_same_heads_trained_one_by_one(kind,
 
 
 def test_the_methods_are_registered_with_their_labels_and_order():
-    assert list_methods(probe=True) == ("linear", "linear_text_init", "zeroshot", "attentive", "mlp", "knn")
+    assert list_methods(probe=True) == ("linear", "linear_text_init", "zeroshot", "attentive", "mlp", "ridge",
+                                        "knn")
     assert (method_label("attentive"), method_label("mlp")) == ("attentive probe", "MLP probe")
 
 
