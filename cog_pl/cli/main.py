@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cog_pl import console
+from cog_pl.cli.config_file import expand_config_files
 from cog_pl.errors import CogError, DiskFullError, UnknownNameError
 from cog_pl.version import __version__
 
@@ -219,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return report_errors(name, verbose, hand)
     parser = build_parser(only=_command(argv))
+    argv = expand_config_files(parser, argv)  # run's and demo's --config FILE: the flags it holds, in its place
     args = parser.parse_args(argv)
     args.command_line = argv  # as typed: the SLURM launcher's jobs run it again, without its own options
     args.entry = main  # what they run it with (handed down: a command module never imports this one)

