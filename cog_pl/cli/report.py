@@ -13,15 +13,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Top-1 mean ± std over seeds per domain and shots, relative to a baseline "
                                    "with paired intervals, the paper's plots, and concept-level results from the "
                                    "stored test predictions, for any number of models side by side; of one run, or "
-                                   "of several runs of one benchmark and protocol (--runs A B, --results A --results "
-                                   "B).")
+                                   "of several runs of one benchmark and protocol (--runs A B, --results A B).")
     p.add_argument("models", nargs="*", help="models to show (default: all in the store); before --runs")
     given = p.add_mutually_exclusive_group()
     given.add_argument("--results", type=Path, action="append", default=None, metavar="FILE",
-                       help="results store (SQLite; default: results.sqlite); given again (--results A --results B): "
-                            "one report of several runs of one benchmark, similarity source and protocol (refused "
-                            "otherwise), each label's rows from the first store given that holds it, its run named in "
-                            "the tables")
+                       help="results store (SQLite; default: results.sqlite); several (--results A B, or --results A "
+                            "--results B): one report of several runs of one benchmark, similarity source and "
+                            "protocol (refused otherwise), each label's rows from the first store given that holds "
+                            "it, its run named in the tables")
     given.add_argument("--runs", type=Path, nargs="+", default=None, metavar="DIR",
                        help="run folders (cog-pl run --out DIR): their DIR/results.sqlite, as --results")
     given.add_argument("--leaderboard", type=Path, nargs="+", default=None, metavar="EXPORT",
@@ -64,10 +63,23 @@ def _report(args: argparse.Namespace) -> int:
         stores = run_stores(args.runs)
     else:
         stores = args.results or [Path("results.sqlite")]
+        if args.results:  # --results A B: the SQLite files among the words after A are stores too, not labels
+            more = [Path(m) for m in args.models if _is_sqlite(Path(m))]
+            stores = [*stores, *more]
+            args.models = [m for m in args.models if not _is_sqlite(Path(m))]
     files = write_report(stores[0] if len(stores) == 1 else stores, args.out, args.models, args.baseline,
                          args.features, levels=args.levels, html=args.html, seed=args.seed, export=args.export)
     print(console_summary(files))  # the main table and where the rest is: the whole report stays in its files
     return 0
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` is an SQLite file (its header), not a model's label."""
+    try:
+        with path.open("rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
 
 
 def _leaderboard(args: argparse.Namespace) -> int:

@@ -89,6 +89,15 @@ def test_two_runs_make_one_report_naming_each_labels_run(two_runs):
                     "--levels", "a/levels.json", "--out", "r2")
     assert again.returncode == 0, again.stderr
     assert (root / "r2" / "report.md").read_text() == text
+    # --results A B (the SQLite files after --results are stores, the other words labels): the same report too
+    both = _report(root, "--results", "a/results.sqlite", "b/results.sqlite", "--baseline", "base", "--levels",
+                   "a/levels.json", "--out", "r4")
+    assert both.returncode == 0, both.stderr
+    assert (root / "r4" / "report.md").read_text() == text
+    some = _report(root, "--results", "a/results.sqlite", "b/results.sqlite", "other", "--baseline", "other",
+                   "--levels", "a/levels.json", "--out", "r5", "--no-html")
+    assert some.returncode == 0, some.stderr
+    assert {ln["model"] for ln in _csv(root / "r5" / "results.csv")} == {"other"}
     # one store: no run column, no section Runs
     one = _report(root, "--results", "a/results.sqlite", "--out", "r3", "--no-html")
     assert one.returncode == 0, one.stderr
