@@ -122,7 +122,7 @@ def _flags(parser: argparse.ArgumentParser, file: str) -> list[str]:
             out += _words(parser, action, value)
         except argparse.ArgumentError as err:
             _refuse(parser, f"{FLAG} {file}: {key}: {err.message}")
-        except (argparse.ArgumentTypeError, ValueError, TypeError) as err:
+        except argparse.ArgumentTypeError as err:
             _refuse(parser, f"{FLAG} {file}: {key}: {err}")
     return out
 
@@ -140,17 +140,17 @@ def _flag(action: argparse.Action) -> str:
 def _text(parser: argparse.ArgumentParser, action: argparse.Action, value: Any) -> str:
     """One value as the flag's text, checked by the flag's type and choices."""
     if isinstance(value, (dict, list)):
-        raise TypeError(f"one value, not a {'mapping' if isinstance(value, dict) else 'list'}")
+        raise argparse.ArgumentTypeError(f"one value, not a {'mapping' if isinstance(value, dict) else 'list'}")
     text = str(value).lower() if isinstance(value, bool) else str(value)
     converted = parser._get_value(action, text)
     if action.choices is not None and converted not in action.choices:
-        raise ValueError(f"{text!r} is not one of {', '.join(map(str, action.choices))}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(map(str, action.choices))}")
     return text
 
 
 def _switch(value: Any, flag: str) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"true or false (the switch {flag}), not {value!r}")
+        raise argparse.ArgumentTypeError(f"true or false (the switch {flag}), not {value!r}")
     return value
 
 
@@ -169,9 +169,9 @@ def _words(parser: argparse.ArgumentParser, action: argparse.Action, value: Any)
     if action.nargs in ("+", "*") or isinstance(action.nargs, int):
         items = value if isinstance(value, list) else [value]
         if not items and (action.nargs != "*" or type(action) is not argparse._StoreAction):
-            raise ValueError("at least one value")
+            raise argparse.ArgumentTypeError("at least one value")
         if isinstance(action.nargs, int) and len(items) != action.nargs:
-            raise ValueError(f"{action.nargs} values, not {len(items)}")
+            raise argparse.ArgumentTypeError(f"{action.nargs} values, not {len(items)}")
         return [flag, *(_text(parser, action, v) for v in items)]
     if action.nargs == "?" and value is True:
         return [flag]
