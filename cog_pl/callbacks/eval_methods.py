@@ -86,12 +86,13 @@ def ridge_top1(settings: EvalSettings, xtr: torch.Tensor, ytr: torch.Tensor, xte
                yte: torch.Tensor) -> float:
     """Test top-1 of the closed-form ridge probe (:mod:`cog_pl.probe.ridge`): the penalty of ``settings.ridge_regs``
     chosen on the same 20 % validation split of the train images (one eigendecomposition for all of them), the
-    head refitted on all of them (one more) and tested. No training: the cheap signal to watch every epoch."""
+    head of that penalty refitted on all of them (one Cholesky solve) and tested. No training: the cheap signal to
+    watch every epoch."""
     from cog_pl.probe.ridge import RidgeProbe
 
     probe = RidgeProbe(xtr, ytr, int(max(ytr.max(), yte.max())) + 1, settings.ridge_regs)
     choice = probe.choose(settings.seed, None, ProbeProtocol().val_fraction)
-    return probe.test(settings.seed, None, choice.reg, xte, yte).test_top1 / 100
+    return probe.test_top1(settings.seed, None, choice.reg, xte, yte) / 100
 
 
 #: The methods the callback can run, by the name ``methods=`` takes.

@@ -289,3 +289,24 @@ class RidgeProbe:
         top1, ranked = score(system, test_x, test_y, self.regs, rank=reg, chunk=self.chunk)
         _, top5 = accuracy(ranked, test_y)
         return Tested(top1, top1[reg], top5, ranked, rows)  # top-1 as every penalty's: the oracle's unit exactly
+
+    def test_top1(self, seed: int, shots: int | None, reg: float, test_x: Tensor, test_y: Tensor) -> float:
+        """The test top-1 (%) of penalty ``reg`` alone, refitted on the final sample of ``(shots, seed)``: where the
+        sample takes the D x D form, one Cholesky solve of ``X^T X + reg I`` in place of :meth:`test`'s
+        eigendecomposition for every penalty (the same solution to round-off; no oracle, no ranked classes: what
+        the callback needs)."""
+        rows = final_indices(self.y.numpy(), seed, shots)
+        if len(rows) < self.dim:
+            return self.test(seed, shots, reg, test_x, test_y).test_top1
+        m = self._all_moments() if shots is None else moments(self.x, self.y, self.num_classes, rows, self.chunk)
+        system = m.xx + reg * torch.eye(self.dim, dtype=DTYPE, device=m.xx.device)
+        factor, info = torch.linalg.cholesky_ex(system)
+        if int(info) != 0:  # not positive definite in float64 round-off: the eigendecomposition's path
+            return self.test(seed, shots, reg, test_x, test_y).test_top1
+        weights = torch.cholesky_solve(m.xy, factor)
+        labels = test_y.to(test_x.device)
+        correct = 0
+        for start in range(0, len(test_x), self.chunk):
+            logits = design(test_x[start:start + self.chunk]) @ weights
+            correct += int((logits.argmax(1) == labels[start:start + self.chunk]).sum())
+        return 100.0 * correct / max(len(test_x), 1)

@@ -133,6 +133,21 @@ def test_penalty_is_chosen_on_the_held_out_split_of_the_linear_probes_samples(sh
     assert tested.test_top5 >= tested.test_top1
 
 
+@pytest.mark.parametrize(("shots", "n", "dim"), [(None, 250, 12), (8, 250, 12), (None, 30, 40)])
+def test_one_penaltys_test_top1_by_a_cholesky_solve_is_the_full_passs(shots, n, dim):
+    """The callback's path (:meth:`RidgeProbe.test_top1`: one Cholesky solve of the chosen penalty; the
+    eigendecomposition's where the sample has fewer rows than columns) gives the top-1 of :meth:`RidgeProbe.test`
+    and of a direct solve, at every penalty, the smallest among them."""
+    x, y = _data(n, dim)
+    tx, ty = _data(400, dim, seed=7)
+    probe = RidgeProbe(x, y, 5, REGS, chunk=64)
+    final = final_indices(y.numpy(), 22, shots)
+    for reg in REGS:
+        one = probe.test_top1(22, shots, reg, tx, ty)
+        assert one == probe.test(22, shots, reg, tx, ty).test_top1
+        assert one == pytest.approx(100.0 * float((_brute(x, y, final, reg, tx) == ty).double().mean()))
+
+
 def test_a_test_pass_leaves_the_choice_as_it_was_and_ties_go_to_the_larger_penalty():
     x, y = _data(200, 10)
     probe = RidgeProbe(x, y, 5, (0.1, 10.0))
